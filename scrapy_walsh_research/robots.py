@@ -1,0 +1,169 @@
+"""R2: robots.txt per RFC 9309, replacing Scrapy's ``RobotsTxtMiddleware``.
+
+Status handling (RFC 9309 §2.3.1), stricter than the spec's "SHOULD fail
+open" where the RFC says "MUST disallow":
+
+* 2xx: parse at most 500 KiB;
+* redirects: followed by Scrapy, at most ``REDIRECT_MAX_TIMES`` (5) hops,
+  each hop through the blocklist gate;
+* 4xx other than 429: no rules apply (allow all);
+* 429, 5xx, timeouts, connection errors, too many redirects: the host is
+  disallowed until robots.txt can be fetched. The fetch is retried with
+  exponential backoff, not on every request. A last good copy younger than
+  30 days is used instead when there is one.
+
+There is no ``dont_obey_robotstxt`` bypass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+
+from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.identity import PRODUCT_TOKEN
+from scrapy_walsh_research.internal import ROBOTS, internal_fetch, internal_purpose
+from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
+from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.urls import origin_of
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+STATE_NAMESPACE = "robots"
+LAST_GOOD_MAX_AGE = 30 * 86400.0
+
+
+@dataclass
+class RobotsEntry:
+    policy: RobotsPolicy
+    expires: float
+    #: HTTP status of the last fetch, or None for a network failure.
+    status: int | None
+    failures: int = 0
+
+
+class RobotsTxtMiddleware:
+    """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", 86400.0)
+        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", 60.0)
+        self.store = state_for(crawler)
+        self._cache: dict[str, RobotsEntry] = {}
+        self._pending: dict[str, Deferred[RobotsEntry]] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    async def process_request(self, request: Request) -> None:
+        if internal_purpose(request):
+            return  # robots.txt itself, the blocklist and its schema
+        entry = await self.entry_for(request.url)
+        policy = entry.policy
+        request.meta["walsh_robots"] = {
+            "group": policy.group,
+            "crawl_delay": policy.crawl_delay,
+            "request_rate_interval": policy.request_rate_interval,
+        }
+        if policy.allows(request.url):
+            return
+        reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
+        self.stats.inc_value("walsh/denied/R2")
+        logger.info(
+            "Denied by R2: %(url)s: %(reason)s",
+            {"url": request.url, "reason": reason},
+            extra={"spider": self.crawler.spider},
+        )
+        raise WalshDenied("R2", reason)
+
+    def policy_for_origin(self, origin: str) -> RobotsPolicy | None:
+        """The cached policy of *origin*, for pacing (Crawl-delay, Request-rate)."""
+        entry = self._cache.get(origin)
+        return entry.policy if entry else None
+
+    async def entry_for(self, url: str) -> RobotsEntry:
+        origin = origin_of(url)
+        entry = self._cache.get(origin)
+        if entry is not None and time.time() < entry.expires:
+            return entry
+        pending = self._pending.get(origin)
+        if pending is not None:
+            return await maybe_deferred_to_future(pending)
+        pending = self._pending[origin] = Deferred()
+        try:
+            entry = await self._fetch(origin, entry)
+        finally:
+            del self._pending[origin]
+        self._cache[origin] = entry
+        pending.callback(entry)
+        return entry
+
+    async def _fetch(self, origin: str, previous: RobotsEntry | None) -> RobotsEntry:
+        url = f"{origin}/robots.txt"
+        self.stats.inc_value("walsh/robots/fetch")
+        try:
+            # A little more than the parse limit, so truncation is detectable.
+            response = await internal_fetch(
+                self.crawler, url, ROBOTS, max_bytes=MAX_ROBOTS_BYTES + 1
+            )
+        except Exception as exc:
+            return self._unreachable(origin, previous, None, f"robots.txt fetch failed: {exc}")
+        status = response.status
+        self.stats.inc_value(f"walsh/robots/status/{status}")
+        now = time.time()
+        if 200 <= status < 300:
+            text, truncated = decode_robots(response.body)
+            if truncated:
+                self.stats.inc_value("walsh/robots/truncated")
+                logger.warning(
+                    "robots.txt at %(url)s exceeds 500 KiB; parsed the first 500 KiB only",
+                    {"url": url},
+                )
+            self.store.put(STATE_NAMESPACE, origin, {"text": text, "fetched_at": now})
+            return RobotsEntry(RobotsPolicy.parse(text, PRODUCT_TOKEN), now + self.ttl, status)
+        if 400 <= status < 500 and status != 429:
+            policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
+            return RobotsEntry(policy, now + self.ttl, status)
+        return self._unreachable(origin, previous, status, f"robots.txt answered {status}")
+
+    def _unreachable(
+        self, origin: str, previous: RobotsEntry | None, status: int | None, why: str
+    ) -> RobotsEntry:
+        """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good copy exists."""
+        self.stats.inc_value("walsh/robots/unreachable")
+        failures = (previous.failures if previous else 0) + 1
+        delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
+        now = time.time()
+        saved = self.store.get(STATE_NAMESPACE, origin)
+        if saved and now - float(saved["fetched_at"]) < LAST_GOOD_MAX_AGE:
+            age_h = (now - float(saved["fetched_at"])) / 3600
+            logger.warning(
+                "%(why)s for %(origin)s; using the last good copy (%(age).1f h old); "
+                "next try in %(d).0f s",
+                {"why": why, "origin": origin, "age": age_h, "d": delay},
+            )
+            self.stats.inc_value("walsh/robots/last_good_used")
+            policy = RobotsPolicy.parse(saved["text"], PRODUCT_TOKEN)
+            return RobotsEntry(policy, now + delay, status, failures)
+        reason = (
+            f"{why}; host disallowed until robots.txt can be fetched "
+            f"(RFC 9309 §2.3.1.4; next try in {delay:.0f} s)"
+        )
+        logger.warning("%(reason)s: %(origin)s", {"reason": reason, "origin": origin})
+        return RobotsEntry(RobotsPolicy.disallow_all(reason), now + delay, status, failures)

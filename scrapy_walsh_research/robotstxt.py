@@ -1,0 +1,168 @@
+"""RFC 9309 group selection for one product token, with Protego matching paths.
+
+Why not Protego alone: Protego picks a group by token-boundary *substring*
+(``User-agent: Walsh`` claims ``Walsh-Research``; ``Walsh-Research/1.0``
+does not match the bare token) and closes a group on any non-rule line.
+RFC 9309 §2.2.1 asks for an exact, case-insensitive product-token match with
+all matching groups merged, else the ``*`` groups, else no rules; and only
+allow/disallow lines end a group. No library does that selection, so it is
+written here, over raw lines; the selected group's own lines are then handed
+to Protego's public API, which does the path matching (longest match,
+wildcards, ``$``, percent-encoding), Crawl-delay and Request-rate.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from protego import Protego
+
+#: RFC 9309 §2.5: parse at least 500 KiB; we parse exactly that much.
+MAX_ROBOTS_BYTES = 500 * 1024
+
+_UA_FIELDS = ("user-agent", "useragent", "user agent")
+_RULE_FIELDS = frozenset(
+    {"allow", "disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw"}
+)
+_SITE_WIDE_FIELDS = frozenset({"sitemap", "sitemaps", "site-map", "host"})
+# The product token of a user-agent line: its leading run of RFC 9309
+# identifier characters (so "Walsh-Research/1.0" reads as "Walsh-Research").
+_TOKEN_RE = re.compile(r"[A-Za-z_-]+")
+# Inside the synthetic single-group file handed to Protego.
+_SELF = "walsh-research-selected-group"
+
+
+def _split(line: str) -> tuple[str, str] | None:
+    """Split a comment-stripped line into (lower-cased field, value)."""
+    if ":" in line:
+        key, value = line.split(":", 1)
+        return key.strip().lower(), value.strip()
+    lowered = line.lower()
+    for ua in _UA_FIELDS:  # "User-agent Foo": accepted without the colon
+        if lowered.startswith(ua + " ") or lowered.startswith(ua + "\t"):
+            return ua, line[len(ua) :].strip()
+    words = line.split(None, 1)
+    if len(words) == 2 and words[0].lower() in _RULE_FIELDS:
+        return words[0].lower(), words[1].strip()
+    return None
+
+
+def product_token(value: str) -> str | None:
+    """``"*"`` for the global group, else the leading identifier run, lower-cased."""
+    value = value.strip()
+    if value.startswith("*"):
+        return "*"
+    m = _TOKEN_RE.match(value)
+    return m.group(0).lower() if m else None
+
+
+@dataclass
+class _Group:
+    tokens: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+
+def _groups(text: str) -> list[_Group]:
+    groups: list[_Group] = []
+    current: _Group | None = None
+    seen_rule = False
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue  # blank lines never end a group (RFC 9309 §2.2)
+        parsed = _split(line)
+        if parsed is None:
+            continue
+        key, value = parsed
+        if key in _UA_FIELDS:
+            if current is None or seen_rule:
+                current = _Group()
+                groups.append(current)
+                seen_rule = False
+            token = product_token(value)
+            if token:
+                current.tokens.append(token)
+            continue
+        if key in _SITE_WIDE_FIELDS or current is None:
+            continue  # site-wide, or a rule outside any group: ignored
+        if key in _RULE_FIELDS:
+            seen_rule = True
+        current.lines.append(line)
+    return groups
+
+
+@dataclass(frozen=True)
+class RobotsPolicy:
+    """The rules that apply to one product token on one origin.
+
+    ``group`` is ``"named"`` when groups naming the token were merged,
+    ``"*"`` when the global groups apply, ``"none"`` when nothing applies,
+    ``"allow-all"``/``"disallow-all"`` for the status-code outcomes of
+    RFC 9309 §2.3.1.
+    """
+
+    group: str
+    _parser: Protego | None = None
+    reason: str = ""
+
+    @classmethod
+    def parse(cls, text: str, token: str) -> RobotsPolicy:
+        token = token.lower()
+        groups = _groups(text.lstrip("\ufeff"))
+        named = [g for g in groups if token in g.tokens]
+        chosen = named or [g for g in groups if "*" in g.tokens]
+        if not chosen:
+            return cls("none")
+        body = "\n".join(line for g in chosen for line in g.lines)
+        parser = Protego.parse(f"User-agent: {_SELF}\n{body}\n")
+        return cls("named" if named else "*", parser)
+
+    @classmethod
+    def allow_all(cls, reason: str) -> RobotsPolicy:
+        return cls("allow-all", None, reason)
+
+    @classmethod
+    def disallow_all(cls, reason: str) -> RobotsPolicy:
+        return cls("disallow-all", None, reason)
+
+    def allows(self, url: str) -> bool:
+        if self.group == "disallow-all":
+            return False
+        if self._parser is None:
+            return True
+        return self._parser.can_fetch(url, _SELF)
+
+    @property
+    def crawl_delay(self) -> float | None:
+        """The selected group's Crawl-delay in seconds (non-standard, honoured per R4)."""
+        return self._parser.crawl_delay(_SELF) if self._parser else None
+
+    @property
+    def request_rate_interval(self) -> float | None:
+        """Seconds per request implied by the selected group's Request-rate."""
+        if not self._parser:
+            return None
+        rate = self._parser.request_rate(_SELF)
+        if rate is None or not rate.requests:
+            return None
+        return rate.seconds / rate.requests
+
+
+def decode_robots(body: bytes) -> tuple[str, bool]:
+    """Decode at most :data:`MAX_ROBOTS_BYTES` of a robots.txt body.
+
+    Returns the text and whether it was truncated. When truncated, the last,
+    partial line is dropped: a cut ``Allow: /public-page`` would otherwise
+    read as ``Allow: /`` and open the whole site.
+    """
+    for bom in (b"\xef\xbb\xbf", b"\xef\xbb", b"\xef"):  # a full or cut UTF-8 BOM
+        if body.startswith(bom):
+            body = body[len(bom) :]
+            break
+    truncated = len(body) > MAX_ROBOTS_BYTES
+    if truncated:
+        body = body[:MAX_ROBOTS_BYTES]
+        cut = max(body.rfind(b"\n"), body.rfind(b"\r"))
+        body = body[: cut + 1] if cut >= 0 else b""
+    return body.decode("utf-8", errors="replace"), truncated

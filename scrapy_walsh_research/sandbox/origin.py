@@ -1,0 +1,238 @@
+"""A loopback origin with virtual hosts that records what it receives.
+
+Tests and the conformance check assert on what *this* server saw (arrival
+times, headers, paths), never on what the crawler believes it sent. One
+listener on 127.0.0.1 serves every ``*.test`` host by its ``Host`` header;
+:class:`SandboxResolver` points those names at it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from twisted.internet.address import IPv4Address
+from twisted.internet.interfaces import IHostnameResolver, IHostResolution
+from twisted.web import resource, server
+from twisted.web.http import Request as TxRequest
+from zope.interface import implementer
+
+
+def _reactor() -> Any:
+    """The running reactor, imported late so importing this module installs none."""
+    from twisted.internet import reactor
+
+    return reactor
+
+
+@dataclass
+class Reply:
+    """What a route answers; ``delay`` holds the answer back (server latency)."""
+
+    status: int = 200
+    body: bytes | str = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+    def encoded(self) -> bytes:
+        return self.body.encode() if isinstance(self.body, str) else self.body
+
+
+Handler = Callable[["Hit"], Reply]
+
+
+@dataclass
+class Hit:
+    host: str
+    path: str
+    method: str
+    headers: dict[str, str]
+    t: float  # time.monotonic() at arrival
+    uri: str = ""
+
+    @property
+    def user_agent(self) -> str | None:
+        return self.headers.get("user-agent")
+
+
+class Origin(resource.Resource):
+    isLeaf = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.routes: dict[tuple[str, str], Reply | Handler] = {}
+        self.hits: list[Hit] = []
+
+    def route(self, host: str, path: str, reply: Reply | Handler) -> None:
+        """Answer ``GET http://host/path`` (path includes any query) with *reply*."""
+        self.routes[(host.lower(), path)] = reply
+
+    def hits_for(self, host: str | None = None, path: str | None = None) -> list[Hit]:
+        return [
+            h
+            for h in self.hits
+            if (host is None or h.host == host) and (path is None or h.path == path)
+        ]
+
+    def render(self, request: TxRequest) -> Any:
+        host_header = (request.getHeader("host") or "").lower()
+        host = host_header.rsplit(":", 1)[0] if ":" in host_header else host_header
+        uri = request.uri.decode("latin-1")
+        path = urlsplit(uri).path or "/"
+        query = urlsplit(uri).query
+        full_path = f"{path}?{query}" if query else path
+        headers = {
+            k.decode("latin-1").lower(): v[-1].decode("latin-1")
+            for k, v in request.requestHeaders.getAllRawHeaders()
+        }
+        hit = Hit(host, full_path, request.method.decode(), headers, time.monotonic(), uri)
+        self.hits.append(hit)
+        route = self.routes.get((host, full_path)) or self.routes.get((host, path))
+        if route is None:
+            reply = Reply(404, b"not found\n", {"Content-Type": "text/plain"})
+        elif callable(route):
+            reply = route(hit)
+        else:
+            reply = route
+
+        def finish() -> None:
+            if request.finished or request._disconnected:  # noqa: SLF001
+                return
+            request.setResponseCode(reply.status)
+            for name, value in reply.headers.items():
+                request.setHeader(name.encode(), value.encode("latin-1"))
+            body = reply.encoded()
+            if request.method != b"HEAD":
+                request.write(body)
+            request.finish()
+
+        if reply.delay:
+            _reactor().callLater(reply.delay, finish)
+        else:
+            finish()
+        return server.NOT_DONE_YET
+
+
+class SandboxServer:
+    """The origin listening on an ephemeral loopback port (no port races)."""
+
+    def __init__(self) -> None:
+        self.origin = Origin()
+        self.site = server.Site(self.origin)
+        self.site.noisy = False
+        self._port: Any = None
+
+    def start(self) -> SandboxServer:
+        self._port = _reactor().listenTCP(0, self.site, interface="127.0.0.1")
+        return self
+
+    @property
+    def port(self) -> int:
+        return self._port.getHost().port
+
+    def url(self, host: str, path: str = "/") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    def stop(self) -> Any:
+        """Stop listening; returns a Deferred."""
+        port, self._port = self._port, None
+        return port.stopListening() if port is not None else None
+
+
+@implementer(IHostResolution)
+class _Resolution:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def cancel(self) -> None:  # pragma: no cover - resolution is synchronous
+        pass
+
+
+@implementer(IHostnameResolver)
+class SandboxResolver:
+    """Resolve every ``*.test`` name (RFC 2606) to 127.0.0.1; delegate the rest."""
+
+    def __init__(self, fallback: IHostnameResolver, suffix: str = ".test") -> None:
+        self.fallback = fallback
+        self.suffix = suffix
+
+    def resolveHostName(  # noqa: N802 - Twisted interface
+        self,
+        resolutionReceiver: Any,  # noqa: N803
+        hostName: str,  # noqa: N803
+        portNumber: int = 0,  # noqa: N803
+        addressTypes: Any = None,  # noqa: N803
+        transportSemantics: str = "TCP",  # noqa: N803
+    ) -> Any:
+        if not hostName.lower().rstrip(".").endswith(self.suffix):
+            return self.fallback.resolveHostName(
+                resolutionReceiver, hostName, portNumber, addressTypes, transportSemantics
+            )
+        resolution = _Resolution(hostName)
+        resolutionReceiver.resolutionBegan(resolution)
+        resolutionReceiver.addressResolved(IPv4Address("TCP", "127.0.0.1", portNumber))
+        resolutionReceiver.resolutionComplete()
+        return resolution
+
+
+def install_sandbox_resolver(reactor: Any = None) -> Callable[[], None]:
+    """Install :class:`SandboxResolver`; returns a function that restores the old one."""
+    reactor = reactor or _reactor()
+    original = reactor.nameResolver
+    if isinstance(original, SandboxResolver):
+        return lambda: None
+    reactor.installNameResolver(SandboxResolver(original))
+    return lambda: reactor.installNameResolver(original)
+
+
+class _LoopbackReactor:
+    """Lets twisted.web.proxy connect every upstream to the loopback origin."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def connectTCP(self, host: str, port: int, factory: Any, *a: Any, **kw: Any) -> Any:  # noqa: N802
+        return _reactor().connectTCP("127.0.0.1", self.port, factory, *a, **kw)
+
+
+class RecordingProxy:
+    """A forward HTTP proxy that logs each absolute URI it is asked for."""
+
+    def __init__(self, origin_port: int) -> None:
+        from twisted.web import proxy  # imports the reactor: only once one runs
+
+        self.seen: list[str] = []
+        seen = self.seen
+        loopback = _LoopbackReactor(origin_port)
+
+        class _Request(proxy.ProxyRequest):
+            def __init__(self, channel: Any, queued: Any = None) -> None:
+                super().__init__(channel, queued, reactor=loopback)  # type: ignore[arg-type]
+
+            def process(self) -> None:
+                seen.append(self.uri.decode("latin-1"))
+                super().process()
+
+        class _Proxy(proxy.Proxy):
+            requestFactory = _Request  # noqa: N815
+
+        self.factory = server.Site(resource.Resource())
+        self.factory.protocol = _Proxy  # type: ignore[assignment]
+        self.factory.noisy = False
+        self._port: Any = None
+
+    def start(self) -> RecordingProxy:
+        self._port = _reactor().listenTCP(0, self.factory, interface="127.0.0.1")
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port.getHost().port}"
+
+    def stop(self) -> Any:
+        """Stop listening; returns a Deferred."""
+        port, self._port = self._port, None
+        return port.stopListening() if port is not None else None

@@ -1,0 +1,56 @@
+"""Embedded backend: one SQLite file in WAL mode, no server.
+
+SQLite rather than a JSON file because a ``kill -9`` mid-write must leave
+either the old or the new value, never a torn file. Calls are small local
+writes; they do not touch the network.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+
+class SQLiteStateStore:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._db: sqlite3.Connection | None = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS kv (namespace TEXT NOT NULL, key TEXT NOT NULL,"
+            " value TEXT NOT NULL, updated REAL NOT NULL, PRIMARY KEY (namespace, key))"
+        )
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError(f"state store {self.path} is closed")
+        return self._db
+
+    def get(self, namespace: str, key: str) -> Any | None:
+        row = self.db.execute(
+            "SELECT value FROM kv WHERE namespace = ? AND key = ?", (namespace, key)
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, namespace: str, key: str, value: Any) -> None:
+        self.db.execute(
+            "INSERT INTO kv (namespace, key, value, updated) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT(namespace, key) DO UPDATE SET value = excluded.value,"
+            " updated = excluded.updated",
+            (namespace, key, json.dumps(value, sort_keys=True), time.time()),
+        )
+
+    def delete(self, namespace: str, key: str) -> None:
+        self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

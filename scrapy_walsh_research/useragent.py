@@ -1,0 +1,43 @@
+"""R1: the exact User-Agent on every request that reaches the network.
+
+Scrapy's ``UserAgentMiddleware`` uses ``setdefault``, so a header set on a
+request wins. This gate *overwrites*, and the start-up check keeps it the
+last downloader middleware, so nothing can change the value after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy_walsh_research.identity import USER_AGENT
+from scrapy_walsh_research.preflight import check_configuration
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+_UA = USER_AGENT.encode()
+
+
+class UserAgentMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    def process_request(self, request: Request) -> None:
+        current = request.headers.getlist(b"User-Agent")
+        if current != [_UA]:
+            if current:
+                self.stats.inc_value("walsh/useragent/replaced")
+                logger.debug(
+                    "Replaced User-Agent %(old)r on %(url)s", {"old": current, "url": request.url}
+                )
+            request.headers[b"User-Agent"] = _UA
+

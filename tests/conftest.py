@@ -1,0 +1,98 @@
+"""Real crawls against a real loopback origin, asserting what the origin saw."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from scrapy import signals
+from scrapy.crawler import Crawler
+from scrapy.settings import Settings
+from scrapy.utils.defer import deferred_from_coro
+
+from scrapy_walsh_research.sandbox import Reply, SandboxServer, install_sandbox_resolver
+from scrapy_walsh_research.spiders.targets import TargetsSpider
+
+BLOCKLIST_HOST = "operator.test"
+BLOCKLIST_PATH = "/.well-known/walsh-research/blocklist.json"
+SCHEMA_PATH = "/.well-known/walsh-research/blocklist.schema.json"
+SCHEMA_TEXT = (Path(__file__).parent.parent / "scrapy_walsh_research/schemas/blocklist.schema.json")
+
+
+def blocklist_doc(*domains: str, refresh: str = "PT6H") -> dict[str, Any]:
+    return {
+        "contract": "walsh-research-blocklist/v1",
+        "updated": "2026-05-23T00:00:00Z",
+        "operator": "Test Operator",
+        "contact": "ops@example.org",
+        "policy": "https://wal.sh/bot/",
+        "refresh": refresh,
+        "blocked": [{"domain": d, "added": "2026-05-23", "reason": "test"} for d in domains],
+    }
+
+
+def json_reply(doc: Any, status: int = 200) -> Reply:
+    return Reply(status, json.dumps(doc), {"Content-Type": "application/json"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sandbox_dns() -> Iterator[None]:
+    restore = install_sandbox_resolver()
+    yield
+    restore()
+
+
+@pytest.fixture
+def server() -> Iterator[SandboxServer]:
+    srv = SandboxServer().start()
+    srv.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc()))
+    srv.origin.route(BLOCKLIST_HOST, SCHEMA_PATH, Reply(200, SCHEMA_TEXT.read_text()))
+    yield srv
+    pytest_twisted.blockon(srv.stop())
+
+
+@dataclass
+class CrawlResult:
+    items: list[dict[str, Any]]
+    stats: dict[str, Any]
+    crawler: Crawler
+    logs: list[str] = field(default_factory=list)
+
+    def by_url(self) -> dict[str, dict[str, Any]]:
+        return {i["url"]: i for i in self.items}
+
+
+def base_settings(server: SandboxServer, state_dir: Path, **overrides: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "ADDONS": {"scrapy_walsh_research.Addon": 0},
+        "WALSH_BLOCKLIST_URL": server.url(BLOCKLIST_HOST, BLOCKLIST_PATH),
+        "WALSH_BLOCKLIST_SCHEMA_URL": server.url(BLOCKLIST_HOST, SCHEMA_PATH),
+        "WALSH_BLOCKLIST_ALLOW_HTTP": True,
+        "WALSH_STATE_DIR": str(state_dir),
+        "TELNETCONSOLE_ENABLED": False,
+        "LOG_LEVEL": "INFO",
+        "DOWNLOAD_TIMEOUT": 10,
+    }
+    settings.update(overrides)
+    return settings
+
+
+async def crawl(
+    settings: dict[str, Any] | Settings,
+    lines: list[str],
+    tmp_path: Path,
+    spidercls: type = TargetsSpider,
+) -> CrawlResult:
+    list_file = tmp_path / "urls.txt"
+    list_file.write_text("\n".join(lines) + "\n")
+    crawler = Crawler(spidercls, settings)
+    items: list[dict[str, Any]] = []
+    crawler.signals.connect(lambda item, **_: items.append(item), signal=signals.item_scraped, weak=False)
+    # Scrapy awaits asyncio futures: run the crawl as an asyncio task.
+    await deferred_from_coro(crawler.crawl_async(list=str(list_file)))
+    return CrawlResult(items, crawler.stats.get_stats(), crawler)
