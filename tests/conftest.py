@@ -96,3 +96,20 @@ async def crawl(
     # Scrapy awaits asyncio futures: run the crawl as an asyncio task.
     await deferred_from_coro(crawler.crawl_async(list=str(list_file)))
     return CrawlResult(items, crawler.stats.get_stats(), crawler)
+
+
+@pytest.fixture
+def without_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let a test build a deliberately broken chain, to show what a gate prevents.
+
+    Only the start-up check (our own code) is patched; the crawl is real.
+    """
+    import scrapy_walsh_research.preflight as preflight
+
+    monkeypatch.setattr(preflight, "problems", lambda settings: [])
+
+
+def write_list(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "urls.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path

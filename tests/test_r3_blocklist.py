@@ -1,0 +1,251 @@
+"""R3: the operator blocklist is consulted first, matched by apex and subdomain,
+validated against the schema, and never lost on failure (also across restarts)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+from scrapy_walsh_research.blocklist import DomainSet, normalize_entry
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.preflight import BLOCKLIST_MW
+from scrapy_walsh_research.sandbox import Reply
+from tests.conftest import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    SCHEMA_PATH,
+    base_settings,
+    blocklist_doc,
+    crawl,
+    json_reply,
+)
+
+
+def serve_hosts(server: Any, *hosts: str) -> None:
+    for host in hosts:
+        server.origin.route(host, "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+        server.origin.route(host, "/", Reply(200, f"home of {host}"))
+
+
+def outcomes(res: Any) -> dict[str, tuple[str, str | None]]:
+    return {i["url"]: (i["outcome"], i["rule"]) for i in res.items}
+
+
+# -- matching -----------------------------------------------------------------
+
+MATCH_TABLE = [
+    # (entry, host, blocked)
+    ("blocked.test", "blocked.test", True),
+    ("blocked.test", "www.blocked.test", True),
+    ("blocked.test", "a.b.blocked.test", True),
+    ("blocked.test", "xblocked.test", False),
+    ("blocked.test", "blocked.test.evil", False),
+    ("blocked.test", "BLOCKED.Test.", True),
+    ("Blocked.TEST.", "blocked.test", True),
+    ("blocked.test", "blocked.test:8443", True),
+    ("www.blocked.test", "blocked.test", False),
+    ("bücher.test", "xn--bcher-kva.test", True),
+    ("xn--bcher-kva.test", "shop.bücher.test", True),
+    ("https://blocked.test/some/path", "blocked.test", True),
+    ("*.blocked.test", "www.blocked.test", True),
+    ("blocked.test:8080", "blocked.test", True),
+    ("192.0.2.7", "192.0.2.7", True),
+    ("2.7", "192.0.2.7", False),
+]
+
+
+@pytest.mark.parametrize(("entry", "host", "blocked"), MATCH_TABLE)
+def test_host_is_blocked_when_it_equals_or_is_under_an_entry(entry, host, blocked):
+    domains = DomainSet.from_entries([{"domain": entry}], source="test")
+    assert (domains.match(host) is not None) is blocked
+
+
+def test_lookup_cost_does_not_grow_with_the_list():
+    class CountingDict(dict):
+        lookups = 0
+
+        def get(self, key, default=None):
+            CountingDict.lookups += 1
+            return super().get(key, default)
+
+    for size in (10, 100_000):
+        domains = DomainSet.from_entries(
+            [{"domain": f"site{i}.test"} for i in range(size)], source="test"
+        )
+        domains._entries = CountingDict(domains._entries)
+        CountingDict.lookups = 0
+        assert domains.match("a.b.c.unlisted.test") is None
+        assert CountingDict.lookups == 5  # one per label suffix, whatever the size
+
+
+def test_an_unusable_entry_is_reported_not_silently_dropped(caplog):
+    with caplog.at_level(logging.ERROR):
+        domains = DomainSet.from_entries([{"domain": "  "}, {"domain": "ok.test"}], "t")
+    assert len(domains) == 1
+    assert "no usable domain" in caplog.text
+    assert normalize_entry("HTTPS://Www.Ex.test:99/x") == "www.ex.test"
+
+
+# -- the gate in a crawl -------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_blocked_apex_and_subdomain_receive_no_request_at_all(server, tmp_path):
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    serve_hosts(server, "blocked.test", "www.blocked.test", "xblocked.test")
+    urls = [server.url(h) for h in ("blocked.test", "www.blocked.test", "xblocked.test")]
+    res = await crawl(base_settings(server, tmp_path / "state"), urls, tmp_path)
+    assert outcomes(res) == {
+        urls[0]: ("denied", "R3"),
+        urls[1]: ("denied", "R3"),
+        urls[2]: ("fetched", None),
+    }
+    assert server.origin.hits_for("blocked.test") == []
+    assert server.origin.hits_for("www.blocked.test") == []  # not even robots.txt
+    assert res.stats["walsh/denied/R3"] == 2
+    assert "blocked.test" in res.by_url()[urls[1]]["reason"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_the_r3_gate_the_blocked_host_is_contacted(
+    server, tmp_path, without_preflight
+):
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    serve_hosts(server, "blocked.test")
+    settings = base_settings(
+        server, tmp_path / "state", DOWNLOADER_MIDDLEWARES={BLOCKLIST_MW: None}
+    )
+    await crawl(settings, [server.url("blocked.test")], tmp_path)
+    assert server.origin.hits_for("blocked.test") != []
+
+
+@pytest_twisted.ensureDeferred
+async def test_blocklist_extra_adds_local_entries(server, tmp_path):
+    serve_hosts(server, "local.test", "fine.test")
+    settings = base_settings(server, tmp_path / "state", WALSH_BLOCKLIST_EXTRA=["local.test"])
+    urls = [server.url("sub.local.test"), server.url("fine.test")]
+    res = await crawl(settings, urls, tmp_path)
+    assert outcomes(res)[urls[0]] == ("denied", "R3")
+    assert outcomes(res)[urls[1]] == ("fetched", None)
+    assert "WALSH_BLOCKLIST_EXTRA" in res.by_url()[urls[0]]["reason"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redirect_into_a_blocked_host_is_denied_and_not_followed(server, tmp_path):
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    serve_hosts(server, "open.test", "blocked.test")
+    target = server.url("blocked.test", "/landing")
+    server.origin.route("open.test", "/go", Reply(302, "", {"Location": target}))
+    res = await crawl(base_settings(server, tmp_path / "state"), [server.url("open.test", "/go")], tmp_path)
+    record = res.items[0]
+    assert (record["outcome"], record["rule"]) == ("denied", "R3")
+    assert record["final_url"] == target
+    assert server.origin.hits_for("blocked.test") == []
+
+
+# -- adopt, reject, retain ---------------------------------------------------------
+
+FAILURES = {
+    "http-503": Reply(503, "down"),
+    "http-404": Reply(404, "gone"),
+    "not-json": Reply(200, "User-agent: *\nDisallow: /\n", {"Content-Type": "text/plain"}),
+    "schema-invalid": json_reply({"contract": "walsh-research-blocklist/v1", "blocked": "all"}),
+    "bad-format": json_reply({**blocklist_doc(), "updated": "last tuesday"}),
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+@pytest_twisted.ensureDeferred
+async def test_a_failed_refresh_keeps_the_last_list_across_a_restart(server, tmp_path, failure):
+    state = tmp_path / "state"
+    serve_hosts(server, "blocked.test")
+    url = server.url("www.blocked.test")
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    first = await crawl(base_settings(server, state), [url], tmp_path)
+    assert outcomes(first)[url] == ("denied", "R3")
+
+    # a new process; the list is due for refresh (WALSH_BLOCKLIST_URL changed) and it fails
+    server.origin.route(BLOCKLIST_HOST, "/v2/blocklist.json", FAILURES[failure])
+    settings = base_settings(
+        server, state, WALSH_BLOCKLIST_URL=server.url(BLOCKLIST_HOST, "/v2/blocklist.json")
+    )
+    second = await crawl(settings, [url], tmp_path)
+    assert server.origin.hits_for(BLOCKLIST_HOST, "/v2/blocklist.json") != []
+    assert outcomes(second)[url] == ("denied", "R3")
+    assert second.stats["walsh/blocklist/fetch_failed"] == 1
+    assert server.origin.hits_for("www.blocked.test") == []
+
+
+@pytest.mark.parametrize("failure", ["schema-invalid", "bad-format"])
+@pytest_twisted.ensureDeferred
+async def test_a_schema_invalid_document_is_never_adopted(server, tmp_path, failure, caplog):
+    serve_hosts(server, "blocked.test")
+    doc = FAILURES[failure]
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, doc)
+    with caplog.at_level(logging.ERROR):
+        res = await crawl(base_settings(server, tmp_path / "state"), [server.url("blocked.test")], tmp_path)
+    assert res.stats["walsh/blocklist/rejected"] == 1
+    assert "walsh/blocklist/adopted" not in res.stats
+    assert "schema-invalid" in caplog.text
+
+
+@pytest_twisted.ensureDeferred
+async def test_first_ever_failure_crawls_with_an_empty_list_logged_at_error(
+    server, tmp_path, caplog
+):
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+    serve_hosts(server, "fine.test")
+    with caplog.at_level(logging.ERROR):
+        res = await crawl(base_settings(server, tmp_path / "state"), [server.url("fine.test")], tmp_path)
+    assert res.items[0]["outcome"] == "fetched"
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("no list was ever adopted" in r.getMessage() for r in errors)
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_unreachable_schema_falls_back_to_the_bundled_copy(server, tmp_path):
+    server.origin.route(BLOCKLIST_HOST, SCHEMA_PATH, Reply(500, "oops"))
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    res = await crawl(base_settings(server, tmp_path / "state"), [server.url("blocked.test")], tmp_path)
+    assert res.stats["walsh/blocklist/schema_fallback"] == 1
+    assert res.stats["walsh/blocklist/adopted"] == 1
+    assert res.items[0]["rule"] == "R3"
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_list_is_refreshed_on_its_refresh_duration_during_a_crawl(server, tmp_path):
+    versions = iter([blocklist_doc(refresh="PT1S")])
+
+    def serve(hit: Any) -> Reply:
+        # first fetch: empty list; every later fetch: late.test is blocked
+        return json_reply(next(versions, blocklist_doc("late.test", refresh="PT1S")))
+
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, serve)
+    serve_hosts(server, "early.test", "late.test")
+    server.origin.route("early.test", "/2", Reply(200, "two"))
+    urls = [server.url("early.test"), server.url("early.test", "/2"), server.url("late.test")]
+    res = await crawl(base_settings(server, tmp_path / "state"), urls, tmp_path)
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) >= 2
+    assert outcomes(res)[urls[2]] == ("denied", "R3")
+    assert server.origin.hits_for("late.test") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_persisted_fresh_list_is_not_refetched_on_restart(server, tmp_path):
+    state = tmp_path / "state"
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    serve_hosts(server, "blocked.test")
+    await crawl(base_settings(server, state), [server.url("blocked.test")], tmp_path)
+    await crawl(base_settings(server, state), [server.url("blocked.test")], tmp_path)
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_plain_http_blocklist_url_is_refused_at_start_up(server, tmp_path):
+    settings = base_settings(server, tmp_path / "state", WALSH_BLOCKLIST_ALLOW_HTTP=False)
+    with pytest.raises(WalshConfigurationError, match="WALSH_BLOCKLIST_ALLOW_HTTP"):
+        await crawl(settings, [server.url("fine.test")], tmp_path)
+    assert server.origin.hits == []
