@@ -1,0 +1,269 @@
+"""R2: robots.txt per RFC 9309: exact product-token group selection, status
+handling that fails closed, a 500 KiB parse limit, and no bypass."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+import scrapy
+
+from scrapy_walsh_research.preflight import ROBOTS_MW
+from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.spiders.targets import TargetsSpider
+from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl, json_reply
+
+TOKEN = "Walsh-Research"
+
+# -- group selection (RFC 9309 §2.2.1) as a table ------------------------------------
+
+SELECTION = [
+    # (id, robots.txt, path, allowed)
+    ("named group overrides * to block", "User-agent: *\nAllow: /\n\nUser-agent: Walsh-Research\nDisallow: /\n", "/x", False),
+    ("named group overrides * to allow", "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nAllow: /\n", "/x", True),
+    ("named group with no rules still overrides *", "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\n", "/x", True),
+    ("token match is case-insensitive", "User-agent: walsh-RESEARCH\nDisallow: /\n", "/x", False),
+    ("version suffix is not part of the token", "User-agent: Walsh-Research/1.0\nDisallow: /\n", "/x", False),
+    ("a prefix token does not claim us", "User-agent: *\nAllow: /\nUser-agent: Walsh\nDisallow: /\n", "/x", True),
+    ("a longer token does not claim us", "User-agent: Walsh-Research-Extra\nDisallow: /\n", "/x", True),
+    ("a token inside a longer value does not claim us", "User-agent: Mozilla Walsh-Research\nDisallow: /\n", "/x", True),
+    ("all named groups are merged", "User-agent: Walsh-Research\nDisallow: /a\n\nUser-agent: Other\nDisallow: /\n\nUser-agent: Walsh-Research\nDisallow: /b\n", "/b", False),
+    ("merged groups keep the first's rules", "User-agent: Walsh-Research\nDisallow: /a\n\nUser-agent: Walsh-Research\nDisallow: /b\n", "/a", False),
+    ("a group may name several agents", "User-agent: Other\nUser-agent: Walsh-Research\nDisallow: /\n", "/x", False),
+    ("* applies when no group names us", "User-agent: Other\nAllow: /\nUser-agent: *\nDisallow: /\n", "/x", False),
+    ("all * groups are merged", "User-agent: *\nDisallow: /a\nUser-agent: Other\nAllow: /\nUser-agent: *\nDisallow: /b\n", "/b", False),
+    ("no named and no * group: allow all", "User-agent: Other\nDisallow: /\n", "/x", True),
+    ("empty file: allow all", "", "/x", True),
+    ("longest path match wins", "User-agent: *\nDisallow: /p\nAllow: /p/public\n", "/p/public/x", True),
+    ("allow wins a tie", "User-agent: *\nDisallow: /p\nAllow: /p\n", "/p", True),
+    ("wildcard and end anchor", "User-agent: *\nDisallow: /*.pdf$\n", "/doc.pdf", False),
+    ("unknown lines do not end a group", "User-agent: Walsh-Research\nFoo: bar\nUser-agent: *\nDisallow: /\n", "/x", False),
+    ("sitemap does not end a group", "User-agent: Walsh-Research\nSitemap: http://x.test/s.xml\nUser-agent: *\nDisallow: /\n", "/x", False),
+    ("rules before any group are ignored", "Disallow: /\nUser-agent: *\nAllow: /\n", "/x", True),
+    ("comments are ignored", "User-agent: * # all\nDisallow: /x # not this\n", "/x", False),
+    ("BOM is skipped", "\ufeffUser-agent: *\nDisallow: /\n", "/x", False),
+]
+
+
+@pytest.mark.parametrize(("robots", "path", "allowed"), [s[1:] for s in SELECTION], ids=[s[0] for s in SELECTION])
+def test_group_selection_follows_rfc_9309(robots, path, allowed):
+    assert RobotsPolicy.parse(robots, TOKEN).allows(f"http://site.test{path}") is allowed
+
+
+def test_the_named_groups_crawl_delay_is_the_one_used():
+    robots = "User-agent: *\nCrawl-delay: 10\n\nUser-agent: Walsh-Research\nCrawl-delay: 2\nRequest-rate: 1/5s\n"
+    policy = RobotsPolicy.parse(robots, TOKEN)
+    assert (policy.group, policy.crawl_delay, policy.request_rate_interval) == ("named", 2.0, 5.0)
+    assert RobotsPolicy.parse("User-agent: *\nCrawl-delay: 10\n", TOKEN).crawl_delay == 10.0
+
+
+# -- Google's reference suite, as data ----------------------------------------------
+
+VECTORS = json.loads((Path(__file__).parent / "data/google_robots_vectors.json").read_text())
+#: Google-only choices we answer differently, with the reason (also in docs/robots.rst).
+GOOGLE_SPECIFIC_DIFFERENCES = {
+    "ID_Encoding#3": "RFC 9309 §2.2.2 percent-encodes both sides; Google requires pre-encoded URLs",
+    "ID_Encoding#5": "same as ID_Encoding#3",
+    "GoogleOnly_LineTooLong#2": "Google truncates lines at 16,663 bytes; we keep rules as written",
+    "GoogleOnly_LineTooLong#5": "same truncation, here it would widen an Allow",
+}
+
+
+def _vector_text(v: dict[str, Any]) -> str:
+    if v.get("robots_txt_bytes_hex"):
+        return decode_robots(bytes.fromhex(v["robots_txt_bytes_hex"]))[0]
+    return v["robots_txt"]
+
+
+def _answer(v: dict[str, Any]) -> bool:
+    return RobotsPolicy.parse(_vector_text(v), v["user_agent"] or "").allows(v["url"] or "/")
+
+
+ALL_VECTORS = VECTORS["vectors"] + VECTORS["derived_vectors"]
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [v for v in ALL_VECTORS if v["scope"] in ("rfc", "google-doc")],
+    ids=lambda v: v["id"],
+)
+def test_google_vectors_of_rfc_and_documented_scope_all_pass(vector):
+    assert _answer(vector) is vector["allowed"]
+
+
+def test_google_specific_differences_are_exactly_the_documented_ones():
+    differ = {v["id"] for v in ALL_VECTORS if v["scope"] == "google-specific" and _answer(v) is not v["allowed"]}
+    assert differ == set(GOOGLE_SPECIFIC_DIFFERENCES)
+
+
+def test_the_rfc_conflict_vector_follows_the_rfc():
+    (v,) = [v for v in ALL_VECTORS if v["scope"] == "rfc-conflict"]
+    assert _answer(v) is (not v["allowed"])  # RFC 9309 §2.2.2: %62%61%7A matches "baz"
+
+
+def test_an_oversized_file_is_cut_at_500_kib_and_its_partial_last_line_dropped():
+    head = b"User-agent: *\nDisallow: /early\n"
+    pad = b"# " + b"x" * (MAX_ROBOTS_BYTES - len(head) - 20) + b"\n"
+    body = head + pad + b"Allow: /early/but-this-line-is-cut-off\nDisallow: /late\n"
+    text, truncated = decode_robots(body)
+    assert truncated and len(text.encode()) <= MAX_ROBOTS_BYTES
+    policy = RobotsPolicy.parse(text, TOKEN)
+    assert not policy.allows("http://s.test/early/but")  # a cut Allow must not open the path
+    assert policy.allows("http://s.test/late")  # beyond 500 KiB: not parsed
+
+
+# -- the gate in a crawl ----------------------------------------------------------------
+
+
+def site(server: Any, host: str, robots: Reply | None, *paths: str) -> list[str]:
+    if robots is not None:
+        server.origin.route(host, "/robots.txt", robots)
+    for path in paths:
+        server.origin.route(host, path, Reply(200, f"{host}{path}"))
+    return [server.url(host, p) for p in paths]
+
+
+def results(res: Any) -> list[tuple[str, str | None]]:
+    return [(i["outcome"], i["rule"]) for i in sorted(res.items, key=lambda i: i["line"])]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_disallowed_path_is_never_requested(server, tmp_path):
+    robots = Reply(200, "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nDisallow: /private\n")
+    urls = site(server, "r.test", robots, "/open", "/private/doc")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert results(res) == [("fetched", None), ("denied", "R2")]
+    assert [h.path for h in server.origin.hits_for("r.test")] == ["/robots.txt", "/open"]
+    assert res.stats["walsh/denied/R2"] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_the_r2_gate_the_disallowed_path_is_requested(server, tmp_path, without_preflight):
+    urls = site(server, "r.test", Reply(200, "User-agent: Walsh-Research\nDisallow: /\n"), "/private")
+    settings = base_settings(server, tmp_path / "s", DOWNLOADER_MIDDLEWARES={ROBOTS_MW: None})
+    await crawl(settings, urls, tmp_path)
+    assert server.origin.hits_for("r.test", "/private") != []
+
+
+@pytest.mark.parametrize(
+    ("status", "allowed"),
+    [(404, True), (403, True), (401, True), (410, True), (429, False), (500, False), (503, False)],
+)
+@pytest_twisted.ensureDeferred
+async def test_robots_status_codes_per_rfc_9309(server, tmp_path, status, allowed):
+    urls = site(server, "s.test", Reply(status, "User-agent: *\nAllow: /\n"), "/a", "/b")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    expected = ("fetched", None) if allowed else ("denied", "R2")
+    assert results(res) == [expected, expected]
+    # fetched once for both targets: an unreachable robots.txt is retried later, not per request
+    assert len(server.origin.hits_for("s.test", "/robots.txt")) == 1
+    if not allowed:
+        assert [h.path for h in server.origin.hits_for("s.test")] == ["/robots.txt"]
+        assert "until robots.txt can be fetched" in res.items[0]["reason"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_robots_timeout_disallows_the_host(server, tmp_path):
+    urls = site(server, "slow.test", Reply(200, "User-agent: *\nAllow: /\n", delay=3), "/a")
+    res = await crawl(base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=1), urls, tmp_path)
+    assert results(res) == [("denied", "R2")]
+    assert "/a" not in [h.path for h in server.origin.hits_for("slow.test")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_error_on_robots_disallows_the_host(server, tmp_path):
+    res = await crawl(base_settings(server, tmp_path / "s"), ["http://closed.test:9/page"], tmp_path)
+    assert results(res) == [("denied", "R2")]
+    assert "fetch failed" in res.items[0]["reason"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_robots_redirects_are_followed_up_to_five_hops(server, tmp_path):
+    hops = ["/robots.txt", "/r1", "/r2", "/r3", "/r4", "/r5"]
+    for here, there in zip(hops, hops[1:]):
+        server.origin.route("five.test", here, Reply(301, "", {"Location": server.url("five.test", there)}))
+    server.origin.route("five.test", "/r5", Reply(200, "User-agent: *\nDisallow: /no\n"))
+    for here, there in zip(hops, [*hops[1:], "/r6"]):
+        server.origin.route("six.test", here, Reply(301, "", {"Location": server.url("six.test", there)}))
+    server.origin.route("six.test", "/r6", Reply(200, "User-agent: *\nAllow: /\n"))
+    urls = site(server, "five.test", None, "/yes", "/no") + site(server, "six.test", None, "/yes")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert results(res) == [("fetched", None), ("denied", "R2"), ("denied", "R2")]
+    assert server.origin.hits_for("six.test", "/r6") == []  # the sixth hop is not taken
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_robots_redirect_into_a_blocked_host_is_not_followed(server, tmp_path):
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    server.origin.route("hop.test", "/robots.txt", Reply(301, "", {"Location": server.url("blocked.test", "/robots.txt")}))
+    urls = site(server, "hop.test", None, "/page")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert results(res) == [("denied", "R2")]
+    assert server.origin.hits_for("blocked.test") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redirect_into_a_disallowed_path_is_denied_and_not_followed(server, tmp_path):
+    urls = site(server, "d.test", Reply(200, "User-agent: *\nDisallow: /secret\n"), "/secret/x")
+    server.origin.route("d.test", "/go", Reply(302, "", {"Location": urls[0]}))
+    res = await crawl(base_settings(server, tmp_path / "s"), [server.url("d.test", "/go")], tmp_path)
+    assert results(res) == [("denied", "R2")]
+    assert res.items[0]["final_url"] == urls[0]
+    assert server.origin.hits_for("d.test", "/secret/x") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_last_good_copy_is_used_when_robots_becomes_unreachable(server, tmp_path):
+    state = tmp_path / "s"
+    urls = site(server, "lg.test", Reply(200, "User-agent: *\nDisallow: /private\n"), "/public", "/private")
+    await crawl(base_settings(server, state), urls, tmp_path)
+    server.origin.route("lg.test", "/robots.txt", Reply(503, "down"))
+    res = await crawl(base_settings(server, state), urls, tmp_path)
+    assert results(res) == [("fetched", None), ("denied", "R2")]
+    assert res.stats["walsh/robots/last_good_used"] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_oversized_robots_txt_is_not_downloaded_in_full(server, tmp_path):
+    body = "User-agent: *\nDisallow: /early\n" + ("#" * 1000 + "\n") * 3000 + "Disallow: /late\n"
+    urls = site(server, "big.test", Reply(200, body), "/early", "/late")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert results(res) == [("denied", "R2"), ("fetched", None)]
+    assert res.stats["walsh/robots/truncated"] == 1
+    # ~3 MB served; what was read stays near the 500 KiB limit
+    assert res.stats["downloader/response_bytes"] < 2 * MAX_ROBOTS_BYTES
+
+
+@pytest_twisted.ensureDeferred
+async def test_garbage_robots_txt_is_read_as_no_rules_and_the_crawl_goes_on(server, tmp_path):
+    garbage = bytes(range(256)) * 50 + b"\n<html><body>Not a robots file</body></html>"
+    urls = site(server, "junk.test", Reply(200, garbage), "/a")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert results(res) == [("fetched", None)]
+
+
+class BypassSpider(TargetsSpider):
+    async def start(self) -> Any:
+        async for obj in super().start():
+            if isinstance(obj, scrapy.Request):
+                obj.meta["dont_obey_robotstxt"] = True
+            yield obj
+
+
+@pytest_twisted.ensureDeferred
+async def test_dont_obey_robotstxt_does_not_bypass_the_gate(server, tmp_path):
+    urls = site(server, "nb.test", Reply(200, "User-agent: *\nDisallow: /\n"), "/a")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path, spidercls=BypassSpider)
+    assert results(res) == [("denied", "R2")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_robots_is_refetched_after_its_ttl(server, tmp_path):
+    urls = site(server, "ttl.test", Reply(200, "User-agent: *\nAllow: /\n"), "/a", "/b", "/c")
+    res = await crawl(base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=1.5), urls, tmp_path)
+    assert results(res) == [("fetched", None)] * 3
+    assert len(server.origin.hits_for("ttl.test", "/robots.txt")) == 2
