@@ -39,9 +39,14 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in DEFAULTS.items():
             settings.set(name, value, "addon")
-        settings.set_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", ScrapyRobotsTxt, None
-        )
+        explicit = settings.getdict("DOWNLOADER_MIDDLEWARES")
+        if not any(load_object(k) is ScrapyRobotsTxt for k in explicit):
+            # Disable Scrapy's robots.txt middleware unless the project itself
+            # lists it; then the start-up check refuses, naming the setting,
+            # instead of the add-on silently overriding the project.
+            settings.set_in_component_priority_dict(
+                "DOWNLOADER_MIDDLEWARES", ScrapyRobotsTxt, None
+            )
         for path, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", load_object(path), order

@@ -1,0 +1,70 @@
+"""The targets spider: one record per list line, metadata only, bad lines reported."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import pytest
+import pytest_twisted
+
+from scrapy_walsh_research.records import OUTCOMES
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.spiders.targets import TargetsSpider
+from tests.conftest import base_settings, crawl
+
+BODY = b"<html><body>secret page content</body></html>"
+
+
+@pytest_twisted.ensureDeferred
+async def test_exactly_one_record_per_line_with_metadata_and_no_body(server, tmp_path, caplog):
+    o = server.origin
+    o.route("t.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /no\n"))
+    o.route("t.test", "/page", Reply(200, BODY, {"Content-Type": "text/html", "ETag": '"v1"', "Last-Modified": "Sat, 21 Nov 2026 00:00:00 GMT"}))
+    o.route("t.test", "/gone", Reply(404, "nope"))
+    page = server.url("t.test", "/page")
+    lines = [
+        "# a comment",
+        "",
+        page,
+        "ftp://t.test/file",
+        "not a url at all",
+        page.replace("/page", "/page/#frag"),  # same canonical URL
+        server.url("t.test", "/no"),
+        server.url("t.test", "/gone"),
+        "http://closed.test:9/x",
+    ]
+    with caplog.at_level(logging.WARNING):
+        res = await crawl(base_settings(server, tmp_path / "s"), lines, tmp_path)
+    got = sorted(res.items, key=lambda i: i["line"])
+    assert [(i["line"], i["outcome"], i["rule"]) for i in got] == [
+        (3, "fetched", None),
+        (4, "invalid", None),
+        (5, "invalid", None),
+        (6, "duplicate", None),
+        (7, "denied", "R2"),
+        (8, "failed", None),
+        (9, "denied", "R2"),  # robots.txt of a closed port is unreachable: fail closed
+    ]
+    fetched = got[0]
+    assert fetched["url"] == page and fetched["canonical_url"] == page
+    assert fetched["status"] == 200
+    assert fetched["content_type"] == "text/html"
+    assert fetched["content_length"] == len(BODY)
+    assert fetched["sha256"] == hashlib.sha256(BODY).hexdigest()
+    assert fetched["etag"] == '"v1"'
+    assert fetched["last_modified"] == "Sat, 21 Nov 2026 00:00:00 GMT"
+    assert fetched["final_url"] == page and fetched["fetched_at"]
+    assert got[4]["reason"] and got[5]["status"] == 404
+    assert all(BODY.decode() not in str(v) for i in got for v in i.values())
+    assert all(i["outcome"] in OUTCOMES for i in got)
+    assert "line 4: not an http(s) URL" in caplog.text and "line 5" in caplog.text
+    assert res.stats["walsh/outcome/invalid"] == 2
+    assert [h.path for h in server.origin.hits_for("t.test")] == ["/robots.txt", "/page", "/gone"]
+
+
+def test_a_missing_list_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="-a list=FILE"):
+        TargetsSpider()
+    with pytest.raises(ValueError, match="does not exist"):
+        TargetsSpider(list=str(tmp_path / "nope.txt"))
