@@ -44,9 +44,7 @@ class Addon:
             # Disable Scrapy's robots.txt middleware unless the project itself
             # lists it; then the start-up check refuses, naming the setting,
             # instead of the add-on silently overriding the project.
-            settings.set_in_component_priority_dict(
-                "DOWNLOADER_MIDDLEWARES", ScrapyRobotsTxt, None
-            )
+            settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ScrapyRobotsTxt, None)
         for path, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", load_object(path), order

@@ -78,7 +78,9 @@ class DomainSet:
         for entry in entries:
             domain = normalize_entry(str(entry.get("domain", "")))
             if not domain:
-                logger.error("Blocklist entry with no usable domain ignored (%s): %r", source, entry)
+                logger.error(
+                    "Blocklist entry with no usable domain ignored (%s): %r", source, entry
+                )
                 continue
             out.setdefault(domain, {**entry, "source": source})
         return cls(out)
@@ -153,9 +155,10 @@ class BlocklistMiddleware:
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
         self.extra = DomainSet.from_entries(
-            [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in settings.getlist(
-                "WALSH_BLOCKLIST_EXTRA"
-            )],
+            [
+                {"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"}
+                for d in settings.getlist("WALSH_BLOCKLIST_EXTRA")
+            ],
             source="WALSH_BLOCKLIST_EXTRA",
         )
         self._validator_cls, self._schema = self._load_validator(bundled_schema())
@@ -243,7 +246,8 @@ class BlocklistMiddleware:
         if self.adopted is not None:
             logger.warning(
                 "Blocklist refresh from %(url)s failed (%(exc)s); retaining the last adopted "
-                "list (%(n)d entries, fetched %(age).0f s ago from %(src)s). Next try in %(d).0f s.",
+                "list (%(n)d entries, fetched %(age).0f s ago from %(src)s). "
+                "Next try in %(d).0f s.",
                 {
                     "url": self.url,
                     "exc": exc,
@@ -271,7 +275,11 @@ class BlocklistMiddleware:
             self.store.put(
                 STATE_NAMESPACE,
                 STATE_KEY,
-                {"url": adopted.url, "document": adopted.document, "fetched_at": adopted.fetched_at},
+                {
+                    "url": adopted.url,
+                    "document": adopted.document,
+                    "fetched_at": adopted.fetched_at,
+                },
             )
         due = adopted.fetched_at + adopted.refresh_seconds
         # A list persisted from another URL is kept but re-fetched at once.

@@ -40,4 +40,3 @@ class UserAgentMiddleware:
                     "Replaced User-Agent %(old)r on %(url)s", {"old": current, "url": request.url}
                 )
             request.headers[b"User-Agent"] = _UA
-

@@ -21,7 +21,7 @@ from scrapy_walsh_research.spiders.targets import TargetsSpider
 BLOCKLIST_HOST = "operator.test"
 BLOCKLIST_PATH = "/.well-known/walsh-research/blocklist.json"
 SCHEMA_PATH = "/.well-known/walsh-research/blocklist.schema.json"
-SCHEMA_TEXT = (Path(__file__).parent.parent / "scrapy_walsh_research/schemas/blocklist.schema.json")
+SCHEMA_TEXT = Path(__file__).parent.parent / "scrapy_walsh_research/schemas/blocklist.schema.json"
 
 
 def blocklist_doc(*domains: str, refresh: str = "PT6H") -> dict[str, Any]:
@@ -92,7 +92,9 @@ async def crawl(
     list_file.write_text("\n".join(lines) + "\n")
     crawler = Crawler(spidercls, settings)
     items: list[dict[str, Any]] = []
-    crawler.signals.connect(lambda item, **_: items.append(item), signal=signals.item_scraped, weak=False)
+    crawler.signals.connect(
+        lambda item, **_: items.append(item), signal=signals.item_scraped, weak=False
+    )
     # Scrapy awaits asyncio futures: run the crawl as an asyncio task.
     await deferred_from_coro(crawler.crawl_async(list=str(list_file)))
     return CrawlResult(items, crawler.stats.get_stats(), crawler)

@@ -8,18 +8,40 @@ import pytest_twisted
 
 from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preflight import BLOCKLIST_MW, DOWNLOADER_MIDDLEWARES, ROBOTS_MW, USERAGENT_MW
+from scrapy_walsh_research.preflight import (
+    BLOCKLIST_MW,
+    DOWNLOADER_MIDDLEWARES,
+    ROBOTS_MW,
+    USERAGENT_MW,
+)
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl, json_reply
+from tests.conftest import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    base_settings,
+    blocklist_doc,
+    crawl,
+    json_reply,
+)
 
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 
 
 def world(server):
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
-    server.origin.route("a.test", "/robots.txt", Reply(200, "User-agent: Walsh\nDisallow: /\n\nUser-agent: Walsh-Research/1.0\nDisallow: /no\n"))
+    server.origin.route(
+        "a.test",
+        "/robots.txt",
+        Reply(
+            200, "User-agent: Walsh\nDisallow: /\n\nUser-agent: Walsh-Research/1.0\nDisallow: /no\n"
+        ),
+    )
     server.origin.route("a.test", "/yes", Reply(200, "ok"))
-    return [server.url("a.test", "/yes"), server.url("a.test", "/no"), server.url("blocked.test", "/")]
+    return [
+        server.url("a.test", "/yes"),
+        server.url("a.test", "/no"),
+        server.url("blocked.test", "/"),
+    ]
 
 
 async def assert_obeys_r1_to_r3(server, settings, tmp_path):
@@ -38,8 +60,12 @@ async def assert_obeys_r1_to_r3(server, settings, tmp_path):
 async def test_the_addon_alone_makes_a_stock_project_obey_r1_to_r3(server, tmp_path):
     # what `scrapy startproject` writes, plus the one ADDONS line
     settings = base_settings(
-        server, tmp_path / "s", ROBOTSTXT_OBEY=True, CONCURRENT_REQUESTS_PER_DOMAIN=1,
-        DOWNLOAD_DELAY=1, USER_AGENT="myproject (+http://www.yourdomain.com)",
+        server,
+        tmp_path / "s",
+        ROBOTSTXT_OBEY=True,
+        CONCURRENT_REQUESTS_PER_DOMAIN=1,
+        DOWNLOAD_DELAY=1,
+        USER_AGENT="myproject (+http://www.yourdomain.com)",
     )
     await assert_obeys_r1_to_r3(server, settings, tmp_path)
 
@@ -50,7 +76,10 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
     del settings["ADDONS"]
     settings.update(
         DOWNLOADER_MIDDLEWARES={SCRAPY_ROBOTS: None, **DOWNLOADER_MIDDLEWARES},
-        CONCURRENT_REQUESTS=1, DOWNLOAD_DELAY=1, DOWNLOAD_DELAY_JITTER=0, REDIRECT_MAX_TIMES=5,
+        CONCURRENT_REQUESTS=1,
+        DOWNLOAD_DELAY=1,
+        DOWNLOAD_DELAY_JITTER=0,
+        REDIRECT_MAX_TIMES=5,
     )
     await assert_obeys_r1_to_r3(server, settings, tmp_path)
 
@@ -66,7 +95,11 @@ REFUSALS = {
         "ROBOTSTXT_OBEY",
     ),
     "a middleware after the ua gate": (
-        {"DOWNLOADER_MIDDLEWARES": {"scrapy.downloadermiddlewares.defaultheaders.DefaultHeadersMiddleware": 1100}},
+        {
+            "DOWNLOADER_MIDDLEWARES": {
+                "scrapy.downloadermiddlewares.defaultheaders.DefaultHeadersMiddleware": 1100
+            }
+        },
         "DefaultHeadersMiddleware (1100)",
     ),
     "too many redirects": ({"REDIRECT_MAX_TIMES": 20}, "REDIRECT_MAX_TIMES=20"),

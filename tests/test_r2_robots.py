@@ -3,6 +3,7 @@ handling that fails closed, a 500 KiB parse limit, and no bypass."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,14 @@ from scrapy_walsh_research.preflight import ROBOTS_MW
 from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl, json_reply
+from tests.conftest import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    base_settings,
+    blocklist_doc,
+    crawl,
+    json_reply,
+)
 
 TOKEN = "Walsh-Research"
 
@@ -23,33 +31,110 @@ TOKEN = "Walsh-Research"
 
 SELECTION = [
     # (id, robots.txt, path, allowed)
-    ("named group overrides * to block", "User-agent: *\nAllow: /\n\nUser-agent: Walsh-Research\nDisallow: /\n", "/x", False),
-    ("named group overrides * to allow", "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nAllow: /\n", "/x", True),
-    ("named group with no rules still overrides *", "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\n", "/x", True),
+    (
+        "named group overrides * to block",
+        "User-agent: *\nAllow: /\n\nUser-agent: Walsh-Research\nDisallow: /\n",
+        "/x",
+        False,
+    ),
+    (
+        "named group overrides * to allow",
+        "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nAllow: /\n",
+        "/x",
+        True,
+    ),
+    (
+        "named group with no rules still overrides *",
+        "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\n",
+        "/x",
+        True,
+    ),
     ("token match is case-insensitive", "User-agent: walsh-RESEARCH\nDisallow: /\n", "/x", False),
-    ("version suffix is not part of the token", "User-agent: Walsh-Research/1.0\nDisallow: /\n", "/x", False),
-    ("a prefix token does not claim us", "User-agent: *\nAllow: /\nUser-agent: Walsh\nDisallow: /\n", "/x", True),
-    ("a longer token does not claim us", "User-agent: Walsh-Research-Extra\nDisallow: /\n", "/x", True),
-    ("a token inside a longer value does not claim us", "User-agent: Mozilla Walsh-Research\nDisallow: /\n", "/x", True),
-    ("all named groups are merged", "User-agent: Walsh-Research\nDisallow: /a\n\nUser-agent: Other\nDisallow: /\n\nUser-agent: Walsh-Research\nDisallow: /b\n", "/b", False),
-    ("merged groups keep the first's rules", "User-agent: Walsh-Research\nDisallow: /a\n\nUser-agent: Walsh-Research\nDisallow: /b\n", "/a", False),
-    ("a group may name several agents", "User-agent: Other\nUser-agent: Walsh-Research\nDisallow: /\n", "/x", False),
-    ("* applies when no group names us", "User-agent: Other\nAllow: /\nUser-agent: *\nDisallow: /\n", "/x", False),
-    ("all * groups are merged", "User-agent: *\nDisallow: /a\nUser-agent: Other\nAllow: /\nUser-agent: *\nDisallow: /b\n", "/b", False),
+    (
+        "version suffix is not part of the token",
+        "User-agent: Walsh-Research/1.0\nDisallow: /\n",
+        "/x",
+        False,
+    ),
+    (
+        "a prefix token does not claim us",
+        "User-agent: *\nAllow: /\nUser-agent: Walsh\nDisallow: /\n",
+        "/x",
+        True,
+    ),
+    (
+        "a longer token does not claim us",
+        "User-agent: Walsh-Research-Extra\nDisallow: /\n",
+        "/x",
+        True,
+    ),
+    (
+        "a token inside a longer value does not claim us",
+        "User-agent: Mozilla Walsh-Research\nDisallow: /\n",
+        "/x",
+        True,
+    ),
+    (
+        "all named groups are merged",
+        "User-agent: Walsh-Research\nDisallow: /a\n\nUser-agent: Other\nDisallow: /\n\nUser-agent: Walsh-Research\nDisallow: /b\n",
+        "/b",
+        False,
+    ),
+    (
+        "merged groups keep the first's rules",
+        "User-agent: Walsh-Research\nDisallow: /a\n\nUser-agent: Walsh-Research\nDisallow: /b\n",
+        "/a",
+        False,
+    ),
+    (
+        "a group may name several agents",
+        "User-agent: Other\nUser-agent: Walsh-Research\nDisallow: /\n",
+        "/x",
+        False,
+    ),
+    (
+        "* applies when no group names us",
+        "User-agent: Other\nAllow: /\nUser-agent: *\nDisallow: /\n",
+        "/x",
+        False,
+    ),
+    (
+        "all * groups are merged",
+        "User-agent: *\nDisallow: /a\nUser-agent: Other\nAllow: /\nUser-agent: *\nDisallow: /b\n",
+        "/b",
+        False,
+    ),
     ("no named and no * group: allow all", "User-agent: Other\nDisallow: /\n", "/x", True),
     ("empty file: allow all", "", "/x", True),
-    ("longest path match wins", "User-agent: *\nDisallow: /p\nAllow: /p/public\n", "/p/public/x", True),
+    (
+        "longest path match wins",
+        "User-agent: *\nDisallow: /p\nAllow: /p/public\n",
+        "/p/public/x",
+        True,
+    ),
     ("allow wins a tie", "User-agent: *\nDisallow: /p\nAllow: /p\n", "/p", True),
     ("wildcard and end anchor", "User-agent: *\nDisallow: /*.pdf$\n", "/doc.pdf", False),
-    ("unknown lines do not end a group", "User-agent: Walsh-Research\nFoo: bar\nUser-agent: *\nDisallow: /\n", "/x", False),
-    ("sitemap does not end a group", "User-agent: Walsh-Research\nSitemap: http://x.test/s.xml\nUser-agent: *\nDisallow: /\n", "/x", False),
+    (
+        "unknown lines do not end a group",
+        "User-agent: Walsh-Research\nFoo: bar\nUser-agent: *\nDisallow: /\n",
+        "/x",
+        False,
+    ),
+    (
+        "sitemap does not end a group",
+        "User-agent: Walsh-Research\nSitemap: http://x.test/s.xml\nUser-agent: *\nDisallow: /\n",
+        "/x",
+        False,
+    ),
     ("rules before any group are ignored", "Disallow: /\nUser-agent: *\nAllow: /\n", "/x", True),
     ("comments are ignored", "User-agent: * # all\nDisallow: /x # not this\n", "/x", False),
     ("BOM is skipped", "\ufeffUser-agent: *\nDisallow: /\n", "/x", False),
 ]
 
 
-@pytest.mark.parametrize(("robots", "path", "allowed"), [s[1:] for s in SELECTION], ids=[s[0] for s in SELECTION])
+@pytest.mark.parametrize(
+    ("robots", "path", "allowed"), [s[1:] for s in SELECTION], ids=[s[0] for s in SELECTION]
+)
 def test_group_selection_follows_rfc_9309(robots, path, allowed):
     assert RobotsPolicy.parse(robots, TOKEN).allows(f"http://site.test{path}") is allowed
 
@@ -96,7 +181,11 @@ def test_google_vectors_of_rfc_and_documented_scope_all_pass(vector):
 
 
 def test_google_specific_differences_are_exactly_the_documented_ones():
-    differ = {v["id"] for v in ALL_VECTORS if v["scope"] == "google-specific" and _answer(v) is not v["allowed"]}
+    differ = {
+        v["id"]
+        for v in ALL_VECTORS
+        if v["scope"] == "google-specific" and _answer(v) is not v["allowed"]
+    }
     assert differ == set(GOOGLE_SPECIFIC_DIFFERENCES)
 
 
@@ -133,7 +222,9 @@ def results(res: Any) -> list[tuple[str, str | None]]:
 
 @pytest_twisted.ensureDeferred
 async def test_a_disallowed_path_is_never_requested(server, tmp_path):
-    robots = Reply(200, "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nDisallow: /private\n")
+    robots = Reply(
+        200, "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nDisallow: /private\n"
+    )
     urls = site(server, "r.test", robots, "/open", "/private/doc")
     res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
     assert results(res) == [("fetched", None), ("denied", "R2")]
@@ -142,8 +233,12 @@ async def test_a_disallowed_path_is_never_requested(server, tmp_path):
 
 
 @pytest_twisted.ensureDeferred
-async def test_without_the_r2_gate_the_disallowed_path_is_requested(server, tmp_path, without_preflight):
-    urls = site(server, "r.test", Reply(200, "User-agent: Walsh-Research\nDisallow: /\n"), "/private")
+async def test_without_the_r2_gate_the_disallowed_path_is_requested(
+    server, tmp_path, without_preflight
+):
+    urls = site(
+        server, "r.test", Reply(200, "User-agent: Walsh-Research\nDisallow: /\n"), "/private"
+    )
     settings = base_settings(server, tmp_path / "s", DOWNLOADER_MIDDLEWARES={ROBOTS_MW: None})
     await crawl(settings, urls, tmp_path)
     assert server.origin.hits_for("r.test", "/private") != []
@@ -176,7 +271,9 @@ async def test_a_robots_timeout_disallows_the_host(server, tmp_path):
 
 @pytest_twisted.ensureDeferred
 async def test_a_connection_error_on_robots_disallows_the_host(server, tmp_path):
-    res = await crawl(base_settings(server, tmp_path / "s"), ["http://closed.test:9/page"], tmp_path)
+    res = await crawl(
+        base_settings(server, tmp_path / "s"), ["http://closed.test:9/page"], tmp_path
+    )
     assert results(res) == [("denied", "R2")]
     assert "fetch failed" in res.items[0]["reason"]
 
@@ -184,11 +281,15 @@ async def test_a_connection_error_on_robots_disallows_the_host(server, tmp_path)
 @pytest_twisted.ensureDeferred
 async def test_robots_redirects_are_followed_up_to_five_hops(server, tmp_path):
     hops = ["/robots.txt", "/r1", "/r2", "/r3", "/r4", "/r5"]
-    for here, there in zip(hops, hops[1:]):
-        server.origin.route("five.test", here, Reply(301, "", {"Location": server.url("five.test", there)}))
+    for here, there in itertools.pairwise(hops):
+        server.origin.route(
+            "five.test", here, Reply(301, "", {"Location": server.url("five.test", there)})
+        )
     server.origin.route("five.test", "/r5", Reply(200, "User-agent: *\nDisallow: /no\n"))
-    for here, there in zip(hops, [*hops[1:], "/r6"]):
-        server.origin.route("six.test", here, Reply(301, "", {"Location": server.url("six.test", there)}))
+    for here, there in itertools.pairwise([*hops, "/r6"]):
+        server.origin.route(
+            "six.test", here, Reply(301, "", {"Location": server.url("six.test", there)})
+        )
     server.origin.route("six.test", "/r6", Reply(200, "User-agent: *\nAllow: /\n"))
     urls = site(server, "five.test", None, "/yes", "/no") + site(server, "six.test", None, "/yes")
     res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
@@ -199,7 +300,11 @@ async def test_robots_redirects_are_followed_up_to_five_hops(server, tmp_path):
 @pytest_twisted.ensureDeferred
 async def test_a_robots_redirect_into_a_blocked_host_is_not_followed(server, tmp_path):
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
-    server.origin.route("hop.test", "/robots.txt", Reply(301, "", {"Location": server.url("blocked.test", "/robots.txt")}))
+    server.origin.route(
+        "hop.test",
+        "/robots.txt",
+        Reply(301, "", {"Location": server.url("blocked.test", "/robots.txt")}),
+    )
     urls = site(server, "hop.test", None, "/page")
     res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
     assert results(res) == [("denied", "R2")]
@@ -210,7 +315,9 @@ async def test_a_robots_redirect_into_a_blocked_host_is_not_followed(server, tmp
 async def test_a_redirect_into_a_disallowed_path_is_denied_and_not_followed(server, tmp_path):
     urls = site(server, "d.test", Reply(200, "User-agent: *\nDisallow: /secret\n"), "/secret/x")
     server.origin.route("d.test", "/go", Reply(302, "", {"Location": urls[0]}))
-    res = await crawl(base_settings(server, tmp_path / "s"), [server.url("d.test", "/go")], tmp_path)
+    res = await crawl(
+        base_settings(server, tmp_path / "s"), [server.url("d.test", "/go")], tmp_path
+    )
     assert results(res) == [("denied", "R2")]
     assert res.items[0]["final_url"] == urls[0]
     assert server.origin.hits_for("d.test", "/secret/x") == []
@@ -219,7 +326,9 @@ async def test_a_redirect_into_a_disallowed_path_is_denied_and_not_followed(serv
 @pytest_twisted.ensureDeferred
 async def test_the_last_good_copy_is_used_when_robots_becomes_unreachable(server, tmp_path):
     state = tmp_path / "s"
-    urls = site(server, "lg.test", Reply(200, "User-agent: *\nDisallow: /private\n"), "/public", "/private")
+    urls = site(
+        server, "lg.test", Reply(200, "User-agent: *\nDisallow: /private\n"), "/public", "/private"
+    )
     await crawl(base_settings(server, state), urls, tmp_path)
     server.origin.route("lg.test", "/robots.txt", Reply(503, "down"))
     res = await crawl(base_settings(server, state), urls, tmp_path)

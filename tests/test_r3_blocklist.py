@@ -139,7 +139,9 @@ async def test_a_redirect_into_a_blocked_host_is_denied_and_not_followed(server,
     serve_hosts(server, "open.test", "blocked.test")
     target = server.url("blocked.test", "/landing")
     server.origin.route("open.test", "/go", Reply(302, "", {"Location": target}))
-    res = await crawl(base_settings(server, tmp_path / "state"), [server.url("open.test", "/go")], tmp_path)
+    res = await crawl(
+        base_settings(server, tmp_path / "state"), [server.url("open.test", "/go")], tmp_path
+    )
     record = res.items[0]
     assert (record["outcome"], record["rule"]) == ("denied", "R3")
     assert record["final_url"] == target
@@ -186,7 +188,9 @@ async def test_a_schema_invalid_document_is_never_adopted(server, tmp_path, fail
     doc = FAILURES[failure]
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, doc)
     with caplog.at_level(logging.ERROR):
-        res = await crawl(base_settings(server, tmp_path / "state"), [server.url("blocked.test")], tmp_path)
+        res = await crawl(
+            base_settings(server, tmp_path / "state"), [server.url("blocked.test")], tmp_path
+        )
     assert res.stats["walsh/blocklist/rejected"] == 1
     assert "walsh/blocklist/adopted" not in res.stats
     assert "schema-invalid" in caplog.text
@@ -199,7 +203,9 @@ async def test_first_ever_failure_crawls_with_an_empty_list_logged_at_error(
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
     serve_hosts(server, "fine.test")
     with caplog.at_level(logging.ERROR):
-        res = await crawl(base_settings(server, tmp_path / "state"), [server.url("fine.test")], tmp_path)
+        res = await crawl(
+            base_settings(server, tmp_path / "state"), [server.url("fine.test")], tmp_path
+        )
     assert res.items[0]["outcome"] == "fetched"
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert any("no list was ever adopted" in r.getMessage() for r in errors)
@@ -209,7 +215,9 @@ async def test_first_ever_failure_crawls_with_an_empty_list_logged_at_error(
 async def test_an_unreachable_schema_falls_back_to_the_bundled_copy(server, tmp_path):
     server.origin.route(BLOCKLIST_HOST, SCHEMA_PATH, Reply(500, "oops"))
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
-    res = await crawl(base_settings(server, tmp_path / "state"), [server.url("blocked.test")], tmp_path)
+    res = await crawl(
+        base_settings(server, tmp_path / "state"), [server.url("blocked.test")], tmp_path
+    )
     assert res.stats["walsh/blocklist/schema_fallback"] == 1
     assert res.stats["walsh/blocklist/adopted"] == 1
     assert res.items[0]["rule"] == "R3"

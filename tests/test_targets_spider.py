@@ -20,7 +20,19 @@ BODY = b"<html><body>secret page content</body></html>"
 async def test_exactly_one_record_per_line_with_metadata_and_no_body(server, tmp_path, caplog):
     o = server.origin
     o.route("t.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /no\n"))
-    o.route("t.test", "/page", Reply(200, BODY, {"Content-Type": "text/html", "ETag": '"v1"', "Last-Modified": "Sat, 21 Nov 2026 00:00:00 GMT"}))
+    o.route(
+        "t.test",
+        "/page",
+        Reply(
+            200,
+            BODY,
+            {
+                "Content-Type": "text/html",
+                "ETag": '"v1"',
+                "Last-Modified": "Sat, 21 Nov 2026 00:00:00 GMT",
+            },
+        ),
+    )
     o.route("t.test", "/gone", Reply(404, "nope"))
     page = server.url("t.test", "/page")
     lines = [

@@ -99,7 +99,7 @@ class Origin(resource.Resource):
             reply = route
 
         def finish() -> None:
-            if request.finished or request._disconnected:  # noqa: SLF001
+            if request.finished or request._disconnected:
                 return
             request.setResponseCode(reply.status)
             for name, value in reply.headers.items():
@@ -124,14 +124,12 @@ class SandboxServer:
         self.site = server.Site(self.origin)
         self.site.noisy = False
         self._port: Any = None
+        self.port = 0
 
     def start(self) -> SandboxServer:
         self._port = _reactor().listenTCP(0, self.site, interface="127.0.0.1")
+        self.port = self._port.getHost().port
         return self
-
-    @property
-    def port(self) -> int:
-        return self._port.getHost().port
 
     def url(self, host: str, path: str = "/") -> str:
         return f"http://{host}:{self.port}{path}"
@@ -159,13 +157,13 @@ class SandboxResolver:
         self.fallback = fallback
         self.suffix = suffix
 
-    def resolveHostName(  # noqa: N802 - Twisted interface
+    def resolveHostName(
         self,
-        resolutionReceiver: Any,  # noqa: N803
-        hostName: str,  # noqa: N803
-        portNumber: int = 0,  # noqa: N803
-        addressTypes: Any = None,  # noqa: N803
-        transportSemantics: str = "TCP",  # noqa: N803
+        resolutionReceiver: Any,
+        hostName: str,
+        portNumber: int = 0,
+        addressTypes: Any = None,
+        transportSemantics: str = "TCP",
     ) -> Any:
         if not hostName.lower().rstrip(".").endswith(self.suffix):
             return self.fallback.resolveHostName(
@@ -194,7 +192,7 @@ class _LoopbackReactor:
     def __init__(self, port: int) -> None:
         self.port = port
 
-    def connectTCP(self, host: str, port: int, factory: Any, *a: Any, **kw: Any) -> Any:  # noqa: N802
+    def connectTCP(self, host: str, port: int, factory: Any, *a: Any, **kw: Any) -> Any:
         return _reactor().connectTCP("127.0.0.1", self.port, factory, *a, **kw)
 
 
@@ -217,7 +215,7 @@ class RecordingProxy:
                 super().process()
 
         class _Proxy(proxy.Proxy):
-            requestFactory = _Request  # noqa: N815
+            requestFactory = _Request
 
         self.factory = server.Site(resource.Resource())
         self.factory.protocol = _Proxy  # type: ignore[assignment]
@@ -236,3 +234,21 @@ class RecordingProxy:
         """Stop listening; returns a Deferred."""
         port, self._port = self._port, None
         return port.stopListening() if port is not None else None
+
+
+class SandboxDNSResolver:
+    """``TWISTED_DNS_RESOLVER`` for sandbox runs: Scrapy's resolver, plus ``*.test``."""
+
+    def __init__(self, reactor: Any, inner: Any) -> None:
+        self.reactor = reactor
+        self.inner = inner
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, reactor: Any) -> SandboxDNSResolver:
+        from scrapy.resolver import CachingThreadedResolver
+
+        return cls(reactor, CachingThreadedResolver.from_crawler(crawler, reactor))
+
+    def install_on_reactor(self) -> None:
+        self.inner.install_on_reactor()
+        install_sandbox_resolver(self.reactor)

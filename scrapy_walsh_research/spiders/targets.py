@@ -31,10 +31,12 @@ TARGET_META = "walsh_target"
 class TargetsSpider(scrapy.Spider):
     name = "targets"
 
-    def __init__(self, list: str | None = None, **kwargs: Any) -> None:  # noqa: A002
+    def __init__(self, list: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not list:
-            raise ValueError("the targets spider needs a URL list: scrapy crawl targets -a list=FILE")
+            raise ValueError(
+                "the targets spider needs a URL list: scrapy crawl targets -a list=FILE"
+            )
         self.list_path = Path(list)
         if not self.list_path.is_file():
             raise ValueError(f"URL list {str(self.list_path)!r} does not exist or is not a file")
@@ -52,14 +54,20 @@ class TargetsSpider(scrapy.Spider):
                         {"file": self.list_path, "line": lineno, "text": text[:200]},
                     )
                     yield self._record(
-                        line=lineno, url=text, canonical_url=None, outcome="invalid",
+                        line=lineno,
+                        url=text,
+                        canonical_url=None,
+                        outcome="invalid",
                         reason="not an absolute http(s) URL",
                     )
                     continue
                 canon = canonical_url(text)
                 if canon in seen:
                     yield self._record(
-                        line=lineno, url=text, canonical_url=canon, outcome="duplicate",
+                        line=lineno,
+                        url=text,
+                        canonical_url=canon,
+                        outcome="duplicate",
                         reason=f"same canonical URL as line {seen[canon]}",
                     )
                     continue
@@ -92,7 +100,9 @@ class TargetsSpider(scrapy.Spider):
             yield self._record(**target, outcome=outcome, reason=reason, **meta)
         else:
             yield self._record(
-                **target, outcome="failed", final_url=final_url,
+                **target,
+                outcome="failed",
+                final_url=final_url,
                 reason=f"{type(exc).__name__}: {exc}",
             )
 

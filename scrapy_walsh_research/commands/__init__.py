@@ -1,0 +1,1 @@
+"""Scrapy commands shipped with the bundle (registered as ``scrapy.commands`` entry points)."""
