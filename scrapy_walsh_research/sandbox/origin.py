@@ -217,7 +217,9 @@ class RecordingProxy:
         class _Proxy(proxy.Proxy):
             requestFactory = _Request
 
-        self.factory = server.Site(resource.Resource())
+        from twisted.web import http
+
+        self.factory = http.HTTPFactory()
         self.factory.protocol = _Proxy  # type: ignore[assignment]
         self.factory.noisy = False
         self._port: Any = None
