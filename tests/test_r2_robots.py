@@ -149,7 +149,7 @@ def test_the_named_groups_crawl_delay_is_the_one_used():
 # -- Google's reference suite, as data ----------------------------------------------
 
 VECTORS = json.loads((Path(__file__).parent / "data/google_robots_vectors.json").read_text())
-#: Google-only choices we answer differently, with the reason (also in docs/robots.rst).
+#: Google-only choices we answer differently, with the reason (also in docs/gates.rst).
 GOOGLE_SPECIFIC_DIFFERENCES = {
     "ID_Encoding#3": "RFC 9309 §2.2.2 percent-encodes both sides; Google requires pre-encoded URLs",
     "ID_Encoding#5": "same as ID_Encoding#3",
