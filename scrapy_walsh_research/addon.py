@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.downloadermiddlewares.retry import RetryMiddleware as ScrapyRetry
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware as ScrapyRobotsTxt
 from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research.identity import USER_AGENT
-from scrapy_walsh_research.preflight import DOWNLOADER_MIDDLEWARES
+from scrapy_walsh_research.preflight import DOWNLOADER_MIDDLEWARES, FRONTIER, WIRE_HANDLER
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -24,14 +25,13 @@ DEFAULTS: dict[str, object] = {
     "ROBOTSTXT_OBEY": False,  # our R2 gate replaces Scrapy's
     "CONCURRENT_REQUESTS": 1,  # R4: serial
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
-    "DOWNLOAD_DELAY": 1.0,  # R4: at least 1 s per host
-    "DOWNLOAD_DELAY_JITTER": 0.0,  # jitter would go under 1 s
+    # R4 pacing replaces Scrapy's per-slot delay, its jitter and AutoThrottle
+    "DOWNLOAD_DELAY": 0.0,
+    "DOWNLOAD_DELAY_JITTER": 0.0,
     "AUTOTHROTTLE_ENABLED": False,
+    "SCHEDULER": FRONTIER,
     "REDIRECT_MAX_TIMES": 5,
     "METAREFRESH_ENABLED": False,  # R6: meta refresh is not followed
-    # Until R5 backoff exists, 429/503 are not retried at all: Scrapy would
-    # retry them at once, ignoring Retry-After.
-    "RETRY_HTTP_CODES": [500, 502, 504, 522, 524, 408],
 }
 
 
@@ -40,11 +40,17 @@ class Addon:
         for name, value in DEFAULTS.items():
             settings.set(name, value, "addon")
         explicit = settings.getdict("DOWNLOADER_MIDDLEWARES")
-        if not any(load_object(k) is ScrapyRobotsTxt for k in explicit):
-            # Disable Scrapy's robots.txt middleware unless the project itself
-            # lists it; then the start-up check refuses, naming the setting,
-            # instead of the add-on silently overriding the project.
-            settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ScrapyRobotsTxt, None)
+        for replaced in (ScrapyRobotsTxt, ScrapyRetry):
+            # Disable Scrapy's own robots.txt and retry middlewares unless the
+            # project itself lists them; then the start-up check refuses,
+            # naming the setting, instead of the add-on silently overriding.
+            if not any(load_object(k) is replaced for k in explicit):
+                settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", replaced, None)
+        handlers = settings.getdict("DOWNLOAD_HANDLERS")
+        if not {"http", "https"} & set(handlers):
+            handlers.update(http=WIRE_HANDLER, https=WIRE_HANDLER)
+            priority = settings.getpriority("DOWNLOAD_HANDLERS") or 0
+            settings.set("DOWNLOAD_HANDLERS", handlers, max(priority, 15))
         for path, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", load_object(path), order

@@ -25,6 +25,7 @@ from twisted.internet.defer import Deferred
 from scrapy_walsh_research import identity
 from scrapy_walsh_research.errors import WalshConfigurationError, WalshDenied
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, internal_fetch, internal_purpose
+from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.urls import is_ip, normalize_host, url_host
@@ -170,6 +171,12 @@ class BlocklistMiddleware:
         self._pending: Deferred[None] | None = None
         self.store = state_for(crawler)
         self._restore()
+        Pacer.for_crawler(crawler).add_denial_check(
+            lambda r: (
+                internal_purpose(r) not in (BLOCKLIST, SCHEMA)
+                and self.domains.match(url_host(r.url)) is not None
+            )
+        )
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

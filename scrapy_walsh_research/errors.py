@@ -13,10 +13,12 @@ from scrapy.exceptions import IgnoreRequest
 class WalshDenied(IgnoreRequest):
     """A gate refused a request before it reached the network."""
 
-    def __init__(self, rule: str, reason: str) -> None:
+    def __init__(self, rule: str, reason: str, outcome: str = "denied") -> None:
         super().__init__(f"{rule}: {reason}")
         self.rule = rule
         self.reason = reason
+        #: the record outcome: "denied", or "skipped" (R4 Crawl-delay too long)
+        self.outcome = outcome
 
 
 class WalshConfigurationError(RuntimeError):

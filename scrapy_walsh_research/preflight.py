@@ -28,13 +28,20 @@ PACKAGE = "scrapy_walsh_research"
 #: The gate chain, in the spec's order (§5), as downloader middlewares.
 BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
 ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
+RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
+PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
 USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
 DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
     ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
+    RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware
+    PACING_MW: 950,  # R4, after every component that can issue or alter a request
     USERAGENT_MW: 1000,  # R1 last, nearest the wire: nothing can change it after
 }
 SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
+FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
+WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
 
 _checked: weakref.WeakSet[Crawler] = weakref.WeakSet()
 
@@ -59,7 +66,8 @@ def problems(settings: BaseSettings) -> list[str]:
     found: list[str] = []
     mws = enabled_downloader_middlewares(settings)
     order = {_name(cls): prio for cls, prio in mws.items()}
-    for path, rule in ((BLOCKLIST_MW, "R3"), (ROBOTS_MW, "R2"), (USERAGENT_MW, "R1")):
+    gates = ((BLOCKLIST_MW, "R3"), (ROBOTS_MW, "R2"), (PACING_MW, "R4"), (RETRY_MW, "R5"))
+    for path, rule in (*gates, (USERAGENT_MW, "R1")):
         if path not in order:
             found.append(
                 f"{rule} gate {path} is not enabled: add it to DOWNLOADER_MIDDLEWARES "
@@ -71,6 +79,23 @@ def problems(settings: BaseSettings) -> list[str]:
             f"DOWNLOADER_MIDDLEWARES orders the blocklist gate ({order[BLOCKLIST_MW]}) at or "
             f"after the robots.txt gate ({order[ROBOTS_MW]}): the spec checks the operator "
             "blocklist first. Give the blocklist gate the lower number."
+        )
+    if ROBOTS_MW in order and PACING_MW in order and order[PACING_MW] <= order[ROBOTS_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
+            f"the robots.txt gate ({order[ROBOTS_MW]}): pace only requests that may be sent. "
+            "Give the pacing gate the higher number."
+        )
+    if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
+        found.append(
+            f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "
+            "once, ignoring Retry-After): set it to None in DOWNLOADER_MIDDLEWARES or set "
+            "RETRY_ENABLED=False."
+        )
+    if settings.getfloat("WALSH_MIN_DELAY", 1.0) < 1.0:
+        found.append(
+            f"WALSH_MIN_DELAY={settings.getfloat('WALSH_MIN_DELAY')}: R4 allows at most one "
+            "request per second per host. Set WALSH_MIN_DELAY to 1.0 or more."
         )
     if SCRAPY_ROBOTS_MW in order and settings.getbool("ROBOTSTXT_OBEY"):
         found.append(
@@ -103,10 +128,36 @@ def problems(settings: BaseSettings) -> list[str]:
     return found
 
 
+def advice(settings: BaseSettings) -> list[str]:
+    """Settings that keep the crawl polite but slow it down, or lose precision."""
+    found: list[str] = []
+    if settings.getfloat("DOWNLOAD_DELAY") > 0 or settings.getbool("AUTOTHROTTLE_ENABLED"):
+        found.append(
+            "DOWNLOAD_DELAY / AUTOTHROTTLE_ENABLED add Scrapy's own per-slot delay (with "
+            "jitter) on top of Walsh pacing, which already spaces requests per host: set "
+            "DOWNLOAD_DELAY=0 and AUTOTHROTTLE_ENABLED=False for full speed."
+        )
+    if load_object(settings["SCHEDULER"]) is not load_object(FRONTIER):
+        found.append(
+            f"SCHEDULER is {settings['SCHEDULER']}: pacing still holds, but without {FRONTIER} "
+            "the single download slot can wait on one host while another is ready."
+        )
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    for scheme in ("http", "https"):
+        if handlers.get(scheme) and load_object(handlers[scheme]) is not load_object(WIRE_HANDLER):
+            found.append(
+                f"DOWNLOAD_HANDLERS[{scheme!r}] is not {WIRE_HANDLER}: pacing counts from the "
+                "response instead of from when the request went out (safe, but slower)."
+            )
+    return found
+
+
 def check_configuration(crawler: Crawler) -> None:
     """Raise :class:`WalshConfigurationError` listing every non-conformance."""
     if crawler in _checked:
         return
+    for line in advice(crawler.settings):
+        logger.warning("Walsh-Research: %s", line)
     found = problems(crawler.settings)
     if found:
         raise WalshConfigurationError(

@@ -28,10 +28,11 @@ from twisted.internet.defer import Deferred
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import ROBOTS, internal_fetch, internal_purpose
+from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.urls import origin_of
+from scrapy_walsh_research.urls import origin_of, url_host
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -63,6 +64,8 @@ class RobotsTxtMiddleware:
         self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", 86400.0)
         self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", 60.0)
         self.store = state_for(crawler)
+        self.pacer = Pacer.for_crawler(crawler)
+        self.pacer.add_denial_check(self._cached_denial)
         self._cache: dict[str, RobotsEntry] = {}
         self._pending: dict[str, Deferred[RobotsEntry]] = {}
 
@@ -92,6 +95,12 @@ class RobotsTxtMiddleware:
         )
         raise WalshDenied("R2", reason)
 
+    def _cached_denial(self, request: Request) -> bool:
+        if internal_purpose(request):
+            return False
+        entry = self._cache.get(origin_of(request.url))
+        return bool(entry and time.time() < entry.expires and not entry.policy.allows(request.url))
+
     def policy_for_origin(self, origin: str) -> RobotsPolicy | None:
         """The cached policy of *origin*, for pacing (Crawl-delay, Request-rate)."""
         entry = self._cache.get(origin)
@@ -111,6 +120,7 @@ class RobotsTxtMiddleware:
         finally:
             del self._pending[origin]
         self._cache[origin] = entry
+        self.pacer.note_robots(url_host(url), entry.policy)
         pending.callback(entry)
         return entry
 

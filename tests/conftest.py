@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -115,3 +116,9 @@ def write_list(tmp_path: Path, lines: list[str]) -> Path:
     path = tmp_path / "urls.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def gaps(hits: list[Any]) -> list[float]:
+    """Seconds between consecutive arrivals, as the origin saw them."""
+    times = sorted(h.t for h in hits)
+    return [b - a for a, b in itertools.pairwise(times)]

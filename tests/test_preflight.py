@@ -11,8 +11,10 @@ from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.preflight import (
     BLOCKLIST_MW,
     DOWNLOADER_MIDDLEWARES,
+    FRONTIER,
     ROBOTS_MW,
     USERAGENT_MW,
+    WIRE_HANDLER,
 )
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import (
@@ -25,6 +27,7 @@ from tests.conftest import (
 )
 
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 
 
 def world(server):
@@ -75,9 +78,11 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
     settings = base_settings(server, tmp_path / "s")
     del settings["ADDONS"]
     settings.update(
-        DOWNLOADER_MIDDLEWARES={SCRAPY_ROBOTS: None, **DOWNLOADER_MIDDLEWARES},
+        DOWNLOADER_MIDDLEWARES={SCRAPY_ROBOTS: None, SCRAPY_RETRY: None, **DOWNLOADER_MIDDLEWARES},
+        SCHEDULER=FRONTIER,
+        DOWNLOAD_HANDLERS={"http": WIRE_HANDLER, "https": WIRE_HANDLER},
         CONCURRENT_REQUESTS=1,
-        DOWNLOAD_DELAY=1,
+        DOWNLOAD_DELAY=0,
         DOWNLOAD_DELAY_JITTER=0,
         REDIRECT_MAX_TIMES=5,
     )

@@ -373,6 +373,6 @@ async def test_dont_obey_robotstxt_does_not_bypass_the_gate(server, tmp_path):
 @pytest_twisted.ensureDeferred
 async def test_robots_is_refetched_after_its_ttl(server, tmp_path):
     urls = site(server, "ttl.test", Reply(200, "User-agent: *\nAllow: /\n"), "/a", "/b", "/c")
-    res = await crawl(base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=1.5), urls, tmp_path)
+    res = await crawl(base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=2.5), urls, tmp_path)
     assert results(res) == [("fetched", None)] * 3
     assert len(server.origin.hits_for("ttl.test", "/robots.txt")) == 2

@@ -12,6 +12,6 @@ NEWSPIDER_MODULE = "example.spiders"
 ADDONS = {"scrapy_walsh_research.Addon": 0}
 
 ROBOTSTXT_OBEY = True  # harmless: the add-on replaces Scrapy's robots.txt middleware
-CONCURRENT_REQUESTS_PER_DOMAIN = 1
-DOWNLOAD_DELAY = 1
+# No DOWNLOAD_DELAY: Walsh pacing spaces requests per host (R4); Scrapy's own
+# slot delay would only add jitter on top (the start-up check warns about it).
 FEED_EXPORT_ENCODING = "utf-8"

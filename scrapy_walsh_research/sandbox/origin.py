@@ -52,6 +52,7 @@ class Hit:
     headers: dict[str, str]
     t: float  # time.monotonic() at arrival
     uri: str = ""
+    wall: float = 0.0  # time.time() at arrival
 
     @property
     def user_agent(self) -> str | None:
@@ -65,6 +66,8 @@ class Origin(resource.Resource):
         super().__init__()
         self.routes: dict[tuple[str, str], Reply | Handler] = {}
         self.hits: list[Hit] = []
+        self.inflight = 0
+        self.max_inflight = 0
 
     def route(self, host: str, path: str, reply: Reply | Handler) -> None:
         """Answer ``GET http://host/path`` (path includes any query) with *reply*."""
@@ -88,8 +91,12 @@ class Origin(resource.Resource):
             k.decode("latin-1").lower(): v[-1].decode("latin-1")
             for k, v in request.requestHeaders.getAllRawHeaders()
         }
-        hit = Hit(host, full_path, request.method.decode(), headers, time.monotonic(), uri)
+        hit = Hit(
+            host, full_path, request.method.decode(), headers, time.monotonic(), uri, time.time()
+        )
         self.hits.append(hit)
+        self.inflight += 1
+        self.max_inflight = max(self.max_inflight, self.inflight)
         route = self.routes.get((host, full_path)) or self.routes.get((host, path))
         if route is None:
             reply = Reply(404, b"not found\n", {"Content-Type": "text/plain"})
@@ -99,6 +106,7 @@ class Origin(resource.Resource):
             reply = route
 
         def finish() -> None:
+            self.inflight -= 1
             if request.finished or request._disconnected:
                 return
             request.setResponseCode(reply.status)

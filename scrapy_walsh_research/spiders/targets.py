@@ -15,6 +15,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.records import new_record, response_metadata
+from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.urls import canonical_url, is_http_url
 
 if TYPE_CHECKING:
@@ -91,12 +92,18 @@ class TargetsSpider(scrapy.Spider):
         final_url = request.url
         if isinstance(exc, WalshDenied):
             yield self._record(
-                **target, outcome="denied", rule=exc.rule, reason=exc.reason, final_url=final_url
+                **target,
+                outcome=exc.outcome,
+                rule=exc.rule,
+                reason=exc.reason,
+                final_url=final_url,
             )
         elif isinstance(exc, HttpError):
             meta = response_metadata(exc.response)
             outcome = "not_modified" if exc.response.status == 304 else "failed"
-            reason = None if outcome == "not_modified" else f"HTTP {exc.response.status}"
+            reason = None
+            if outcome != "not_modified":
+                reason = request.meta.get(GAVE_UP_META) or f"HTTP {exc.response.status}"
             yield self._record(**target, outcome=outcome, reason=reason, **meta)
         else:
             yield self._record(

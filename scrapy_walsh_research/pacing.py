@@ -1,0 +1,176 @@
+"""R4: serial, at least max(1 s, Crawl-delay, Request-rate, Retry-After) between
+requests to a host as the origin sees them, no wait before a host's first request.
+
+Two parts share one :class:`Pacer` per crawler:
+
+* :class:`PacingMiddleware`, a downloader middleware just before the R1 gate,
+  *enforces* the spacing for every request that reaches the network: targets,
+  retries, redirects, and the bundle's own robots.txt/blocklist requests;
+* :class:`~scrapy_walsh_research.frontier.FrontierScheduler` keeps the single
+  download slot busy by handing out the request whose host is ready soonest.
+
+Correctness lives in the middleware; the scheduler only makes it fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet import task
+
+from scrapy_walsh_research.errors import WalshConfigurationError, WalshDenied
+from scrapy_walsh_research.internal import internal_purpose
+from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.state.hostclock import HostClock, MemoryHostClock
+from scrapy_walsh_research.urls import url_host
+from scrapy_walsh_research.wire import WIRE_TIME_META
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+    from scrapy_walsh_research.robotstxt import RobotsPolicy
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_CRAWL_DELAY = 30.0
+RESERVED_META = "walsh_reserved_at"
+#: set on a request the pacing gate gave back: it keeps its place in its host's queue
+REQUEUED_META = "walsh_requeued"
+
+
+class Pacer:
+    """Per-host intervals and the host clock: the one owner of R4/R5 timing."""
+
+    _instances: weakref.WeakKeyDictionary[Crawler, Pacer] = weakref.WeakKeyDictionary()
+
+    def __init__(self, crawler: Crawler, clock: HostClock | None = None) -> None:
+        settings = crawler.settings
+        self.min_delay = settings.getfloat("WALSH_MIN_DELAY", 1.0)
+        if self.min_delay < 1.0:
+            raise WalshConfigurationError(
+                f"WALSH_MIN_DELAY={self.min_delay}: R4 allows at most one request per second "
+                "per host. Set WALSH_MIN_DELAY to 1.0 or more."
+            )
+        self.max_crawl_delay = settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY)
+        self.clock: HostClock = clock or MemoryHostClock()
+        self._robots_interval: dict[str, float] = {}
+        self._crawl_delay: dict[str, float] = {}
+        self._denial_checks: list[Callable[[Request], bool]] = [
+            lambda r: self.crawl_delay_too_long(url_host(r.url)) is not None
+        ]
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> Pacer:
+        pacer = cls._instances.get(crawler)
+        if pacer is None:
+            pacer = cls._instances[crawler] = cls(crawler)
+        return pacer
+
+    def add_denial_check(self, check: Callable[[Request], bool]) -> None:
+        """Register a gate's cheap, cached-state-only "would deny" test."""
+        self._denial_checks.append(check)
+
+    def will_be_denied(self, request: Request) -> bool:
+        """True when a gate will deny *request* without sending anything: it
+        need not wait for its host's slot (pacing a denied request is waste)."""
+        return any(check(request) for check in self._denial_checks)
+
+    def note_robots(self, host: str, policy: RobotsPolicy) -> None:
+        """Adopt the selected group's Crawl-delay and Request-rate for *host*."""
+        delays = [d for d in (policy.crawl_delay, policy.request_rate_interval) if d]
+        self._robots_interval[host] = max(delays, default=0.0)
+        self._crawl_delay[host] = policy.crawl_delay or 0.0
+
+    def interval(self, host: str) -> float:
+        return max(self.min_delay, self._robots_interval.get(host, 0.0))
+
+    def crawl_delay_too_long(self, host: str) -> float | None:
+        delay = self._crawl_delay.get(host, 0.0)
+        return delay if delay > self.max_crawl_delay else None
+
+    def ready_at(self, host: str) -> float:
+        return self.clock.ready_at(host, self.interval(host))
+
+    def reserve(self, host: str, now: float) -> float:
+        return self.clock.reserve(host, now, self.interval(host))
+
+    def commit(self, host: str, at: float) -> None:
+        self.clock.commit(host, at)
+
+    def hold(self, host: str, until: float) -> None:
+        self.clock.hold(host, until)
+
+
+class PacingMiddleware:
+    """Downloader middleware: reserve the host's slot or wait for it."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.pacer = Pacer.for_crawler(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    async def process_request(self, request: Request) -> Request | None:
+        host = url_host(request.url)
+        too_long = self.pacer.crawl_delay_too_long(host)
+        if too_long is not None and not internal_purpose(request):
+            reason = (
+                f"robots.txt Crawl-delay {too_long:g} s exceeds WALSH_MAX_CRAWL_DELAY "
+                f"({self.pacer.max_crawl_delay:g} s): host skipped"
+            )
+            self.stats.inc_value("walsh/skipped/R4")
+            logger.info(
+                "Skipped by R4: %(url)s: %(reason)s", {"url": request.url, "reason": reason}
+            )
+            raise WalshDenied("R4", reason, outcome="skipped")
+        from twisted.internet import reactor
+
+        while True:
+            now = time.monotonic()
+            wait = self.pacer.reserve(host, now)
+            if wait <= 0:
+                request.meta[RESERVED_META] = now
+                request.meta.pop(WIRE_TIME_META, None)
+                return None
+            if not internal_purpose(request):
+                # Give the only download slot back: the frontier holds this
+                # request until its host is ready and serves other hosts now.
+                self.stats.inc_value("walsh/pacing/requeued")
+                requeued = request.replace(dont_filter=True)
+                requeued.meta[REQUEUED_META] = True
+                return requeued
+            # The bundle's own requests (robots.txt) come from inside another
+            # request's middleware chain and cannot be requeued: wait here.
+            self.stats.inc_value("walsh/pacing/waited")
+            await maybe_deferred_to_future(task.deferLater(reactor, wait, lambda: None))
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self._commit(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        self._commit(request)
+
+    def _commit(self, request: Request) -> None:
+        if RESERVED_META not in request.meta:
+            return
+        host = url_host(request.url)
+        wire = request.meta.get(WIRE_TIME_META)
+        # Without a wire stamp (another download handler), the response time
+        # is a safe upper bound of when the origin saw the request.
+        self.pacer.commit(host, wire if wire is not None else time.monotonic())
+        if wire is None:
+            self.stats.inc_value("walsh/pacing/no_wire_time")

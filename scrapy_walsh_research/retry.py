@@ -1,0 +1,142 @@
+"""R5: back off and retry on 429/503 (and other transient failures), honouring Retry-After.
+
+Replaces Scrapy's ``RetryMiddleware``, which retries 429/503 at once. Here:
+
+* the delay is exponential with full jitter, ``uniform(0, base * 2**n)``;
+* on 429/503 a valid ``Retry-After`` (delta-seconds or HTTP-date, RFC 9110
+  §10.2.3) replaces it; a malformed one is ignored, a past date means "now"
+  (pacing still keeps the host's interval);
+* a ``Retry-After`` beyond ``WALSH_RETRY_MAX_DELAY`` means give up now;
+* the wait holds back the whole host (no request to it before the retry
+  time) while other hosts go on; the retry passes every gate again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+from scrapy.downloadermiddlewares.retry import get_retry_request
+from scrapy.utils.misc import load_object
+
+from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.urls import url_host
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+RATE_LIMIT_CODES = frozenset({429, 503})
+TRANSIENT_CODES = frozenset({500, 502, 504, 408})
+GAVE_UP_META = "walsh_gave_up"
+_DELTA = re.compile(r"^\s*(\d+)\s*$")
+
+
+def parse_retry_after(value: bytes | str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait per a ``Retry-After`` header, or None when absent/malformed.
+
+    A date in the past gives 0. A negative or fractional number is not
+    delta-seconds (``1*DIGIT``) and is treated as malformed.
+    """
+    if value is None:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    m = _DELTA.match(text)
+    if m:
+        return float(m.group(1))
+    try:
+        when = parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    now = now or datetime.now(timezone.utc)
+    return max(0.0, (when - now).total_seconds())
+
+
+class RetryMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.pacer = Pacer.for_crawler(crawler)
+        self.max_times = settings.getint("WALSH_RETRY_TIMES", 3)
+        self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", 1.0)
+        self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", 600.0)
+        self.exceptions = tuple(
+            load_object(x) if isinstance(x, str) else x
+            for x in settings.getlist("RETRY_EXCEPTIONS")
+        )
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        status = response.status
+        if request.meta.get("dont_retry") or status not in RATE_LIMIT_CODES | TRANSIENT_CODES:
+            return response
+        retry_after = None
+        if status in RATE_LIMIT_CODES:
+            retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+            if retry_after is not None and retry_after > self.max_delay:
+                reason = (
+                    f"HTTP {status} with Retry-After {retry_after:.0f} s, beyond "
+                    f"WALSH_RETRY_MAX_DELAY ({self.max_delay:.0f} s): gave up"
+                )
+                return self._give_up(request, response, reason)
+        return self._retry(request, f"HTTP {status}", retry_after) or self._give_up(
+            request, response, f"HTTP {status} after {self.max_times} retries: gave up"
+        )
+
+    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        if request.meta.get("dont_retry") or not isinstance(exception, self.exceptions):
+            return None
+        return self._retry(request, type(exception).__name__, None)
+
+    def _retry(self, request: Request, reason: str, retry_after: float | None) -> Request | None:
+        attempt = request.meta.get("retry_times", 0)
+        if attempt >= self.max_times:
+            return None
+        if retry_after is not None:
+            delay, source = retry_after, "Retry-After"
+        else:
+            delay, source = (
+                random.uniform(0, min(self.max_delay, self.base * 2**attempt)),
+                "backoff",
+            )
+        retry = get_retry_request(
+            request,
+            spider=self.crawler.spider,
+            reason=reason,
+            max_retry_times=self.max_times,
+            stats_base_key="walsh/retry",
+        )
+        if retry is None:
+            return None
+        host = url_host(request.url)
+        self.pacer.hold(host, time.monotonic() + delay)
+        logger.info(
+            "R5: %(reason)s on %(url)s; holding %(host)s for %(delay).2f s (%(source)s)",
+            {"reason": reason, "url": request.url, "host": host, "delay": delay, "source": source},
+        )
+        return retry
+
+    def _give_up(self, request: Request, response: Response, reason: str) -> Response:
+        self.stats.inc_value("walsh/retry/gave_up")
+        logger.warning("R5: %(reason)s: %(url)s", {"reason": reason, "url": request.url})
+        request.meta[GAVE_UP_META] = reason
+        return response

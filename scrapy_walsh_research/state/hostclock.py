@@ -1,0 +1,59 @@
+"""Per-host timing state (R4, R5): when each host may next receive a request.
+
+One owner, a small interface: the embedded backend is a pair of dicts; a
+shared backend (Redis) can implement the same three calls atomically so that
+several processes share one politeness budget.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class HostClock(Protocol):
+    def reserve(self, host: str, now: float, interval: float) -> float:
+        """Take the host's next slot if it is free at *now*.
+
+        Returns 0 and records *now* as the host's last request when the host
+        is ready (never seen, or *interval* after its last request and past
+        any hold); else the seconds still to wait, recording nothing.
+        """
+        ...
+
+    def commit(self, host: str, at: float) -> None:
+        """The request reserved last reached the host at *at* (later than reserved)."""
+        ...
+
+    def hold(self, host: str, until: float) -> None:
+        """No request to *host* before *until* (Retry-After, backoff)."""
+        ...
+
+    def ready_at(self, host: str, interval: float) -> float:
+        """When the host may next receive a request (0 for a host never seen)."""
+        ...
+
+
+class MemoryHostClock:
+    """The embedded backend: in-process, monotonic clock."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._hold: dict[str, float] = {}
+
+    def ready_at(self, host: str, interval: float) -> float:
+        last = self._last.get(host)
+        ready = 0.0 if last is None else last + interval
+        return max(ready, self._hold.get(host, 0.0))
+
+    def reserve(self, host: str, now: float, interval: float) -> float:
+        wait = self.ready_at(host, interval) - now
+        if wait > 0:
+            return wait
+        self._last[host] = now
+        return 0.0
+
+    def commit(self, host: str, at: float) -> None:
+        self._last[host] = max(self._last.get(host, at), at)
+
+    def hold(self, host: str, until: float) -> None:
+        self._hold[host] = max(self._hold.get(host, 0.0), until)

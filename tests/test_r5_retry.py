@@ -1,0 +1,172 @@
+"""R5: on 429/503 back off with exponential backoff and jitter, honour Retry-After,
+give up after a bound; the wait holds the host back while other hosts go on."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+from scrapy_walsh_research.preflight import RETRY_MW
+from scrapy_walsh_research.retry import parse_retry_after
+from scrapy_walsh_research.sandbox import Reply
+from tests.conftest import base_settings, crawl
+
+NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("2", 2.0),
+        (" 120 ", 120.0),
+        ("0", 0.0),
+        ("-5", None),  # not delta-seconds
+        ("1.5", None),  # not delta-seconds
+        ("soon", None),
+        ("", None),
+        (None, None),
+        ("Sat, 21 Nov 2026 12:00:30 GMT", 30.0),  # IMF-fixdate
+        ("Saturday, 21-Nov-26 12:00:30 GMT", 30.0),  # obsolete RFC 850 form, still accepted
+        ("Sat Nov 21 12:00:30 2026", 30.0),  # asctime form, still accepted
+        ("Sat, 21 Nov 2026 11:00:00 GMT", 0.0),  # in the past: now
+    ],
+)
+def test_retry_after_is_delta_seconds_or_an_http_date(value, seconds):
+    got = parse_retry_after(value, now=NOW)
+    assert got == seconds or (got is not None and seconds is not None and abs(got - seconds) < 1e-6)
+
+
+def once_then_ok(status: int, headers: dict[str, str] | Any) -> Any:
+    calls = {"n": 0}
+
+    def handler(hit: Any) -> Reply:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            h = headers() if callable(headers) else headers
+            return Reply(status, "slow down", h)
+        return Reply(200, "ok")
+
+    return handler
+
+
+def target(server: Any, host: str, path: str, handler: Any) -> str:
+    server.origin.route(host, "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route(host, path, handler)
+    return server.url(host, path)
+
+
+@pytest_twisted.ensureDeferred
+async def test_429_with_retry_after_2_is_retried_no_sooner(server, tmp_path):
+    url = target(server, "ra.test", "/x", once_then_ok(429, {"Retry-After": "2"}))
+    res = await crawl(base_settings(server, tmp_path / "s"), [url], tmp_path)
+    first, retry = server.origin.hits_for("ra.test", "/x")
+    assert retry.t - first.t >= 2.0
+    assert (res.items[0]["outcome"], res.items[0]["status"]) == ("fetched", 200)
+
+
+@pytest_twisted.ensureDeferred
+async def test_429_with_an_http_date_is_retried_no_sooner_than_that_date(server, tmp_path):
+    when: dict[str, float] = {}
+
+    def headers() -> dict[str, str]:
+        date = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=3)
+        when["epoch"] = date.timestamp()
+        return {"Retry-After": format_datetime(date, usegmt=True)}
+
+    url = target(server, "date.test", "/x", once_then_ok(429, headers))
+    res = await crawl(base_settings(server, tmp_path / "s"), [url], tmp_path)
+    first, retry = server.origin.hits_for("date.test", "/x")
+    assert retry.wall >= when["epoch"]
+    assert retry.t - first.t >= 2.0
+    assert res.items[0]["outcome"] == "fetched"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_persistent_503_stops_after_the_bound(server, tmp_path):
+    url = target(server, "down.test", "/x", Reply(503, "down"))
+    settings = base_settings(
+        server, tmp_path / "s", WALSH_RETRY_TIMES=2, WALSH_RETRY_BASE_DELAY=0.5
+    )
+    res = await crawl(settings, [url], tmp_path)
+    hits = server.origin.hits_for("down.test", "/x")
+    assert len(hits) == 3  # the request and two retries
+    record = res.items[0]
+    assert (record["outcome"], record["status"]) == ("failed", 503)
+    assert "after 2 retries" in record["reason"]
+    assert res.stats["walsh/retry/gave_up"] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_huge_retry_after_gives_up_at_once(server, tmp_path):
+    url = target(
+        server, "huge.test", "/x", Reply(429, "come back tomorrow", {"Retry-After": "86400"})
+    )
+    started = time.monotonic()
+    res = await crawl(
+        base_settings(server, tmp_path / "s", WALSH_RETRY_MAX_DELAY=600), [url], tmp_path
+    )
+    assert time.monotonic() - started < 10
+    assert len(server.origin.hits_for("huge.test", "/x")) == 1
+    record = res.items[0]
+    assert (record["outcome"], record["status"]) == ("failed", 429)
+    assert "Retry-After 86400 s" in record["reason"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_while_one_host_backs_off_another_hosts_requests_go_out(server, tmp_path):
+    held = target(server, "held.test", "/x", once_then_ok(429, {"Retry-After": "4"}))
+    others = [target(server, "free.test", f"/{i}", Reply(200, "ok")) for i in range(3)]
+    res = await crawl(base_settings(server, tmp_path / "s"), [held, *others], tmp_path)
+    first, retry = server.origin.hits_for("held.test", "/x")
+    assert retry.t - first.t >= 4.0
+    free = [h for h in server.origin.hits_for("free.test") if h.path != "/robots.txt"]
+    assert len(free) == 3 and all(first.t < h.t < retry.t for h in free)
+    assert {i["outcome"] for i in res.items} == {"fetched"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_transient_errors_are_retried_with_backoff(server, tmp_path):
+    url = target(server, "flaky.test", "/x", once_then_ok(502, {}))
+    res = await crawl(base_settings(server, tmp_path / "s"), [url], tmp_path)
+    assert len(server.origin.hits_for("flaky.test", "/x")) == 2
+    assert res.items[0]["outcome"] == "fetched"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retry_passes_the_gates_again(server, tmp_path):
+    # robots.txt changes while the request waits to be retried: the retry is denied
+    calls = {"n": 0}
+
+    def robots(hit: Any) -> Reply:
+        calls["n"] += 1
+        return Reply(
+            200, "User-agent: *\nAllow: /\n" if calls["n"] == 1 else "User-agent: *\nDisallow: /\n"
+        )
+
+    server.origin.route("gate.test", "/robots.txt", robots)
+    server.origin.route("gate.test", "/x", Reply(503, "busy", {"Retry-After": "3"}))
+    settings = base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=2)
+    res = await crawl(settings, [server.url("gate.test", "/x")], tmp_path)
+    assert (res.items[0]["outcome"], res.items[0]["rule"]) == ("denied", "R2")
+    assert len(server.origin.hits_for("gate.test", "/x")) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_the_r5_gate_retry_after_is_not_honoured(server, tmp_path, without_preflight):
+    url = target(server, "nr.test", "/x", once_then_ok(429, {"Retry-After": "3"}))
+    settings = base_settings(
+        server,
+        tmp_path / "s",
+        DOWNLOADER_MIDDLEWARES={
+            RETRY_MW: None,
+            "scrapy.downloadermiddlewares.retry.RetryMiddleware": 550,
+        },
+    )
+    await crawl(settings, [url], tmp_path)
+    first, retry = server.origin.hits_for("nr.test", "/x")
+    assert retry.t - first.t < 3.0  # only pacing's 1 s, not the 3 s asked for
