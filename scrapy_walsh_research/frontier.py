@@ -38,6 +38,8 @@ class FrontierScheduler:
         self.df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
         self._queues: dict[str, deque[Request]] = {}
         self._heap: list[tuple[float, int, str]] = []
+        self._live: dict[str, int] = {}
+        self._long: set[str] = set()
         self._seq = itertools.count()
         self._size = 0
         self._timer: Any = None
@@ -70,41 +72,95 @@ class FrontierScheduler:
         if queue is None:
             queue = self._queues[host] = deque()
         if not queue:
-            heapq.heappush(self._heap, (self.pacer.ready_at(host), next(self._seq), host))
+            self._push(host, self.pacer.ready_at(host))
         if request.meta.pop(REQUEUED_META, False):
             queue.appendleft(request)  # it was first in line: keep per-host FIFO order
         else:
             queue.append(request)
+        if len(queue) >= 2:
+            self._long.add(host)
         self._size += 1
         self.stats.inc_value("scheduler/enqueued/walsh_frontier")
         return True
 
     def next_request(self) -> Request | None:
         now = time.monotonic()
+        top = self._top()
+        if top is None:
+            return None
+        ready, host = top
+        critical = self._critical_host(now)
+        if critical is not None:
+            c_host, c_ready = critical
+            if c_ready <= now:
+                return self._take(c_host, now)
+            # Start another host's request only if it will be done before
+            # the critical host is ready: its chain is the crawl's length.
+            if ready <= now and now + self._expected_duration() <= c_ready:
+                return self._take(host, now)
+            return self._pop_denied() or self._wait_until(c_ready)
+        if ready <= now:
+            return self._take(host, now)
+        return self._pop_denied() or self._wait_until(ready)
+
+    # -- the heap: one live entry per host with queued requests -----------------
+
+    def _push(self, host: str, ready: float) -> None:
+        seq = next(self._seq)
+        self._live[host] = seq
+        heapq.heappush(self._heap, (ready, seq, host))
+
+    def _top(self) -> tuple[float, str] | None:
         while self._heap:
             ready, seq, host = self._heap[0]
+            if self._live.get(host) != seq:  # stale entry
+                heapq.heappop(self._heap)
+                continue
             actual = self.pacer.ready_at(host)
             if actual > ready:  # the host's clock moved (robots.txt, a retry hold)
-                heapq.heapreplace(self._heap, (actual, seq, host))
+                heapq.heappop(self._heap)
+                self._push(host, actual)
                 continue
-            if ready > now:
-                denied = self._pop_denied()
-                if denied is not None:
-                    return denied
-                self._wake_at(ready)
-                return None
-            heapq.heappop(self._heap)
-            queue = self._queues[host]
-            request = queue.popleft()
-            self._size -= 1
-            if queue:
-                # The request about to go out sets the host's next slot.
-                upcoming = now + self.pacer.interval(host)
-                heapq.heappush(self._heap, (upcoming, next(self._seq), host))
-            else:
-                del self._queues[host]
-            self.stats.inc_value("scheduler/dequeued/walsh_frontier")
-            return request
+            return ready, host
+        return None
+
+    def _take(self, host: str, now: float) -> Request:
+        queue = self._queues[host]
+        request = queue.popleft()
+        self._size -= 1
+        if len(queue) < 2:
+            self._long.discard(host)
+        if queue:
+            # The request about to go out sets the host's next slot.
+            self._push(host, now + self.pacer.interval(host))
+        else:
+            del self._queues[host]
+            del self._live[host]
+        self.stats.inc_value("scheduler/dequeued/walsh_frontier")
+        return request
+
+    def _critical_host(self, now: float) -> tuple[str, float] | None:
+        """The host whose remaining chain of intervals outlasts all other work.
+
+        When one host's queue would take longer than every other queued
+        request together (a host-bound crawl), its requests must go out the
+        moment it is ready. Returns (host, ready time) or None.
+        """
+        if not self._long:
+            return None
+        host = max(self._long, key=lambda h: len(self._queues[h]) * self.pacer.interval(h))
+        ready = self.pacer.ready_at(host)
+        queued = len(self._queues[host])
+        chain = (queued - 1) * self.pacer.interval(host) + max(0.0, ready - now)
+        others = (self._size - queued) * self._expected_duration()
+        return (host, ready) if chain >= others else None
+
+    def _expected_duration(self) -> float:
+        mean = self.pacer.mean_duration
+        return 1.25 * (mean if mean is not None else 0.2)
+
+    def _wait_until(self, when: float) -> None:
+        self._wake_at(when)
         return None
 
     def _pop_denied(self) -> Request | None:
@@ -113,10 +169,11 @@ class FrontierScheduler:
             if queue and self.pacer.will_be_denied(queue[0]):
                 request = queue.popleft()
                 self._size -= 1
+                if len(queue) < 2:
+                    self._long.discard(host)
                 if not queue:
                     del self._queues[host]
-                    self._heap = [e for e in self._heap if e[2] != host]
-                    heapq.heapify(self._heap)
+                    del self._live[host]
                 self.stats.inc_value("walsh/frontier/denied_without_wait")
                 return request
         return None

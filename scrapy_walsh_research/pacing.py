@@ -64,6 +64,8 @@ class Pacer:
         self.clock: HostClock = clock or MemoryHostClock()
         self._robots_interval: dict[str, float] = {}
         self._crawl_delay: dict[str, float] = {}
+        #: moving average of dispatch-to-response time, for the frontier's planning
+        self.mean_duration: float | None = None
         self._denial_checks: list[Callable[[Request], bool]] = [
             lambda r: self.crawl_delay_too_long(url_host(r.url)) is not None
         ]
@@ -108,6 +110,12 @@ class Pacer:
 
     def hold(self, host: str, until: float) -> None:
         self.clock.hold(host, until)
+
+    def note_duration(self, seconds: float) -> None:
+        if self.mean_duration is None:
+            self.mean_duration = seconds
+        else:
+            self.mean_duration += 0.2 * (seconds - self.mean_duration)
 
 
 class PacingMiddleware:
@@ -168,6 +176,7 @@ class PacingMiddleware:
         if RESERVED_META not in request.meta:
             return
         host = url_host(request.url)
+        self.pacer.note_duration(time.monotonic() - request.meta[RESERVED_META])
         wire = request.meta.get(WIRE_TIME_META)
         # Without a wire stamp (another download handler), the response time
         # is a safe upper bound of when the origin saw the request.

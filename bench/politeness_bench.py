@@ -1,0 +1,140 @@
+"""Politeness benchmark: this bundle and stock Scrapy, same workloads, one run.
+
+    .venv/bin/python bench/politeness_bench.py            # the three layouts of issue #3
+    .venv/bin/python bench/politeness_bench.py --quick    # a small layout, for a smoke run
+
+For each layout and crawler it starts a fresh loopback multi-host origin
+(``multihost_origin.py``, one listener per 127.0.0.x), runs the crawl as a
+separate process and prints, from what the origin logged: wall time (first
+arrival to last response), the lower bound
+max(requests x latency, busiest host's (requests - 1) x interval + latency),
+their ratio, the minimum same-host gap and the maximum in flight. The
+figures are printed as a table and as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).parent
+UA = "Mozilla/5.0 (compatible; Walsh-Research/1.0; +https://wal.sh/bot/)"
+SCRAPY = str(Path(sys.executable).parent / "scrapy")
+
+LAYOUTS = {
+    "host-major": {"hosts": 20, "pages": 4, "order": "host-major"},
+    "interleaved": {"hosts": 20, "pages": 4, "order": "interleaved"},
+    "mixed": {"hosts": 30, "pages": 20, "order": "mixed"},
+}
+QUICK = {"quick": {"hosts": 4, "pages": 3, "order": "interleaved"}}
+
+
+def url_list(hosts: int, pages: int, order: str, port: int) -> list[str]:
+    names = [f"127.0.0.{i + 2}" for i in range(hosts)]
+    if order == "host-major":
+        pairs = [(h, p) for h in names for p in range(pages)]
+    elif order == "interleaved":
+        pairs = [(h, p) for p in range(pages) for h in names]
+    else:  # mixed: the first host gets every page, the others one each
+        pairs = [(names[0], p) for p in range(pages)] + [(h, 0) for h in names[1:]]
+    return [f"http://{h}:{port}/p/{p}" for h, p in pairs]
+
+
+def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
+    if crawler == "stock":
+        return [SCRAPY, "runspider", str(HERE / "baseline_spider.py"), "-a", f"list={urls}"]
+    base = f"http://127.0.0.1:{port}/.well-known/walsh-research"
+    return [
+        SCRAPY, "runspider", str(HERE / "walsh_spider.py"), "-a", f"list={urls}",
+        "-s", f"WALSH_BLOCKLIST_URL={base}/blocklist.json",
+        "-s", f"WALSH_BLOCKLIST_SCHEMA_URL={base}/blocklist.schema.json",
+        "-s", "WALSH_BLOCKLIST_ALLOW_HTTP=True",
+        "-s", f"WALSH_STATE_DIR={tmp / 'state'}",
+    ]  # fmt: skip
+
+
+def measure(crawler: str, layout: dict, latency: float, port: int, timeout: float) -> dict:
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-{crawler}-"))
+    urls = tmp / "urls.txt"
+    urls.write_text(
+        "\n".join(url_list(layout["hosts"], layout["pages"], layout["order"], port)) + "\n"
+    )
+    log = tmp / "hits.json"
+    origin = subprocess.Popen(
+        [sys.executable, str(HERE / "multihost_origin.py"), "--hosts", str(layout["hosts"]),
+         "--port", str(port), "--latency", str(latency), "--log", str(log),
+         "--max-seconds", str(timeout + 30)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
+    started = time.monotonic()
+    with open(tmp / "crawl.err", "w") as err:
+        rc = subprocess.run(
+            crawl_command(crawler, urls, port, tmp), stdout=subprocess.DEVNULL, stderr=err,
+            timeout=timeout, check=False, cwd=tmp,
+        ).returncode  # fmt: skip
+    process_wall = time.monotonic() - started
+    origin.terminate()
+    origin.wait()
+    data = json.loads(log.read_text())
+    hits = [h for h in data["hits"] if h["host"] != "127.0.0.1"]
+    per_host: dict[str, list[dict]] = defaultdict(list)
+    for h in hits:
+        per_host[h["host"]].append(h)
+    interval = 1.0
+    gaps = [b["start"] - a["start"] for hs in per_host.values() for a, b in zip(hs, hs[1:])]  # noqa: B905
+    busiest = max((len(hs) for hs in per_host.values()), default=0)
+    bound = max(len(hits) * latency, (busiest - 1) * interval + latency)
+    wall = max(h.get("end", h["start"]) for h in hits) - min(h["start"] for h in hits)
+    pages = {(h["host"], h["path"]) for h in hits if h["path"].startswith("/p/")}
+    return {
+        "crawler": crawler, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
+        "rc": rc, "requests": len(hits), "pages_fetched": len(pages),
+        "pages_expected": len(url_list(layout["hosts"], layout["pages"], layout["order"], port)),
+        "crawl_wall_s": round(wall, 3), "process_wall_s": round(process_wall, 3),
+        "lower_bound_s": round(bound, 3), "ratio_to_bound": round(wall / bound, 3),
+        "min_same_host_gap_s": round(min(gaps), 3) if gaps else None,
+        "max_inflight": data["max_inflight"], "bad_ua": sum(1 for h in hits if h["ua"] != UA),
+    }  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--latency", type=float, default=0.1)
+    ap.add_argument("--port", type=int, default=18080)
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--crawlers", default="walsh,stock")
+    a = ap.parse_args()
+    results = []
+    for name, layout in (QUICK if a.quick else LAYOUTS).items():
+        for crawler in a.crawlers.split(","):
+            r = measure(crawler, layout, a.latency, a.port, a.timeout)
+            r["name"] = name
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    print(
+        f"\nlatency {a.latency} s, interval 1 s; wall = first arrival to last response at the origin\n"
+    )
+    head = f"{'layout':<12} {'crawler':<7} {'pages':>9} {'requests':>8} {'wall s':>8} {'bound s':>8} {'ratio':>6} {'min gap s':>9} {'inflight':>8} {'bad UA':>6}"
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        print(
+            f"{r['name']:<12} {r['crawler']:<7} {r['pages_fetched']:>4}/{r['pages_expected']:<4} {r['requests']:>8} "
+            f"{r['crawl_wall_s']:>8.2f} {r['lower_bound_s']:>8.2f} {r['ratio_to_bound']:>6.3f} "
+            f"{r['min_same_host_gap_s']:>9.3f} {r['max_inflight']:>8} {r['bad_ua']:>6}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
