@@ -12,6 +12,8 @@ from scrapy_walsh_research.preflight import (
     BLOCKLIST_MW,
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
+    PACING_MW,
+    RETRY_MW,
     ROBOTS_MW,
     USERAGENT_MW,
     WIRE_HANDLER,
@@ -108,6 +110,14 @@ REFUSALS = {
         "DefaultHeadersMiddleware (1100)",
     ),
     "too many redirects": ({"REDIRECT_MAX_TIMES": 20}, "REDIRECT_MAX_TIMES=20"),
+    "pacing gate missing": ({"DOWNLOADER_MIDDLEWARES": {PACING_MW: None}}, "R4 gate"),
+    "retry gate missing": ({"DOWNLOADER_MIDDLEWARES": {RETRY_MW: None}}, "R5 gate"),
+    "pacing before robots": ({"DOWNLOADER_MIDDLEWARES": {PACING_MW: 90}}, "pacing gate (90)"),
+    "scrapy retry beside ours": (
+        {"DOWNLOADER_MIDDLEWARES": {SCRAPY_RETRY: 560}},
+        "RETRY_ENABLED=False",
+    ),
+    "minimum delay under 1 s": ({"WALSH_MIN_DELAY": 0.2}, "WALSH_MIN_DELAY=0.2"),
 }
 
 
