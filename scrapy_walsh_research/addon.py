@@ -14,7 +14,12 @@ from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware as Scrapy
 from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research.identity import USER_AGENT
-from scrapy_walsh_research.preflight import DOWNLOADER_MIDDLEWARES, FRONTIER, WIRE_HANDLER
+from scrapy_walsh_research.preflight import (
+    DOWNLOADER_MIDDLEWARES,
+    FRONTIER,
+    SPIDER_MIDDLEWARES,
+    WIRE_HANDLER,
+)
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -51,6 +56,10 @@ class Addon:
             handlers.update(http=WIRE_HANDLER, https=WIRE_HANDLER)
             priority = settings.getpriority("DOWNLOAD_HANDLERS") or 0
             settings.set("DOWNLOAD_HANDLERS", handlers, max(priority, 15))
+        for path, order in SPIDER_MIDDLEWARES.items():
+            settings.setdefault_in_component_priority_dict(
+                "SPIDER_MIDDLEWARES", load_object(path), order
+            )
         for path, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", load_object(path), order

@@ -23,12 +23,41 @@ if TYPE_CHECKING:
 
 INTERNAL_META = "walsh_internal"
 ROBOTS, BLOCKLIST, SCHEMA = "robots", "blocklist", "schema"
+#: The /llms.txt probe (R9): scheduled like a target and subject to every gate.
+LLMS = "llms"
+#: Fetched with engine.download_async from inside another request's chain:
+#: not robots-gated (they are robots.txt or the operator's own documents),
+#: and paced in place, since they cannot be requeued.
+DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA})
+#: Meta key the targets spider sets on each declared target.
+TARGET_META = "walsh_target"
 _CAP_META = "walsh_max_bytes"
 _SEEN_META = "_walsh_bytes_seen"
 
 
 def internal_purpose(request: Request) -> str | None:
     return request.meta.get(INTERNAL_META)
+
+
+def is_direct(request: Request) -> bool:
+    return request.meta.get(INTERNAL_META) in DIRECT
+
+
+def is_target(request: Request) -> bool:
+    """A declared target (or its redirect/retry): from the targets spider or a
+    spider's start requests. Scrapy copies meta to redirects and retries."""
+    return bool(request.meta.get(TARGET_META) or request.meta.get("is_start_request"))
+
+
+def target_key(request: Request) -> str:
+    """The canonical URL of the declared target a request stems from."""
+    from scrapy_walsh_research.urls import canonical_url
+
+    target = request.meta.get(TARGET_META)
+    if target:
+        return target["canonical_url"]
+    first = (request.meta.get("redirect_urls") or [request.url])[0]
+    return canonical_url(first)
 
 
 async def internal_fetch(

@@ -23,7 +23,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
 from scrapy_walsh_research.errors import WalshConfigurationError, WalshDenied
-from scrapy_walsh_research.internal import internal_purpose
+from scrapy_walsh_research.internal import is_direct
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.state.hostclock import HostClock, MemoryHostClock
 from scrapy_walsh_research.urls import url_host
@@ -134,7 +134,7 @@ class PacingMiddleware:
     async def process_request(self, request: Request) -> Request | None:
         host = url_host(request.url)
         too_long = self.pacer.crawl_delay_too_long(host)
-        if too_long is not None and not internal_purpose(request):
+        if too_long is not None and not is_direct(request):
             reason = (
                 f"robots.txt Crawl-delay {too_long:g} s exceeds WALSH_MAX_CRAWL_DELAY "
                 f"({self.pacer.max_crawl_delay:g} s): host skipped"
@@ -153,7 +153,7 @@ class PacingMiddleware:
                 request.meta[RESERVED_META] = now
                 request.meta.pop(WIRE_TIME_META, None)
                 return None
-            if not internal_purpose(request):
+            if not is_direct(request):
                 # Give the only download slot back: the frontier holds this
                 # request until its host is ready and serves other hosts now.
                 self.stats.inc_value("walsh/pacing/requeued")

@@ -26,18 +26,29 @@ logger = logging.getLogger(__name__)
 
 PACKAGE = "scrapy_walsh_research"
 #: The gate chain, in the spec's order (§5), as downloader middlewares.
+SCOPE_MW = f"{PACKAGE}.scope.ScopeDownloaderMiddleware"
+SCOPE_SPIDER_MW = f"{PACKAGE}.scope.ScopeSpiderMiddleware"
+CADENCE_MW = f"{PACKAGE}.cadence.CadenceMiddleware"
+VALIDATORS_MW = f"{PACKAGE}.validators.ConditionalRequestMiddleware"
+NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
 BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
 ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
 RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
 PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
 USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
 DOWNLOADER_MIDDLEWARES: dict[str, int] = {
+    SCOPE_MW: 55,  # R6: only declared targets and the bundle's own requests go on
+    CADENCE_MW: 60,  # R8: a target fetched too recently is skipped, no request at all
     BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
     ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
+    VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
+    NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
     RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware
     PACING_MW: 950,  # R4, after every component that can issue or alter a request
     USERAGENT_MW: 1000,  # R1 last, nearest the wire: nothing can change it after
 }
+#: R6: closest to the engine, so requests any spider middleware adds are seen too.
+SPIDER_MIDDLEWARES: dict[str, int] = {SCOPE_SPIDER_MW: 5}
 SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
@@ -66,7 +77,13 @@ def problems(settings: BaseSettings) -> list[str]:
     found: list[str] = []
     mws = enabled_downloader_middlewares(settings)
     order = {_name(cls): prio for cls, prio in mws.items()}
-    gates = ((BLOCKLIST_MW, "R3"), (ROBOTS_MW, "R2"), (PACING_MW, "R4"), (RETRY_MW, "R5"))
+    gates = (
+        (SCOPE_MW, "R6"),
+        (BLOCKLIST_MW, "R3"),
+        (ROBOTS_MW, "R2"),
+        (PACING_MW, "R4"),
+        (RETRY_MW, "R5"),
+    )
     for path, rule in (*gates, (USERAGENT_MW, "R1")):
         if path not in order:
             found.append(
@@ -74,6 +91,16 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"with order {DOWNLOADER_MIDDLEWARES[path]} (or use the "
                 f"{PACKAGE}.Addon add-on)."
             )
+    spider_mws = {
+        _name(load_object(k) if isinstance(k, str) else k)
+        for k, v in settings.get_component_priority_dict_with_base("SPIDER_MIDDLEWARES").items()
+        if v is not None
+    }
+    if SCOPE_SPIDER_MW not in spider_mws:
+        found.append(
+            f"R6 guard {SCOPE_SPIDER_MW} is not enabled: add it to SPIDER_MIDDLEWARES with "
+            f"order {SPIDER_MIDDLEWARES[SCOPE_SPIDER_MW]} so followed links are dropped."
+        )
     if BLOCKLIST_MW in order and ROBOTS_MW in order and order[BLOCKLIST_MW] >= order[ROBOTS_MW]:
         found.append(
             f"DOWNLOADER_MIDDLEWARES orders the blocklist gate ({order[BLOCKLIST_MW]}) at or "

@@ -27,7 +27,7 @@ from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
-from scrapy_walsh_research.internal import ROBOTS, internal_fetch, internal_purpose
+from scrapy_walsh_research.internal import ROBOTS, internal_fetch, is_direct
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
@@ -75,7 +75,7 @@ class RobotsTxtMiddleware:
         return cls(crawler)
 
     async def process_request(self, request: Request) -> None:
-        if internal_purpose(request):
+        if is_direct(request):
             return  # robots.txt itself, the blocklist and its schema
         entry = await self.entry_for(request.url)
         policy = entry.policy
@@ -96,7 +96,7 @@ class RobotsTxtMiddleware:
         raise WalshDenied("R2", reason)
 
     def _cached_denial(self, request: Request) -> bool:
-        if internal_purpose(request):
+        if is_direct(request):
             return False
         entry = self._cache.get(origin_of(request.url))
         return bool(entry and time.time() < entry.expires and not entry.policy.allows(request.url))

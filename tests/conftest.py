@@ -78,6 +78,11 @@ def base_settings(server: SandboxServer, state_dir: Path, **overrides: Any) -> d
         "TELNETCONSOLE_ENABLED": False,
         "LOG_LEVEL": "INFO",
         "DOWNLOAD_TIMEOUT": 10,
+        # Tests re-run crawls on one state dir; R8 cadence is tested on its own.
+        "WALSH_RUN_INTERVAL": 0,
+        # Twisted answers text/html by default, which would probe /llms.txt
+        # after every target; R9 tests turn the probe on.
+        "WALSH_LLMS_PROBE": False,
     }
     settings.update(overrides)
     return settings

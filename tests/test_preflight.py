@@ -15,6 +15,7 @@ from scrapy_walsh_research.preflight import (
     PACING_MW,
     RETRY_MW,
     ROBOTS_MW,
+    SPIDER_MIDDLEWARES,
     USERAGENT_MW,
     WIRE_HANDLER,
 )
@@ -81,6 +82,7 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
     del settings["ADDONS"]
     settings.update(
         DOWNLOADER_MIDDLEWARES={SCRAPY_ROBOTS: None, SCRAPY_RETRY: None, **DOWNLOADER_MIDDLEWARES},
+        SPIDER_MIDDLEWARES=SPIDER_MIDDLEWARES,
         SCHEDULER=FRONTIER,
         DOWNLOAD_HANDLERS={"http": WIRE_HANDLER, "https": WIRE_HANDLER},
         CONCURRENT_REQUESTS=1,

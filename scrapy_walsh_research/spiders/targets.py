@@ -14,23 +14,33 @@ import scrapy
 from scrapy.spidermiddlewares.httperror import HttpError
 
 from scrapy_walsh_research.errors import WalshDenied
-from scrapy_walsh_research.records import new_record, response_metadata
+from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META
+from scrapy_walsh_research.records import new_record, now_iso, response_metadata
 from scrapy_walsh_research.retry import GAVE_UP_META
-from scrapy_walsh_research.urls import canonical_url, is_http_url
+from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
+from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from scrapy.http import Response
     from twisted.python.failure import Failure
+    from typing_extensions import Self
+
+    from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
 
-TARGET_META = "walsh_target"
+SEEN_NAMESPACE = "seen"
+LLMS_RECORD_META = "walsh_llms_record"
 
 
 class TargetsSpider(scrapy.Spider):
     name = "targets"
+    store: StateStore
+    probe_llms: bool
+    only_new: bool
 
     def __init__(self, list: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -41,6 +51,15 @@ class TargetsSpider(scrapy.Spider):
         self.list_path = Path(list)
         if not self.list_path.is_file():
             raise ValueError(f"URL list {str(self.list_path)!r} does not exist or is not a file")
+        self._llms_probed: dict[str, int] = {}
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        spider.store = state_for(crawler)
+        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
+        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        return spider
 
     async def start(self) -> AsyncIterator[Any]:
         seen: dict[str, int] = {}
@@ -83,7 +102,70 @@ class TargetsSpider(scrapy.Spider):
 
     def parse_target(self, response: Response) -> Any:
         target = response.meta[TARGET_META]
-        yield self._record(**target, outcome="fetched", **response_metadata(response))
+        record = new_record(**target, outcome="fetched", **response_metadata(response))
+        record.update(extract(response))
+        self._first_seen(record, target["canonical_url"])
+        if record["structured"] is None and media_type(response) in HTML_TYPES and self.probe_llms:
+            origin = origin_of(response.url)
+            if origin not in self._llms_probed:
+                # R9: a feed-less, markdown-less host may offer /llms.txt. The
+                # record waits for the probe, so each line still gets one record.
+                self._llms_probed[origin] = target["line"]
+                yield scrapy.Request(
+                    f"{origin}/llms.txt",
+                    callback=self.parse_llms,
+                    errback=self.llms_failed,
+                    dont_filter=True,
+                    meta={INTERNAL_META: LLMS, LLMS_RECORD_META: record},
+                )
+                return
+            record["llms_txt"] = {
+                "url": f"{origin}/llms.txt",
+                "note": f"probed once per host per run: see line {self._llms_probed[origin]}",
+            }
+        yield self._emit(record)
+
+    def parse_llms(self, response: Response) -> Any:
+        record = response.meta[LLMS_RECORD_META]
+        info = {"url": response.url, "status": response.status}
+        if media_type(response) in HTML_TYPES:
+            info["note"] = "answered HTML, not markdown: not parsed"
+        else:
+            info.update(markdown_metadata(response.body, response.url))
+            self._first_seen(info, record["canonical_url"])
+        record["llms_txt"] = info
+        yield self._emit(record)
+
+    def llms_failed(self, failure: Failure) -> Any:
+        request = failure.request  # type: ignore[attr-defined]
+        record = request.meta[LLMS_RECORD_META]
+        exc = failure.value
+        info: dict[str, Any] = {"url": request.url}
+        if isinstance(exc, WalshDenied):
+            info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason)
+        elif isinstance(exc, HttpError):
+            info["status"] = exc.response.status
+        else:
+            info["error"] = f"{type(exc).__name__}: {exc}"
+        record["llms_txt"] = info
+        yield self._emit(record)
+
+    def _first_seen(self, holder: dict[str, Any], target: str) -> None:
+        """Stamp feed entries and markdown links with when they were first
+        seen for this target, across runs; with WALSH_ONLY_NEW keep only new ones."""
+        for field, key in (("entries", "id"), ("links", "url")):
+            items = holder.get(field)
+            if not items:
+                continue
+            keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
+            known = self.store.get_many(SEEN_NAMESPACE, keys)
+            now = now_iso()
+            self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
+            for item, k in zip(items, keys, strict=True):
+                item["first_seen"] = known.get(k, now)
+                item["new"] = k not in known
+            if self.only_new:
+                holder[field] = [item for item in items if item["new"]]
 
     def target_failed(self, failure: Failure) -> Any:
         request = failure.request  # type: ignore[attr-defined]
@@ -114,6 +196,8 @@ class TargetsSpider(scrapy.Spider):
             )
 
     def _record(self, **fields: Any) -> dict[str, Any]:
-        record = new_record(**fields)
+        return self._emit(new_record(**fields))
+
+    def _emit(self, record: dict[str, Any]) -> dict[str, Any]:
         self.crawler.stats.inc_value(f"walsh/outcome/{record['outcome']}")
         return record

@@ -47,6 +47,29 @@ class SQLiteStateStore:
             (namespace, key, json.dumps(value, sort_keys=True), time.time()),
         )
 
+    def get_many(self, namespace: str, keys: list[str]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for i in range(0, len(keys), 500):  # SQLite's bound-parameter limit
+            chunk = keys[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                f"SELECT key, value FROM kv WHERE namespace = ? AND key IN ({marks})",
+                (namespace, *chunk),
+            )
+            out.update((k, json.loads(v)) for k, v in rows)
+        return out
+
+    def put_many(self, namespace: str, values: dict[str, Any]) -> None:
+        now = time.time()
+        with self.db:  # one transaction: all or nothing, one fsync
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "INSERT INTO kv (namespace, key, value, updated) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT(namespace, key) DO UPDATE SET value = excluded.value,"
+                " updated = excluded.updated",
+                [(namespace, k, json.dumps(v, sort_keys=True), now) for k, v in values.items()],
+            )
+
     def delete(self, namespace: str, key: str) -> None:
         self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
 

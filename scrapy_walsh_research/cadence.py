@@ -1,0 +1,75 @@
+"""R8: run infrequently. A target fetched (or answered 304) less than
+``WALSH_RUN_INTERVAL`` seconds ago is skipped with no request at all.
+
+The last fetch time of each target (by canonical URL) persists in the state
+store, so the rule holds across runs, which is where it matters.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.internal import is_target, target_key
+from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.state import state_for
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+STATE_NAMESPACE = "cadence"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+class CadenceMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", 86400.0)
+        self.store = state_for(crawler)
+        Pacer.for_crawler(crawler).add_denial_check(lambda r: self._due_at(r) is not None)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def _first_attempt(self, request: Request) -> bool:
+        return not request.meta.get("redirect_urls") and not request.meta.get("retry_times")
+
+    def _due_at(self, request: Request) -> tuple[float, float] | None:
+        """(last fetch, due time) when the target is not due yet, else None."""
+        if self.interval <= 0 or not is_target(request) or not self._first_attempt(request):
+            return None
+        last = self.store.get(STATE_NAMESPACE, target_key(request))
+        if last is None or time.time() - last >= self.interval:
+            return None
+        return last, last + self.interval
+
+    def process_request(self, request: Request) -> None:
+        due = self._due_at(request)
+        if due is None:
+            return
+        last, due_at = due
+        reason = (
+            f"fetched {_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
+            f"due again {_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
+        )
+        self.stats.inc_value("walsh/skipped/R8")
+        logger.info("Skipped by R8: %(url)s: %(reason)s", {"url": request.url, "reason": reason})
+        raise WalshDenied("R8", reason, outcome="skipped")
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if is_target(request) and (200 <= response.status < 300 or response.status == 304):
+            self.store.put(STATE_NAMESPACE, target_key(request), time.time())
+        return response

@@ -1,0 +1,73 @@
+"""R7: conditional requests from stored validators.
+
+ETag and Last-Modified are kept per canonical URL in the state store
+(SQLite by default, written when the response arrives, so a crash after a
+completed fetch loses nothing); target requests send ``If-None-Match`` and
+``If-Modified-Since``; a 304 is reported as ``not_modified`` and not
+processed again. Scrapy's HTTP cache is not used: it stores whole bodies,
+which R6 forbids keeping.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from scrapy_walsh_research.internal import is_target
+from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.urls import canonical_url
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+STATE_NAMESPACE = "validators"
+
+
+class ConditionalRequestMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        self.stats = crawler.stats
+        self.store = state_for(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def process_request(self, request: Request) -> None:
+        if not is_target(request):
+            return
+        saved = self.store.get(STATE_NAMESPACE, canonical_url(request.url))
+        if not saved:
+            return
+        if saved.get("etag"):
+            request.headers.setdefault(b"If-None-Match", saved["etag"])
+        if saved.get("last_modified"):
+            request.headers.setdefault(b"If-Modified-Since", saved["last_modified"])
+        self.stats.inc_value("walsh/validators/conditional")
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        if not is_target(request):
+            return response
+        if response.status == 304:
+            self.stats.inc_value("walsh/validators/not_modified")
+        elif 200 <= response.status < 300:
+            etag = response.headers.get(b"ETag")
+            modified = response.headers.get(b"Last-Modified")
+            key = canonical_url(response.url)
+            if etag or modified:
+                self.store.put(
+                    STATE_NAMESPACE,
+                    key,
+                    {
+                        "etag": etag.decode("latin-1") if etag else None,
+                        "last_modified": modified.decode("latin-1") if modified else None,
+                    },
+                )
+                self.stats.inc_value("walsh/validators/stored")
+            else:
+                self.store.delete(STATE_NAMESPACE, key)
+        return response
