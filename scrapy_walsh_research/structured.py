@@ -127,8 +127,9 @@ def feed_metadata(body: bytes, base_url: str) -> dict[str, Any]:
             "id": e.get("id") or e.get("link"),
             "title": e.get("title"),
             "link": urljoin(base_url, e["link"]) if e.get("link") else None,
-            "published": e.get("published"),
-            "updated": e.get("updated"),
+            # dict.get: FeedParserDict maps a missing "updated" to "published"
+            "published": dict.get(e, "published"),
+            "updated": dict.get(e, "updated"),
         }
         for e in parsed.entries
     ]

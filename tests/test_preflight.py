@@ -15,6 +15,8 @@ from scrapy_walsh_research.preflight import (
     PACING_MW,
     RETRY_MW,
     ROBOTS_MW,
+    SCOPE_MW,
+    SCOPE_SPIDER_MW,
     SPIDER_MIDDLEWARES,
     USERAGENT_MW,
     WIRE_HANDLER,
@@ -120,6 +122,11 @@ REFUSALS = {
         "RETRY_ENABLED=False",
     ),
     "minimum delay under 1 s": ({"WALSH_MIN_DELAY": 0.2}, "WALSH_MIN_DELAY=0.2"),
+    "scope guard missing": ({"DOWNLOADER_MIDDLEWARES": {SCOPE_MW: None}}, "R6 gate"),
+    "link-dropping middleware missing": (
+        {"SPIDER_MIDDLEWARES": {SCOPE_SPIDER_MW: None}},
+        "SPIDER_MIDDLEWARES",
+    ),
 }
 
 

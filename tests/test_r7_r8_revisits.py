@@ -1,0 +1,139 @@
+"""R7: conditional requests from stored validators, dedup by canonical URL, a
+store that survives SIGKILL. R8: a re-run inside the cadence sends nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+from twisted.internet import defer, protocol, reactor, task
+
+from scrapy_walsh_research.sandbox import Reply
+from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, SCHEMA_PATH, base_settings, crawl
+
+ETAG = '"v1"'
+MODIFIED = "Sat, 21 Nov 2026 00:00:00 GMT"
+
+
+def conditional_page(server: Any, host: str, path: str = "/doc") -> str:
+    def answer(hit: Any) -> Reply:
+        if hit.headers.get("if-none-match") == ETAG:
+            return Reply(304, "")
+        return Reply(
+            200, "content", {"ETag": ETAG, "Last-Modified": MODIFIED, "Content-Type": "text/plain"}
+        )
+
+    server.origin.route(host, "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route(host, path, answer)
+    return server.url(host, path)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_second_run_sends_stored_validators_and_reports_not_modified(server, tmp_path):
+    state = tmp_path / "s"
+    url = conditional_page(server, "cond.test")
+    first = await crawl(base_settings(server, state), [url], tmp_path)
+    second = await crawl(base_settings(server, state), [url], tmp_path)
+    a, b = server.origin.hits_for("cond.test", "/doc")
+    assert "if-none-match" not in a.headers
+    assert (b.headers["if-none-match"], b.headers["if-modified-since"]) == (ETAG, MODIFIED)
+    assert first.items[0]["outcome"] == "fetched" and first.items[0]["etag"] == ETAG
+    assert (second.items[0]["outcome"], second.items[0]["status"]) == ("not_modified", 304)
+    assert second.items[0]["sha256"] is not None and second.items[0]["content_length"] == 0
+
+
+@pytest_twisted.ensureDeferred
+async def test_duplicates_by_canonical_url_are_fetched_once(server, tmp_path):
+    url = conditional_page(server, "dup.test", "/a")
+    variants = [
+        url,
+        url + "/",
+        url + "#part",
+        url.replace("dup.test", "DUP.test"),
+        url.replace("http://", "HTTP://"),
+    ]
+    res = await crawl(base_settings(server, tmp_path / "s"), variants, tmp_path)
+    assert sorted(i["outcome"] for i in res.items) == ["duplicate"] * 4 + ["fetched"]
+    assert len(server.origin.hits_for("dup.test", "/a")) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_rerun_inside_the_cadence_sends_nothing_to_the_target_hosts(server, tmp_path):
+    state = tmp_path / "s"
+    urls = [conditional_page(server, "cad.test"), conditional_page(server, "cad2.test")]
+    await crawl(base_settings(server, state, WALSH_RUN_INTERVAL=3600), urls, tmp_path)
+    before = len(server.origin.hits)
+    res = await crawl(base_settings(server, state, WALSH_RUN_INTERVAL=3600), urls, tmp_path)
+    new_hits = server.origin.hits[before:]
+    assert {h.host for h in new_hits} <= {BLOCKLIST_HOST}  # not even robots.txt
+    assert [(i["outcome"], i["rule"]) for i in res.items] == [("skipped", "R8")] * 2
+    assert (
+        "WALSH_RUN_INTERVAL=0" in res.items[0]["reason"] and "due again" in res.items[0]["reason"]
+    )
+    # and with the cadence off, the run goes out (and gets its 304)
+    third = await crawl(base_settings(server, state, WALSH_RUN_INTERVAL=0), urls, tmp_path)
+    assert [i["outcome"] for i in third.items] == ["not_modified"] * 2
+
+
+class _Crawl(protocol.ProcessProtocol):
+    def __init__(self) -> None:
+        self.ended: defer.Deferred[None] = defer.Deferred()
+        self.err = b""
+
+    def errReceived(self, data: bytes) -> None:
+        self.err += data
+
+    def processEnded(self, reason: Any) -> None:
+        self.ended.callback(None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_store_survives_sigkill_mid_crawl(server, tmp_path):
+    state = tmp_path / "s"
+    hosts = [f"k{i}.test" for i in range(8)]
+    urls = [conditional_page(server, h) for h in hosts]
+    list_file = tmp_path / "urls.txt"
+    list_file.write_text("\n".join(urls) + "\n")
+    project = Path(__file__).parent.parent / "example_project"
+    scrapy_bin = str(Path(sys.executable).parent / "scrapy")
+    args = [
+        scrapy_bin, "crawl", "targets", "-a", f"list={list_file}",
+        "-s", f"WALSH_BLOCKLIST_URL={server.url(BLOCKLIST_HOST, BLOCKLIST_PATH)}",
+        "-s", f"WALSH_BLOCKLIST_SCHEMA_URL={server.url(BLOCKLIST_HOST, SCHEMA_PATH)}",
+        "-s", "WALSH_BLOCKLIST_ALLOW_HTTP=True", "-s", f"WALSH_STATE_DIR={state}",
+        "-s", "WALSH_RUN_INTERVAL=0", "-s", "WALSH_LLMS_PROBE=False",
+        "-s", "TWISTED_DNS_RESOLVER=scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(project)}
+    proc = _Crawl()
+    transport = reactor.spawnProcess(proc, scrapy_bin, args, env=env, path=str(project))
+
+    def fetched() -> list[Any]:
+        return [h for h in server.origin.hits if h.path == "/doc"]
+
+    for _ in range(600):  # until the 5th target arrives: 4 fetches are complete
+        if len(fetched()) >= 5 or proc.ended.called:
+            break
+        await task.deferLater(reactor, 0.05, lambda: None)
+    assert len(fetched()) >= 5, proc.err.decode()[-2000:]
+    transport.signalProcess(signal.SIGKILL)
+    await proc.ended
+    done = {h.host for h in fetched()[:4]}
+
+    db = sqlite3.connect(state / "state.sqlite3")
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    keys = {k for (k,) in db.execute("SELECT key FROM kv WHERE namespace = 'validators'")}
+    db.close()
+    assert {f"http://{h}:{server.port}/doc" for h in done} <= keys
+
+    before = len(server.origin.hits)
+    res = await crawl(base_settings(server, state), urls, tmp_path)
+    rerun = {h.host: h for h in server.origin.hits[before:] if h.path == "/doc"}
+    assert all(rerun[h].headers.get("if-none-match") == ETAG for h in done)
+    outcomes = {i["url"]: i["outcome"] for i in res.items}
+    assert all(outcomes[server.url(h, "/doc")] == "not_modified" for h in done)
