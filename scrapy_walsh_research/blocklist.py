@@ -23,7 +23,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research import identity
-from scrapy_walsh_research.errors import WalshConfigurationError, WalshDenied
+from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, internal_fetch, internal_purpose
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
@@ -199,13 +199,7 @@ class BlocklistMiddleware:
             f" (added {entry.get('added', '?')}, reason: {entry.get('reason') or 'none given'},"
             f" source: {entry.get('source')})"
         )
-        self.stats.inc_value("walsh/denied/R3")
-        logger.info(
-            "Denied by R3: %(url)s: %(reason)s",
-            {"url": request.url, "reason": reason},
-            extra={"spider": self.crawler.spider},
-        )
-        raise WalshDenied("R3", reason)
+        deny(self.crawler, logger, request, "R3", reason)
 
     # -- refresh ------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import is_target, target_key
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import state_for
@@ -65,9 +65,7 @@ class CadenceMiddleware:
             f"fetched {_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
             f"due again {_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
         )
-        self.stats.inc_value("walsh/skipped/R8")
-        logger.info("Skipped by R8: %(url)s: %(reason)s", {"url": request.url, "reason": reason})
-        raise WalshDenied("R8", reason, outcome="skipped")
+        deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
     def process_response(self, request: Request, response: Response) -> Response:
         if is_target(request) and (200 <= response.status < 300 or response.status == 304):

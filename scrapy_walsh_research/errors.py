@@ -7,7 +7,14 @@ the stats can name it.
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING, NoReturn
+
 from scrapy.exceptions import IgnoreRequest
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
 
 
 class WalshDenied(IgnoreRequest):
@@ -27,3 +34,23 @@ class WalshConfigurationError(RuntimeError):
     Deliberately *not* :class:`~scrapy.exceptions.NotConfigured`: Scrapy treats
     that as "disable this component" and would crawl without the gate.
     """
+
+
+def deny(
+    crawler: Crawler,
+    log: logging.Logger,
+    request: Request,
+    rule: str,
+    reason: str,
+    *,
+    outcome: str = "denied",
+) -> NoReturn:
+    """Count (``walsh/denied/<rule>`` or ``walsh/skipped/<rule>``), log the reason, raise."""
+    assert crawler.stats is not None
+    crawler.stats.inc_value(f"walsh/{outcome}/{rule}")
+    log.info(
+        "%(what)s by %(rule)s: %(url)s: %(reason)s",
+        {"what": outcome.capitalize(), "rule": rule, "url": request.url, "reason": reason},
+        extra={"spider": crawler.spider},
+    )
+    raise WalshDenied(rule, reason, outcome=outcome)

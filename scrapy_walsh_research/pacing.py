@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
-from scrapy_walsh_research.errors import WalshConfigurationError, WalshDenied
+from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import is_direct
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.state.hostclock import HostClock, MemoryHostClock
@@ -139,11 +139,7 @@ class PacingMiddleware:
                 f"robots.txt Crawl-delay {too_long:g} s exceeds WALSH_MAX_CRAWL_DELAY "
                 f"({self.pacer.max_crawl_delay:g} s): host skipped"
             )
-            self.stats.inc_value("walsh/skipped/R4")
-            logger.info(
-                "Skipped by R4: %(url)s: %(reason)s", {"url": request.url, "reason": reason}
-            )
-            raise WalshDenied("R4", reason, outcome="skipped")
+            deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
         from twisted.internet import reactor
 
         while True:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import ROBOTS, internal_fetch, is_direct
 from scrapy_walsh_research.pacing import Pacer
@@ -87,13 +87,7 @@ class RobotsTxtMiddleware:
         if policy.allows(request.url):
             return
         reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
-        self.stats.inc_value("walsh/denied/R2")
-        logger.info(
-            "Denied by R2: %(url)s: %(reason)s",
-            {"url": request.url, "reason": reason},
-            extra={"spider": self.crawler.spider},
-        )
-        raise WalshDenied("R2", reason)
+        deny(self.crawler, logger, request, "R2", reason)
 
     def _cached_denial(self, request: Request) -> bool:
         if is_direct(request):

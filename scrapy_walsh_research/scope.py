@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
-from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import LLMS, internal_purpose, is_target
 from scrapy_walsh_research.preflight import check_configuration
 
@@ -85,10 +85,4 @@ class ScopeDownloaderMiddleware:
         if is_target(request) or internal_purpose(request):
             return
         reason = "not a declared target: sub-resources and followed links are never fetched"
-        self.stats.inc_value("walsh/denied/R6")
-        logger.info(
-            "Denied by R6: %(url)s: %(reason)s",
-            {"url": request.url, "reason": reason},
-            extra={"spider": self.crawler.spider},
-        )
-        raise WalshDenied("R6", reason)
+        deny(self.crawler, logger, request, "R6", reason)
