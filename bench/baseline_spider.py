@@ -17,7 +17,7 @@ class Targets(scrapy.Spider):
         "TELNETCONSOLE_ENABLED": False,
     }
 
-    def __init__(self, list=None, **kw):  # noqa: A002
+    def __init__(self, list=None, **kw):
         super().__init__(**kw)
         self.list = list
 

@@ -40,7 +40,7 @@ class Origin(resource.Resource):
         super().__init__()
         self.state, self.latency, self.crawl_delay = state, latency, crawl_delay
 
-    def render_GET(self, request):  # noqa: N802 - Twisted API
+    def render_GET(self, request):
         st = self.state
         host = request.getHost().host
         path = request.path.decode("latin-1")

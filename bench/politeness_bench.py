@@ -15,6 +15,7 @@ figures are printed as a table and as JSON lines.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def measure(crawler: str, layout: dict, latency: float, port: int, timeout: floa
     for h in hits:
         per_host[h["host"]].append(h)
     interval = 1.0
-    gaps = [b["start"] - a["start"] for hs in per_host.values() for a, b in zip(hs, hs[1:])]  # noqa: B905
+    gaps = [b["start"] - a["start"] for hs in per_host.values() for a, b in itertools.pairwise(hs)]
     busiest = max((len(hs) for hs in per_host.values()), default=0)
     bound = max(len(hits) * latency, (busiest - 1) * interval + latency)
     wall = max(h.get("end", h["start"]) for h in hits) - min(h["start"] for h in hits)

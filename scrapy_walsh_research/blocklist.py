@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -27,6 +26,7 @@ from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, internal_fetch, internal_purpose
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.schemas import bundled_schema
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.urls import is_ip, normalize_host, url_host
 
@@ -43,12 +43,6 @@ DEFAULT_REFRESH = 6 * 3600.0
 #: Formats the published schema uses; without a checker for each, "validate
 #: with formats checked" would silently pass anything.
 REQUIRED_FORMATS = frozenset({"date-time", "date", "email", "uri"})
-
-
-def bundled_schema() -> dict[str, Any]:
-    """The published schema, bundled verbatim as the offline fallback."""
-    text = resources.files(__package__).joinpath("schemas/blocklist.schema.json").read_text()
-    return json.loads(text)
 
 
 def normalize_entry(raw: str) -> str:

@@ -25,7 +25,8 @@ from twisted.internet import task
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import is_direct
 from scrapy_walsh_research.preflight import check_configuration
-from scrapy_walsh_research.state.hostclock import HostClock, MemoryHostClock
+from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state.hostclock import HostClock, PersistentHostClock
 from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
 
@@ -61,7 +62,7 @@ class Pacer:
                 "per host. Set WALSH_MIN_DELAY to 1.0 or more."
             )
         self.max_crawl_delay = settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY)
-        self.clock: HostClock = clock or MemoryHostClock()
+        self.clock: HostClock = clock or PersistentHostClock(state_for(crawler))
         self._robots_interval: dict[str, float] = {}
         self._crawl_delay: dict[str, float] = {}
         #: moving average of dispatch-to-response time, for the frontier's planning

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (if needed) and install the package with its test extras.
-# Sourced by scripts/demo.sh and .ci/run; everything comes from PyPI.
+# Run by scripts/conformance.sh and .ci/run; everything comes from PyPI.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ ! -x "$root/.venv/bin/python" ]; then

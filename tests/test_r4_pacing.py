@@ -106,3 +106,14 @@ async def test_a_minimum_delay_below_one_second_is_refused(server, tmp_path, val
             tmp_path,
         )
     assert server.origin.hits == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_restarted_crawl_keeps_a_hosts_spacing(server, tmp_path):
+    state = tmp_path / "s"
+    urls = pages(server, "again.test", 1)
+    await crawl(base_settings(server, state), urls, tmp_path)
+    await crawl(base_settings(server, state), urls, tmp_path)  # at once, in a "new process"
+    hits = server.origin.hits_for("again.test")
+    assert [h.path for h in hits] == ["/robots.txt", "/p/0"] * 2
+    assert min(gaps(hits)) >= 1.0

@@ -7,7 +7,11 @@ several processes share one politeness budget.
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from scrapy_walsh_research.state.base import StateStore
 
 
 class HostClock(Protocol):
@@ -57,3 +61,63 @@ class MemoryHostClock:
 
     def hold(self, host: str, until: float) -> None:
         self._hold[host] = max(self._hold.get(host, 0.0), until)
+
+
+class PersistentHostClock(MemoryHostClock):
+    """The embedded clock, remembered across runs in the state store.
+
+    Without it a crawl restarted at once could reach a host again within a
+    second of the previous run's last request. Times are stored as wall
+    clock and mapped back onto this process's monotonic clock.
+    """
+
+    NAMESPACE = "hostclock"
+
+    def __init__(self, store: StateStore) -> None:
+        super().__init__()
+        self.store = store
+        self._seeded: set[str] = set()
+
+    @staticmethod
+    def _to_wall(mono: float) -> float:
+        return time.time() - (time.monotonic() - mono)
+
+    @staticmethod
+    def _to_mono(wall: float) -> float:
+        return time.monotonic() - (time.time() - wall)
+
+    def _seed(self, host: str) -> None:
+        if host in self._seeded:
+            return
+        self._seeded.add(host)
+        saved = self.store.get(self.NAMESPACE, host)
+        if saved:
+            if saved.get("last") is not None:
+                self._last.setdefault(host, self._to_mono(saved["last"]))
+            if saved.get("hold") is not None:
+                self._hold.setdefault(host, self._to_mono(saved["hold"]))
+
+    def _save(self, host: str) -> None:
+        last, hold = self._last.get(host), self._hold.get(host)
+        self.store.put(
+            self.NAMESPACE,
+            host,
+            {
+                "last": self._to_wall(last) if last is not None else None,
+                "hold": self._to_wall(hold) if hold is not None else None,
+            },
+        )
+
+    def ready_at(self, host: str, interval: float) -> float:
+        self._seed(host)
+        return super().ready_at(host, interval)
+
+    def commit(self, host: str, at: float) -> None:
+        self._seed(host)
+        super().commit(host, at)
+        self._save(host)
+
+    def hold(self, host: str, until: float) -> None:
+        self._seed(host)
+        super().hold(host, until)
+        self._save(host)

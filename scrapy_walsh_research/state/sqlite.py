@@ -21,7 +21,9 @@ class SQLiteStateStore:
             str(self.path), isolation_level=None, check_same_thread=False
         )
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
+        # WAL + NORMAL: a committed write survives the process being killed
+        # (kill -9); only an OS crash or power loss can lose the last ones.
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS kv (namespace TEXT NOT NULL, key TEXT NOT NULL,"
             " value TEXT NOT NULL, updated REAL NOT NULL, PRIMARY KEY (namespace, key))"

@@ -1,0 +1,133 @@
+"""The attestation: every requirement's value comes from evidence.
+
+The JSON shape of the earlier tool's attestation (tool, version, spec,
+user_agent, requirements), plus a hash of the effective settings and, per
+requirement, the evidence: the components enabled and their order, the
+settings in effect, and (optionally) the rows of a conformance run. A
+requirement without evidence is ``false``, with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import load_object
+
+from scrapy_walsh_research import __version__, preflight
+from scrapy_walsh_research.identity import SPEC_VERSION, USER_AGENT
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from scrapy_walsh_research.conformance import Report
+
+#: requirement key -> (rule word in start-up problems, components, conformance row ids)
+REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
+    "R1_exact_user_agent": ("R1", [preflight.USERAGENT_MW], {"R1"}),
+    "R2_robots_rfc9309": ("R2", [preflight.ROBOTS_MW], {"R2", "R2d"}),
+    "R2a_named_group_overrides_star": ("R2", [preflight.ROBOTS_MW], {"R2a"}),
+    "R3_operator_blocklist": ("R3", [preflight.BLOCKLIST_MW], {"R3"}),
+    "R3a_apex_and_subdomain_match": ("R3", [preflight.BLOCKLIST_MW], {"R3a"}),
+    "R3b_retain_last_list_on_failure": ("R3", [preflight.BLOCKLIST_MW], {"R3b"}),
+    "R3c_schema_validation": ("R3", [preflight.BLOCKLIST_MW], {"R3c"}),
+    "R4_serial_rate_limit_crawl_delay": ("R4", [preflight.PACING_MW], {"R4", "R4c"}),
+    "R5_backoff_jitter_retry_after": ("R5", [preflight.RETRY_MW], {"R5"}),
+    "R6_no_recursion_metadata_only": (
+        "R6",
+        [preflight.SCOPE_MW, preflight.SCOPE_SPIDER_MW],
+        {"R6", "REC"},
+    ),
+    "R7_conditional_fetch_dedup": ("R7", [preflight.VALIDATORS_MW], {"R7", "R7b"}),
+    "R8_infrequent_runs": ("R8", [preflight.CADENCE_MW], {"R8"}),
+    "R9_no_html_scrape": ("R9", [preflight.NEGOTIATION_MW], {"R9"}),
+}
+#: Problems that are not about one rule's gate but break the named ones.
+_SHARED = {
+    "CONCURRENT_REQUESTS": "R4",
+    "WALSH_MIN_DELAY": "R4",
+    "REDIRECT_MAX_TIMES": "R6",
+    "WALSH_BLOCKLIST": "R3",
+    "ROBOTSTXT_OBEY": "R2",
+    "RETRY_ENABLED": "R5",
+    "User-Agent": "R1",
+}
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able, address-free rendering of a setting value, for the hash."""
+    if isinstance(value, dict):
+        return {str(_plain(k)): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, type) or callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
+    return type(value).__name__
+
+
+def settings_hash(settings: BaseSettings) -> str:
+    data = _plain(settings.copy_to_dict())
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _enabled(settings: BaseSettings) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES"):
+        for key, order in settings.get_component_priority_dict_with_base(name).items():
+            if order is not None:
+                cls = load_object(key) if isinstance(key, str) else key
+                out[f"{cls.__module__}.{cls.__qualname__}"] = order
+    return out
+
+
+def attest(settings: BaseSettings, report: Report | None = None) -> dict[str, Any]:
+    enabled = _enabled(settings)
+    problems = preflight.problems(settings)
+    requirements: dict[str, bool] = {}
+    evidence: dict[str, Any] = {}
+    for key, (rule, components, rows) in REQUIREMENTS.items():
+        reasons = [p for p in problems if p.split(" ", 2)[:2] and _concerns(p, rule)]
+        missing = [c for c in components if c not in enabled]
+        reasons += [f"{c} is not enabled" for c in missing if not any(c in r for r in reasons)]
+        if rule == "R8" and settings.getfloat("WALSH_RUN_INTERVAL", 86400.0) < 86400:
+            reasons.append(
+                f"WALSH_RUN_INTERVAL={settings.getfloat('WALSH_RUN_INTERVAL')} is below a day"
+            )
+        item: dict[str, Any] = {
+            "components": {c: enabled.get(c) for c in components},
+            "conformance": "not run (pass --conformance)",
+        }
+        if report is not None:
+            judged = [c for c in report.checks if c.id in rows]
+            item["conformance"] = [
+                {"check": c.title, "passed": c.passed, "measured": c.measured} for c in judged
+            ]
+            if not judged:
+                reasons.append("the conformance run has no check for it")
+            reasons += [
+                f"conformance check failed: {c.title} ({c.measured})"
+                for c in judged
+                if not c.passed
+            ]
+        requirements[key] = not reasons
+        if reasons:
+            item["reason"] = reasons
+        evidence[key] = item
+    return {
+        "tool": "scrapy-walsh-research",
+        "version": __version__,
+        "spec": SPEC_VERSION,
+        "user_agent": USER_AGENT,
+        "settings_sha256": settings_hash(settings),
+        "requirements": requirements,
+        "evidence": evidence,
+    }
+
+
+def _concerns(problem: str, rule: str) -> bool:
+    if f"{rule} gate" in problem or f"{rule} guard" in problem or f"{rule} requires" in problem:
+        return True
+    return any(word in problem and owner == rule for word, owner in _SHARED.items())

@@ -1,0 +1,56 @@
+"""Run the conformance check from a Scrapy command: reactor, resolver, spider."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.log import configure_logging
+from scrapy.utils.reactor import install_reactor
+
+from scrapy_walsh_research.conformance import Report, run_conformance
+from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
+from scrapy_walsh_research.spiders.targets import TargetsSpider
+
+if TYPE_CHECKING:
+    from scrapy.settings import Settings
+
+
+def project_targets_spider(settings: Settings) -> type:
+    """The project's ``targets`` spider, or the bundled one if it has none."""
+    from scrapy.spiderloader import get_spider_loader
+
+    try:
+        return get_spider_loader(settings).load("targets")
+    except KeyError:
+        return TargetsSpider
+
+
+def run_conformance_blocking(settings: Settings) -> Report:
+    """Install the reactor, run the sandbox crawls, return the report."""
+    install_reactor(
+        settings["TWISTED_REACTOR"] or "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
+        settings["ASYNCIO_EVENT_LOOP"],
+    )
+    configure_logging(settings)
+    from twisted.internet import reactor
+
+    install_sandbox_resolver(reactor)
+    spidercls = project_targets_spider(settings)
+    outcome: dict[str, Any] = {}
+
+    def main() -> None:
+        d = deferred_from_coro(run_conformance(settings, spidercls))
+
+        def done(result: Any) -> None:
+            outcome["result"] = result
+            reactor.stop()
+
+        d.addBoth(done)
+
+    reactor.callWhenRunning(main)
+    reactor.run(installSignalHandlers=False)
+    result = outcome["result"]
+    if not isinstance(result, Report):
+        result.raiseException()
+    return result

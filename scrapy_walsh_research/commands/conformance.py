@@ -1,0 +1,35 @@
+"""``scrapy walsh-conformance``: the spec's §8 judged against the bundled sandbox.
+
+Exit code 0 only when every MUST holds. Needs no network.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from scrapy.commands import ScrapyCommand
+
+from scrapy_walsh_research.commands._runner import run_conformance_blocking
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False  # it runs several crawls in sequence itself
+    default_settings = {"LOG_LEVEL": "WARNING", "TELNETCONSOLE_ENABLED": False}
+
+    def short_desc(self) -> str:
+        return "Check this project against the Walsh-Research spec in a loopback sandbox"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        report = run_conformance_blocking(self.settings)
+        print(json.dumps(report.as_dict(), indent=2) if opts.json else report.table())
+        self.exitcode = 0 if report.must_pass else 1

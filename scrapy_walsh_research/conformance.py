@@ -1,0 +1,674 @@
+"""The conformance check: the spec's §8 judged from what a sandbox origin received.
+
+It starts a loopback origin with virtual hosts for every case (blocked apex
+and subdomain, named and ``*`` robots groups, robots 404/503, Crawl-delay,
+429 with Retry-After, redirects into blocked or disallowed places, a page
+full of links and sub-resources, ETag, a feed, markdown, llms.txt,
+duplicates, bad list lines), runs the project's real ``targets`` spider with
+the project's effective settings three times (a first run; a restart with
+the blocklist unreachable; a restart with the blocklist schema-invalid), and
+judges each requirement from the origin's log (arrival times, headers,
+paths), the records and the stats. Nothing is asserted without a
+measurement.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy import Request, signals
+from scrapy.crawler import Crawler
+from scrapy.settings import Settings
+from scrapy.utils.defer import maybe_deferred_to_future
+
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.identity import USER_AGENT
+from scrapy_walsh_research.sandbox.origin import Hit, Reply, SandboxServer
+from scrapy_walsh_research.schemas import bundled_schema_text
+
+if TYPE_CHECKING:
+    from scrapy.http import Response
+
+OPERATOR = "operator.test"
+BLOCKLIST_PATH = "/.well-known/walsh-research/blocklist.json"
+SCHEMA_PATH = "/.well-known/walsh-research/blocklist.schema.json"
+BODY_MARKER = "SANDBOX-BODY-TEXT"
+ALLOW_ALL = "User-agent: *\nAllow: /\n"
+LINKS_PAGE = f"""<html><head>
+<link rel="stylesheet" href="/style.css"><script src="/app.js"></script></head>
+<body>{BODY_MARKER}<a href="/next">next</a><img src="/img.png"><iframe src="/frame"></iframe>
+</body></html>"""
+MARKDOWN = (
+    f"# Guide\n\n{BODY_MARKER} see [setup](/setup) and [API](https://api.test/ref).\n\n## More\n"
+)
+LLMS = "# Links site\n\n> Summary\n\n## Docs\n\n- [Start](/start): begin here\n"
+RSS = f"""<?xml version="1.0"?><rss version="2.0"><channel><title>Sandbox news</title>
+<item><guid>n1</guid><title>One</title><link>/n1</link><description>{BODY_MARKER}</description></item>
+<item><guid>n2</guid><title>Two</title><link>/n2</link></item></channel></rss>"""
+
+
+def _blocklist(refresh: str = "PT1S") -> dict[str, Any]:
+    return {
+        "contract": "walsh-research-blocklist/v1",
+        "updated": "2026-05-23T00:00:00Z",
+        "operator": "Sandbox Operator",
+        "contact": "ops@example.org",
+        "policy": "https://wal.sh/bot/",
+        "refresh": refresh,
+        "blocked": [{"domain": "blocked.test", "added": "2026-05-23", "reason": "email opt-out"}],
+    }
+
+
+class Scenario:
+    """The sandbox's virtual hosts; ``phase`` selects the blocklist's behaviour."""
+
+    def __init__(self, server: SandboxServer) -> None:
+        self.server = server
+        self.phase = 1
+        self._busy_calls = 0
+
+    def url(self, host: str, path: str = "/") -> str:
+        return self.server.url(host, path)
+
+    def install(self) -> None:
+        o, url = self.server.origin, self.url
+        html = {"Content-Type": "text/html"}
+        o.route(OPERATOR, BLOCKLIST_PATH, self._blocklist)
+        o.route(
+            OPERATOR,
+            SCHEMA_PATH,
+            Reply(200, bundled_schema_text(), {"Content-Type": "application/json"}),
+        )
+        robots = {
+            "named.test": "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nAllow: /\n"
+            "Disallow: /private\nCrawl-delay: 2\n",
+            "star.test": "User-agent: Walsh\nDisallow: /\n\nUser-agent: *\nDisallow: /nope\n",
+            "versioned.test": "User-agent: *\nAllow: /\n\n"
+            "User-agent: Walsh-Research/1.0\nDisallow: /\n",
+        }
+        for host, text in robots.items():
+            o.route(host, "/robots.txt", Reply(200, text))
+        for host in ("blocked.test", "www.blocked.test", "xblocked.test", "hop.test", "links.test",
+                     "limit.test", "etag.test", "feed.test"):  # fmt: skip
+            o.route(host, "/robots.txt", Reply(200, ALLOW_ALL))
+        o.route("down.test", "/robots.txt", Reply(503, "maintenance"))
+        o.route("missing.test", "/robots.txt", Reply(404, "no robots here"))
+        page = Reply(200, f"<html>{BODY_MARKER}</html>", html)
+        pages = [("named.test", "/page"), ("named.test", "/page2"), ("named.test", "/private"),
+                 ("star.test", "/page"), ("star.test", "/nope"), ("versioned.test", "/page"),
+                 ("blocked.test", "/page"), ("blocked.test", "/landing"),
+                 ("www.blocked.test", "/page"), ("xblocked.test", "/page"),
+                 ("down.test", "/page"), ("missing.test", "/page")]  # fmt: skip
+        for host, path in pages:
+            o.route(host, path, page)
+        o.route(
+            "hop.test", "/to-blocked", Reply(302, "", {"Location": url("blocked.test", "/landing")})
+        )
+        o.route(
+            "hop.test", "/to-private", Reply(302, "", {"Location": url("named.test", "/private")})
+        )
+        o.route("links.test", "/", Reply(200, LINKS_PAGE, html))
+        for path in ("/style.css", "/app.js", "/next", "/img.png", "/frame"):
+            o.route("links.test", path, Reply(200, "sub-resource"))
+        o.route("links.test", "/llms.txt", Reply(200, LLMS, {"Content-Type": "text/plain"}))
+        o.route("limit.test", "/busy", self._busy)
+        o.route("limit.test", "/huge", Reply(429, "tomorrow", {"Retry-After": "86400"}))
+        o.route("etag.test", "/doc", self._etag)
+        o.route("feed.test", "/feed.xml", Reply(200, RSS, {"Content-Type": "application/rss+xml"}))
+        o.route("feed.test", "/guide.md", Reply(200, MARKDOWN, {"Content-Type": "text/markdown"}))
+
+    def _blocklist(self, hit: Hit) -> Reply:
+        if self.phase == 2:
+            return Reply(503, "down for maintenance")
+        if self.phase == 3:
+            invalid = {"contract": "walsh-research-blocklist/v1", "blocked": "none"}
+            return Reply(200, json.dumps(invalid), {"Content-Type": "application/json"})
+        return Reply(200, json.dumps(_blocklist()), {"Content-Type": "application/json"})
+
+    def _busy(self, hit: Hit) -> Reply:
+        self._busy_calls += 1
+        if self._busy_calls == 1:
+            return Reply(429, "slow down", {"Retry-After": "2"})
+        return Reply(200, "ok", {"Content-Type": "text/plain"})
+
+    def _etag(self, hit: Hit) -> Reply:
+        if hit.headers.get("if-none-match") == '"e1"':
+            return Reply(304, "")
+        return Reply(200, "doc", {"ETag": '"e1"', "Last-Modified": "Sat, 21 Nov 2026 00:00:00 GMT",
+                                  "Content-Type": "text/plain"})  # fmt: skip
+
+    def run1_lines(self) -> list[str]:
+        u = self.url
+        return [
+            "# Walsh-Research conformance sandbox",
+            u("named.test", "/page"), u("named.test", "/page2"), u("named.test", "/private"),
+            u("star.test", "/page"), u("star.test", "/nope"), u("versioned.test", "/page"),
+            u("blocked.test", "/page"), u("www.blocked.test", "/page"), u("xblocked.test", "/page"),
+            u("down.test", "/page"), u("missing.test", "/page"),
+            u("hop.test", "/to-blocked"), u("hop.test", "/to-private"),
+            u("links.test", "/"), u("limit.test", "/busy"), u("limit.test", "/huge"),
+            u("etag.test", "/doc"), u("feed.test", "/feed.xml"), u("feed.test", "/guide.md"),
+            u("named.test", "/page#again"), "not-a-url", "ftp://feed.test/file",
+        ]  # fmt: skip
+
+    def restart_lines(self) -> list[str]:
+        return [self.url("www.blocked.test", "/page"), self.url("etag.test", "/doc")]
+
+
+class InjectionProbe:
+    """Conformance-only extension: another component asks for a sub-resource.
+
+    On the links page's response it injects a request for the page's image
+    into the engine, as a media pipeline would. R6 must stop it.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.done = False
+        crawler.signals.connect(self.on_response, signal=signals.response_received)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> InjectionProbe:
+        return cls(crawler)
+
+    def on_response(self, response: Response, request: Request, spider: Any) -> None:
+        if self.done or not response.url.startswith("http://links.test:"):
+            return
+        self.done = True
+        assert self.crawler.engine is not None
+        self.crawler.engine.crawl(Request(response.urljoin("/img.png"), dont_filter=True))
+
+
+@dataclass
+class Run:
+    records: list[dict[str, Any]]
+    hits: list[Hit]
+    stats: dict[str, Any]
+    refused: str | None = None
+
+    def record(self, url: str) -> dict[str, Any]:
+        found = [r for r in self.records if r["url"] == url]
+        return found[0] if found else {"outcome": "missing", "rule": None}
+
+    def hits_for(self, host: str, path: str | None = None) -> list[Hit]:
+        return [h for h in self.hits if h.host == host and (path is None or h.path == path)]
+
+
+@dataclass
+class Check:
+    id: str
+    level: str  # MUST or SHOULD
+    title: str
+    passed: bool
+    measured: str
+
+
+@dataclass
+class Report:
+    checks: list[Check] = field(default_factory=list)
+    max_inflight: int = 0
+
+    @property
+    def must_pass(self) -> bool:
+        return all(c.passed for c in self.checks if c.level == "MUST")
+
+    def table(self) -> str:
+        width = max(len(c.title) for c in self.checks)
+        lines = [
+            f"{'':6} {'id':<5} {'level':<6} {'requirement':<{width}}  measured",
+            "-" * (width + 40),
+        ]
+        for c in self.checks:
+            mark = "PASS" if c.passed else "FAIL"
+            lines.append(f"[{mark}] {c.id:<5} {c.level:<6} {c.title:<{width}}  {c.measured}")
+        passed = sum(c.passed for c in self.checks)
+        musts = [c for c in self.checks if c.level == "MUST"]
+        lines.append("-" * (width + 40))
+        lines.append(
+            f"{passed}/{len(self.checks)} checks passed; "
+            f"{sum(c.passed for c in musts)}/{len(musts)} MUST. "
+            + ("Conformant." if self.must_pass else "NOT conformant.")
+        )
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checks": [c.__dict__ for c in self.checks],
+            "must_pass": self.must_pass,
+        }
+
+
+async def _crawl(
+    spidercls: type, settings: Settings, lines: list[str], work: Path, server: SandboxServer
+) -> Run:
+    list_file = work / "urls.txt"
+    list_file.write_text("\n".join(lines) + "\n")
+    crawler = Crawler(spidercls, settings)
+    records: list[dict[str, Any]] = []
+    crawler.signals.connect(
+        lambda item, **_: records.append(item), signals.item_scraped, weak=False
+    )
+    start = len(server.origin.hits)
+    try:
+        await crawler.crawl_async(list=str(list_file))
+    except WalshConfigurationError as exc:
+        return Run([], server.origin.hits[start:], {}, refused=str(exc))
+    assert crawler.stats is not None
+    return Run(records, server.origin.hits[start:], crawler.stats.get_stats())
+
+
+def _settings(base: Settings, server: SandboxServer, state: Path, **extra: Any) -> Settings:
+    settings = base.copy()
+    overrides = {
+        "WALSH_BLOCKLIST_URL": server.url(OPERATOR, BLOCKLIST_PATH),
+        "WALSH_BLOCKLIST_SCHEMA_URL": server.url(OPERATOR, SCHEMA_PATH),
+        "WALSH_BLOCKLIST_ALLOW_HTTP": True,
+        "WALSH_STATE_DIR": str(state),
+        **extra,
+    }
+    for name, value in overrides.items():
+        settings.set(name, value, priority="cmdline")
+    extensions = settings.getdict("EXTENSIONS")
+    extensions[f"{__name__}.InjectionProbe"] = 0
+    settings.set("EXTENSIONS", extensions, priority="cmdline")
+    return settings
+
+
+async def run_conformance(base: Settings, spidercls: type, work: Path | None = None) -> Report:
+    """Run the three sandbox crawls with *base* settings and judge them."""
+    work = work or Path(tempfile.mkdtemp(prefix="walsh-conformance-"))
+    state = work / "state"
+    server = SandboxServer().start()
+    scenario = Scenario(server)
+    scenario.install()
+    try:
+        first = await _crawl(
+            spidercls, _settings(base, server, state), scenario.run1_lines(), work, server
+        )
+        scenario.phase = 2  # restart: the blocklist is down
+        second = await _crawl(
+            spidercls, _settings(base, server, state, WALSH_RUN_INTERVAL=0),
+            scenario.restart_lines(), work, server,
+        )  # fmt: skip
+        scenario.phase = 3  # restart: the blocklist is schema-invalid; project cadence
+        third = await _crawl(
+            spidercls, _settings(base, server, state), scenario.restart_lines(), work, server
+        )
+    finally:
+        await maybe_deferred_to_future(server.stop())
+    report = Report(max_inflight=server.origin.max_inflight)
+    judge(report, scenario, first, second, third, server.origin.max_inflight)
+    return report
+
+
+def _gaps(hits: list[Hit]) -> dict[str, list[float]]:
+    per_host: dict[str, list[float]] = defaultdict(list)
+    for h in hits:
+        per_host[h.host].append(h.t)
+    return {host: [b - a for a, b in itertools.pairwise(ts)] for host, ts in per_host.items()}
+
+
+def _host_path(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return (parts.hostname or ""), (parts.path or "/")
+
+
+def judge(report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, max_inflight: int) -> None:
+    """Append one :class:`Check` per requirement, each with what was measured."""
+
+    def check(id_: str, level: str, title: str, fn: Callable[[], tuple[bool, str]]) -> None:
+        if r1.refused:
+            reason = r1.refused.strip().splitlines()[-1].strip()
+            report.checks.append(Check(id_, level, title, False, f"crawl refused: {reason}"))
+            return
+        try:
+            passed, measured = fn()
+        except Exception as exc:  # a check that cannot be evaluated fails, saying why
+            passed, measured = False, f"could not evaluate: {type(exc).__name__}: {exc}"
+        report.checks.append(Check(id_, level, title, bool(passed), measured))
+
+    def o(run: Run, host: str, path: str) -> str:
+        """The record's "outcome/rule" for a target."""
+        rec = run.record(s.url(host, path))
+        return f"{rec['outcome']}/{rec.get('rule') or '-'}"
+
+    def n(run: Run, host: str, path: str | None = None) -> int:
+        """How many requests the origin received for host (and path) in a run."""
+        return len(run.hits_for(host, path))
+
+    def ua(hits: list[Hit]) -> tuple[bool, str]:
+        good = sum(h.user_agent == USER_AGENT for h in hits)
+        return bool(hits) and good == len(hits), f"{good}/{len(hits)} requests"
+
+    all_hits = r1.hits + r2.hits + r3.hits
+    site_hits = [h for h in all_hits if h.host != OPERATOR]
+    targets = [h for h in site_hits if h.path not in ("/robots.txt", "/llms.txt")]
+    check("R1", "MUST", "exact User-Agent on target requests", lambda: ua(targets))
+    check(
+        "R1",
+        "MUST",
+        "exact User-Agent on robots.txt requests",
+        lambda: ua([h for h in site_hits if h.path == "/robots.txt"]),
+    )
+    check(
+        "R1",
+        "MUST",
+        "exact User-Agent on blocklist and schema requests",
+        lambda: ua([h for h in all_hits if h.host == OPERATOR]),
+    )
+    check(
+        "R1",
+        "MUST",
+        "exact User-Agent on redirect hops and retries",
+        lambda: ua(r1.hits_for("hop.test") + r1.hits_for("limit.test", "/busy")),
+    )
+
+    def robots_first() -> tuple[bool, str]:
+        hosts = {h.host for h in r1.hits if h.host != OPERATOR}
+        late = [host for host in hosts if r1.hits_for(host)[0].path != "/robots.txt"]
+        return bool(
+            hosts
+        ) and not late, f"{len(hosts) - len(late)}/{len(hosts)} hosts: robots.txt first"
+
+    check("R2", "MUST", "robots.txt fetched before any other request to a host", robots_first)
+    check(
+        "R2",
+        "MUST",
+        "disallowed paths never requested",
+        lambda: (
+            n(r1, "named.test", "/private") + n(r1, "star.test", "/nope") == 0
+            and o(r1, "named.test", "/private") == "denied/R2",
+            f"/private and /nope requested {n(r1, 'named.test', '/private')}"
+            f"+{n(r1, 'star.test', '/nope')}x; record {o(r1, 'named.test', '/private')}",
+        ),
+    )
+    check(
+        "R2a",
+        "MUST",
+        "named Walsh-Research group overrides * (allows where * disallows)",
+        lambda: (o(r1, "named.test", "/page") == "fetched/-", o(r1, "named.test", "/page")),
+    )
+    check(
+        "R2a",
+        "MUST",
+        "named group Walsh-Research/1.0 overrides * (blocks where * allows)",
+        lambda: (
+            o(r1, "versioned.test", "/page") == "denied/R2"
+            and n(r1, "versioned.test", "/page") == 0,
+            o(r1, "versioned.test", "/page"),
+        ),
+    )
+    check(
+        "R2",
+        "MUST",
+        "'User-agent: Walsh' does not claim the Walsh-Research token",
+        lambda: (o(r1, "star.test", "/page") == "fetched/-", o(r1, "star.test", "/page")),
+    )
+    check(
+        "R2",
+        "MUST",
+        "robots.txt 404: no rules apply",
+        lambda: (o(r1, "missing.test", "/page") == "fetched/-", o(r1, "missing.test", "/page")),
+    )
+    check(
+        "R2",
+        "MUST",
+        "robots.txt 503: host fully disallowed (RFC 9309 2.3.1.4)",
+        lambda: (
+            [h.path for h in r1.hits_for("down.test")] == ["/robots.txt"]
+            and o(r1, "down.test", "/page") == "denied/R2",
+            f"down.test received {[h.path for h in r1.hits_for('down.test')]}",
+        ),
+    )
+
+    def named_gap() -> tuple[bool, str]:
+        gaps = _gaps(r1.hits).get("named.test", [])
+        return bool(gaps) and min(
+            gaps
+        ) >= 2.0, f"min gap at named.test {min(gaps, default=0):.3f} s"
+
+    check("R2d", "MUST", "Crawl-delay 2 of the named group honoured", named_gap)
+    blocked = n(r1, "blocked.test") + n(r1, "www.blocked.test")
+    check(
+        "R3",
+        "MUST",
+        "operator blocklist blocks the apex (blocked.test)",
+        lambda: (o(r1, "blocked.test", "/page") == "denied/R3", o(r1, "blocked.test", "/page")),
+    )
+    check(
+        "R3a",
+        "MUST",
+        "subdomain www.blocked.test blocked by the apex entry",
+        lambda: (
+            o(r1, "www.blocked.test", "/page") == "denied/R3",
+            o(r1, "www.blocked.test", "/page"),
+        ),
+    )
+    check(
+        "R3",
+        "MUST",
+        "blocklist checked before robots: blocked hosts get no request at all",
+        lambda: (blocked == 0, f"{blocked} requests to blocked hosts, robots.txt included"),
+    )
+    check(
+        "R3",
+        "MUST",
+        "unrelated host xblocked.test not falsely blocked",
+        lambda: (o(r1, "xblocked.test", "/page") == "fetched/-", o(r1, "xblocked.test", "/page")),
+    )
+    check(
+        "R3",
+        "MUST",
+        "redirect into a blocked host denied and not followed",
+        lambda: (
+            o(r1, "hop.test", "/to-blocked") == "denied/R3"
+            and n(r1, "blocked.test", "/landing") == 0,
+            f"{o(r1, 'hop.test', '/to-blocked')}; target requested "
+            f"{n(r1, 'blocked.test', '/landing')}x",
+        ),
+    )
+    check(
+        "R2",
+        "MUST",
+        "redirect into a disallowed path denied and not followed",
+        lambda: (
+            o(r1, "hop.test", "/to-private") == "denied/R2"
+            and n(r1, "named.test", "/private") == 0,
+            o(r1, "hop.test", "/to-private"),
+        ),
+    )
+    failed = r2.stats.get("walsh/blocklist/fetch_failed", 0)
+    check(
+        "R3b",
+        "MUST",
+        "last list retained when the blocklist is down (after a restart)",
+        lambda: (
+            o(r2, "www.blocked.test", "/page") == "denied/R3"
+            and n(r2, "www.blocked.test") == 0
+            and failed >= 1,
+            f"blocklist failed {failed}x; record {o(r2, 'www.blocked.test', '/page')}",
+        ),
+    )
+    rejected = r3.stats.get("walsh/blocklist/rejected", 0)
+    check(
+        "R3c",
+        "MUST",
+        "schema-invalid blocklist rejected, prior list retained",
+        lambda: (
+            rejected >= 1 and o(r3, "www.blocked.test", "/page") == "denied/R3",
+            f"rejected {rejected}x; record {o(r3, 'www.blocked.test', '/page')}",
+        ),
+    )
+    check(
+        "R4",
+        "MUST",
+        "serial: at most one request in flight",
+        lambda: (max_inflight == 1, f"max in flight {max_inflight}"),
+    )
+
+    def min_gap() -> tuple[bool, str]:
+        gaps = [(g, host) for host, hg in _gaps(all_hits).items() for g in hg]
+        smallest, host = min(gaps)
+        return smallest >= 1.0, f"min same-host gap {smallest:.3f} s ({host}) over {len(gaps)} gaps"
+
+    check("R4", "MUST", "at least 1 s between requests to a host, as the origin saw them", min_gap)
+
+    def first_contact() -> tuple[bool, str]:
+        seen: set[str] = set()
+        waits = []
+        for prev, hit in itertools.pairwise(r1.hits):
+            seen.add(prev.host)
+            if hit.host not in seen:
+                waits.append(hit.t - prev.t)
+        worst = max(waits, default=0.0)
+        return worst < 1.0, f"longest idle before a first contact {worst:.3f} s"
+
+    check("R4c", "MUST", "first request to an unseen host not delayed", first_contact)
+
+    def retry_after() -> tuple[bool, str]:
+        busy = r1.hits_for("limit.test", "/busy")
+        if len(busy) < 2:
+            return False, f"{len(busy)} request(s) to /busy"
+        waited = busy[1].t - busy[0].t
+        fetched = o(r1, "limit.test", "/busy") == "fetched/-"
+        return waited >= 2.0 and fetched, f"retried after {waited:.3f} s (Retry-After: 2)"
+
+    check("R5", "MUST", "429 with Retry-After: 2 retried no sooner, then fetched", retry_after)
+    check(
+        "R5",
+        "MUST",
+        "Retry-After beyond the maximum: give up at once",
+        lambda: (
+            n(r1, "limit.test", "/huge") == 1 and o(r1, "limit.test", "/huge") == "failed/-",
+            f"{n(r1, 'limit.test', '/huge')} request(s); {o(r1, 'limit.test', '/huge')}",
+        ),
+    )
+
+    def in_scope() -> tuple[bool, str]:
+        lines = [x for x in s.run1_lines() + s.restart_lines() if "://" in x]
+        # the bundle's own /llms.txt probe (R9) of a host whose target answered HTML
+        probes = {(_host_path(r["url"])[0], "/llms.txt") for r in r1.records if r.get("llms_txt")}
+        allowed = {_host_path(x) for x in lines} | probes
+        allowed |= {("named.test", "/private"), ("blocked.test", "/landing")}
+        extra = [f"{h.host}{h.path}" for h in site_hits
+                 if h.path != "/robots.txt" and (h.host, h.path) not in allowed]  # fmt: skip
+        return not extra, f"{len(extra)} requests beyond the declared targets {extra[:3]}"
+
+    check("R6", "MUST", "no request beyond declared targets (no recursion)", in_scope)
+    subs = [h for h in r1.hits_for("links.test") if h.path not in ("/", "/robots.txt", "/llms.txt")]
+    denied_r6 = r1.stats.get("walsh/denied/R6", 0)
+    check(
+        "R6",
+        "MUST",
+        "no sub-resources: an injected image request is denied",
+        lambda: (
+            not subs and denied_r6 >= 1,
+            f"{len(subs)} sub-resource requests; {denied_r6} denied by R6",
+        ),
+    )
+    leaks = sum(BODY_MARKER in json.dumps(r) for r in r1.records)
+    check(
+        "R6",
+        "MUST",
+        "records carry metadata only, never the body",
+        lambda: (
+            bool(r1.records) and not leaks,
+            f"{leaks}/{len(r1.records)} records hold body text",
+        ),
+    )
+
+    def one_record_per_line() -> tuple[bool, str]:
+        lines = [x for x in s.run1_lines() if x and not x.startswith("#")]
+        counts = Counter(r["url"] for r in r1.records)
+        invalid = sum(r["outcome"] == "invalid" for r in r1.records)
+        ok = len(r1.records) == len(lines) and all(counts[x] == 1 for x in lines) and invalid == 2
+        return ok, f"{len(r1.records)} records for {len(lines)} lines; {invalid} invalid"
+
+    check(
+        "REC",
+        "MUST",
+        "exactly one record per list line; bad lines reported invalid",
+        one_record_per_line,
+    )
+    sent = [h.headers.get("if-none-match") for h in r2.hits_for("etag.test", "/doc")]
+    check(
+        "R7",
+        "SHOULD",
+        "conditional request with stored validators; 304 is not_modified",
+        lambda: (
+            sent == ['"e1"'] and o(r2, "etag.test", "/doc") == "not_modified/-",
+            f"If-None-Match sent: {sent}; record {o(r2, 'etag.test', '/doc')}",
+        ),
+    )
+    check(
+        "R7b",
+        "SHOULD",
+        "dedup by canonical URL (a #fragment line fetched once)",
+        lambda: (
+            n(r1, "named.test", "/page") == 1
+            and o(r1, "named.test", "/page#again") == "duplicate/-",
+            f"named.test/page requested {n(r1, 'named.test', '/page')}x",
+        ),
+    )
+    check(
+        "R8",
+        "SHOULD",
+        "re-run inside the cadence sends nothing to the target host",
+        lambda: (
+            n(r3, "etag.test") == 0 and o(r3, "etag.test", "/doc") == "skipped/R8",
+            f"{n(r3, 'etag.test')} requests in the re-run; {o(r3, 'etag.test', '/doc')}",
+        ),
+    )
+
+    def accept() -> tuple[bool, str]:
+        good = sum(h.headers.get("accept", "").startswith("text/markdown") for h in targets)
+        return bool(targets) and good == len(targets), f"{good}/{len(targets)} prefer text/markdown"
+
+    check("R9", "SHOULD", "content negotiation: every target request prefers text/markdown", accept)
+    md = r1.record(s.url("feed.test", "/guide.md"))
+    check(
+        "R9",
+        "SHOULD",
+        "markdown read for headings and links",
+        lambda: (
+            md.get("structured") == "markdown" and len(md.get("links", [])) == 2,
+            f"{len(md.get('headings', []))} headings, {len(md.get('links', []))} links",
+        ),
+    )
+    feed = r1.record(s.url("feed.test", "/feed.xml"))
+    check(
+        "R9",
+        "SHOULD",
+        "feed read for per-entry metadata",
+        lambda: (
+            feed.get("structured") == "feed" and len(feed.get("entries", [])) == 2,
+            f"{len(feed.get('entries', []))} entries",
+        ),
+    )
+    page = r1.record(s.url("links.test", "/"))
+    llms_links = len((page.get("llms_txt") or {}).get("links", []))
+    check(
+        "R9",
+        "MUST",
+        "HTML never parsed for content",
+        lambda: (
+            page.get("outcome") == "fetched"
+            and page.get("structured") is None
+            and "never parsed" in (page.get("note") or ""),
+            f"structured={page.get('structured')!r}",
+        ),
+    )
+    check(
+        "R9",
+        "SHOULD",
+        "llms.txt probed for an HTML-only host; link map recorded",
+        lambda: (llms_links == 1, f"llms.txt links recorded: {llms_links}"),
+    )
