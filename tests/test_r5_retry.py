@@ -172,3 +172,32 @@ async def test_without_the_r5_gate_retry_after_is_not_honoured(server, tmp_path,
     await crawl(settings, [url], tmp_path)
     first, retry = server.origin.hits_for("nr.test", "/x")
     assert retry.t - first.t < 3.0  # only pacing's 1 s, not the 3 s asked for
+
+
+def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
+    """Without Retry-After, retry n waits uniform(0, base * 2**n): spread, not a fixed step."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_walsh_research.pacing import Pacer
+    from scrapy_walsh_research.retry import RetryMiddleware
+    from scrapy_walsh_research.spiders.targets import TargetsSpider
+
+    crawler = get_crawler(
+        TargetsSpider,
+        {"WALSH_RETRY_BASE_DELAY": 1.0, "WALSH_RETRY_TIMES": 10, "WALSH_STATE_DIR": str(tmp_path)},
+    )
+    crawler.spider = None
+    mw = RetryMiddleware(crawler)
+    holds: list[float] = []
+    pacer = Pacer.for_crawler(crawler)
+    pacer.hold = lambda host, until: holds.append(until - time.monotonic())  # type: ignore[method-assign]
+    import scrapy
+
+    for attempt in (0, 2):
+        for _ in range(40):
+            request = scrapy.Request("http://j.test/x", meta={"retry_times": attempt})
+            assert mw._retry(request, "HTTP 503", None) is not None
+    first, third = holds[:40], holds[40:]
+    assert all(0 <= d <= 1.0 + 0.01 for d in first) and all(0 <= d <= 4.0 + 0.01 for d in third)
+    assert max(third) - min(third) > 1.0  # jitter spreads the waits
+    assert sum(third) / 40 > sum(first) / 40  # and they grow with the attempt
