@@ -186,7 +186,8 @@ def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
         TargetsSpider,
         {"WALSH_RETRY_BASE_DELAY": 1.0, "WALSH_RETRY_TIMES": 10, "WALSH_STATE_DIR": str(tmp_path)},
     )
-    crawler.spider = None
+    (tmp_path / "urls.txt").write_text("http://j.test/x\n")
+    crawler.spider = TargetsSpider.from_crawler(crawler, list=str(tmp_path / "urls.txt"))
     mw = RetryMiddleware(crawler)
     holds: list[float] = []
     pacer = Pacer.for_crawler(crawler)
