@@ -31,6 +31,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity import USER_AGENT
+from scrapy_walsh_research.sandbox.crawl import crawl_list
 from scrapy_walsh_research.sandbox.origin import Hit, Reply, SandboxServer
 from scrapy_walsh_research.schemas import bundled_schema_text
 
@@ -249,16 +250,9 @@ class Report:
 async def _crawl(
     spidercls: type, settings: Settings, lines: list[str], work: Path, server: SandboxServer
 ) -> Run:
-    list_file = work / "urls.txt"
-    list_file.write_text("\n".join(lines) + "\n")
-    crawler = Crawler(spidercls, settings)
-    records: list[dict[str, Any]] = []
-    crawler.signals.connect(
-        lambda item, **_: records.append(item), signals.item_scraped, weak=False
-    )
     start = len(server.origin.hits)
     try:
-        await crawler.crawl_async(list=str(list_file))
+        records, crawler = await crawl_list(spidercls, settings, lines, work)
     except WalshConfigurationError as exc:
         return Run([], server.origin.hits[start:], {}, refused=str(exc))
     assert crawler.stats is not None

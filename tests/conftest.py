@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply, SandboxServer, install_sandbox_resolver
+from scrapy_walsh_research.sandbox.crawl import crawl_list
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 BLOCKLIST_HOST = "operator.test"
@@ -94,15 +94,8 @@ async def crawl(
     tmp_path: Path,
     spidercls: type = TargetsSpider,
 ) -> CrawlResult:
-    list_file = tmp_path / "urls.txt"
-    list_file.write_text("\n".join(lines) + "\n")
-    crawler = Crawler(spidercls, settings)
-    items: list[dict[str, Any]] = []
-    crawler.signals.connect(
-        lambda item, **_: items.append(item), signal=signals.item_scraped, weak=False
-    )
     # Scrapy awaits asyncio futures: run the crawl as an asyncio task.
-    await deferred_from_coro(crawler.crawl_async(list=str(list_file)))
+    items, crawler = await deferred_from_coro(crawl_list(spidercls, settings, lines, tmp_path))
     return CrawlResult(items, crawler.stats.get_stats(), crawler)
 
 
