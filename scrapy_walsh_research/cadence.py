@@ -38,6 +38,9 @@ class CadenceMiddleware:
         self.stats = crawler.stats
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", 86400.0)
         self.store = state_for(crawler)
+        # Last fetch per target, read once from the store: the frontier asks
+        # on every scheduling decision, and this middleware is the only writer.
+        self._last: dict[str, float | None] = {}
         Pacer.for_crawler(crawler).add_denial_check(lambda r: self._due_at(r) is not None)
 
     @classmethod
@@ -51,7 +54,10 @@ class CadenceMiddleware:
         """(last fetch, due time) when the target is not due yet, else None."""
         if self.interval <= 0 or not is_target(request) or not self._first_attempt(request):
             return None
-        last = self.store.get(STATE_NAMESPACE, target_key(request))
+        key = target_key(request)
+        if key not in self._last:
+            self._last[key] = self.store.get(STATE_NAMESPACE, key)
+        last = self._last[key]
         if last is None or time.time() - last >= self.interval:
             return None
         return last, last + self.interval
@@ -69,5 +75,7 @@ class CadenceMiddleware:
 
     def process_response(self, request: Request, response: Response) -> Response:
         if is_target(request) and (200 <= response.status < 300 or response.status == 304):
-            self.store.put(STATE_NAMESPACE, target_key(request), time.time())
+            key, now = target_key(request), time.time()
+            self.store.put(STATE_NAMESPACE, key, now)
+            self._last[key] = now
         return response

@@ -79,11 +79,6 @@ class RobotsTxtMiddleware:
             return  # robots.txt itself, the blocklist and its schema
         entry = await self.entry_for(request.url)
         policy = entry.policy
-        request.meta["walsh_robots"] = {
-            "group": policy.group,
-            "crawl_delay": policy.crawl_delay,
-            "request_rate_interval": policy.request_rate_interval,
-        }
         if policy.allows(request.url):
             return
         reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
@@ -94,11 +89,6 @@ class RobotsTxtMiddleware:
             return False
         entry = self._cache.get(origin_of(request.url))
         return bool(entry and time.time() < entry.expires and not entry.policy.allows(request.url))
-
-    def policy_for_origin(self, origin: str) -> RobotsPolicy | None:
-        """The cached policy of *origin*, for pacing (Crawl-delay, Request-rate)."""
-        entry = self._cache.get(origin)
-        return entry.policy if entry else None
 
     async def entry_for(self, url: str) -> RobotsEntry:
         origin = origin_of(url)

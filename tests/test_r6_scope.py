@@ -82,31 +82,32 @@ async def test_without_the_scope_guards_the_links_are_followed(server, tmp_path,
     assert {"/next", "/img.png"} <= {h.path for h in server.origin.hits_for("site.test")}
 
 
+class InjectingExtension:
+    """Another component that asks the engine for a sub-resource of the page."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        self.injected: list[scrapy.Request] = []
+        crawler.signals.connect(self.on_response, signal=signals.response_received)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> InjectingExtension:
+        return cls(crawler)
+
+    def on_response(self, response: Any, request: Any, spider: Any) -> None:
+        if not self.injected and response.url.endswith("/"):
+            self.injected.append(scrapy.Request(response.urljoin("/next"), dont_filter=True))
+            self.crawler.engine.crawl(self.injected[0])
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_request_injected_by_another_component_is_denied(server, tmp_path):
     url = linky_site(server)
-    settings = base_settings(server, tmp_path / "s")
-    injected: list[scrapy.Request] = []
-
-    def inject(response: Any, request: Any, spider: Any) -> None:
-        if not injected:
-            injected.append(scrapy.Request(server.url("site.test", "/next"), dont_filter=True))
-            spider.crawler.engine.crawl(injected[0])
-
-    from scrapy.crawler import Crawler
-
-    original_init = Crawler.__init__
-
-    def hooked(self: Crawler, *a: Any, **kw: Any) -> None:
-        original_init(self, *a, **kw)
-        self.signals.connect(inject, signal=signals.response_received, weak=False)
-
-    Crawler.__init__ = hooked  # type: ignore[method-assign]
-    try:
-        res = await crawl(settings, [url], tmp_path)
-    finally:
-        Crawler.__init__ = original_init  # type: ignore[method-assign]
-    assert injected
+    settings = base_settings(
+        server, tmp_path / "s", EXTENSIONS={f"{__name__}.InjectingExtension": 0}
+    )
+    res = await crawl(settings, [url], tmp_path)
+    assert res.crawler.get_extension(InjectingExtension).injected
     assert_only_declared(server)
     assert res.stats["walsh/denied/R6"] == 1
 
