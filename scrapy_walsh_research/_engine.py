@@ -11,7 +11,7 @@ frontier falls back to the heartbeat: slower, never less polite; and
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -35,3 +35,14 @@ def wake_engine(crawler: Crawler) -> bool:
         return False
     nextcall.schedule()
     return True
+
+
+def scheduler_of(crawler: Crawler) -> Any:
+    """The engine's scheduler instance, or None before the engine has one.
+
+    Also private (``engine._slot.scheduler``); used only to pace how fast a
+    worker takes lines from a shared feed, where a miss costs balance, not
+    politeness.
+    """
+    engine = getattr(crawler, "_engine", None)
+    return getattr(getattr(engine, "_slot", None), "scheduler", None)

@@ -164,7 +164,7 @@ class BlocklistMiddleware:
         self._next_check = 0.0
         self._pending: Deferred[None] | None = None
         self.store = state_for(crawler)
-        self._restore()
+        self._restored = False
         Pacer.for_crawler(crawler).add_denial_check(
             lambda r: (
                 internal_purpose(r) not in (BLOCKLIST, SCHEMA)
@@ -198,12 +198,20 @@ class BlocklistMiddleware:
     # -- refresh ------------------------------------------------------------
 
     async def ensure_fresh(self) -> None:
-        if time.time() < self._next_check:
+        if self._restored and time.time() < self._next_check:
             return
         if self._pending is None:
             self._pending = Deferred()
             try:
-                await self.refresh()
+                if not self._restored:
+                    # Every run starts from the list adopted before (by an
+                    # earlier run or another worker); it is fetched again
+                    # once its refresh duration has passed (spec: cache it
+                    # for the contract's refresh duration).
+                    await self._restore()
+                    self._restored = True
+                if time.time() >= self._next_check:
+                    await self.refresh()
             finally:
                 pending, self._pending = self._pending, None
                 pending.callback(None)
@@ -226,7 +234,7 @@ class BlocklistMiddleware:
         except Exception as exc:
             self._failed(exc)
             return
-        self._adopt(Adopted(self.url, document, time.time()), persist=True)
+        await self._adopt(Adopted(self.url, document, time.time()), persist=True)
         self.stats.inc_value("walsh/blocklist/adopted")
         logger.info(
             "Blocklist adopted from %(url)s: %(n)d entries (schema: %(schema)s)",
@@ -260,14 +268,14 @@ class BlocklistMiddleware:
                 {"url": self.url, "exc": exc, "n": len(self.extra), "d": self.retry_delay},
             )
 
-    def _adopt(self, adopted: Adopted, *, persist: bool) -> None:
+    async def _adopt(self, adopted: Adopted, *, persist: bool) -> None:
         self.adopted = adopted
         self.domains = DomainSet.from_entries(
             list(adopted.document.get("blocked", [])), source=adopted.url
         ).union(self.extra)
         self.stats.set_value("walsh/blocklist/entries", len(self.domains))
         if persist:
-            self.store.put(
+            await self.store.put(
                 STATE_NAMESPACE,
                 STATE_KEY,
                 {
@@ -280,11 +288,12 @@ class BlocklistMiddleware:
         # A list persisted from another URL is kept but re-fetched at once.
         self._next_check = due if adopted.url == self.url else 0.0
 
-    def _restore(self) -> None:
-        saved = self.store.get(STATE_NAMESPACE, STATE_KEY)
+    async def _restore(self) -> None:
+        """The list adopted by an earlier run (or another process), before any request."""
+        saved = await self.store.get(STATE_NAMESPACE, STATE_KEY)
         if not saved:
             return
-        self._adopt(
+        await self._adopt(
             Adopted(saved["url"], saved["document"], float(saved["fetched_at"])), persist=False
         )
         logger.info(

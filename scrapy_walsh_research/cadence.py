@@ -39,9 +39,12 @@ class CadenceMiddleware:
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", 86400.0)
         self.store = state_for(crawler)
         # Last fetch per target, read once from the store: the frontier asks
-        # on every scheduling decision, and this middleware is the only writer.
+        # on every scheduling decision (from this cache only, no I/O), and
+        # this middleware is the only writer.
         self._last: dict[str, float | None] = {}
-        Pacer.for_crawler(crawler).add_denial_check(lambda r: self._due_at(r) is not None)
+        pacer = Pacer.for_crawler(crawler)
+        pacer.add_denial_check(lambda r: self._due_at(r) is not None)
+        pacer.add_warmer(self._load)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -54,15 +57,20 @@ class CadenceMiddleware:
         """(last fetch, due time) when the target is not due yet, else None."""
         if self.interval <= 0 or not is_target(request) or not self._first_attempt(request):
             return None
-        key = target_key(request)
-        if key not in self._last:
-            self._last[key] = self.store.get(STATE_NAMESPACE, key)
-        last = self._last[key]
+        last = self._last.get(target_key(request))
         if last is None or time.time() - last >= self.interval:
             return None
         return last, last + self.interval
 
-    def process_request(self, request: Request) -> None:
+    async def _load(self, request: Request) -> None:
+        if self.interval > 0 and is_target(request):
+            key = target_key(request)
+            if key not in self._last:
+                last = await self.store.get(STATE_NAMESPACE, key)
+                self._last.setdefault(key, last)
+
+    async def process_request(self, request: Request) -> None:
+        await self._load(request)
         due = self._due_at(request)
         if due is None:
             return
@@ -73,9 +81,9 @@ class CadenceMiddleware:
         )
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
-    def process_response(self, request: Request, response: Response) -> Response:
+    async def process_response(self, request: Request, response: Response) -> Response:
         if is_target(request) and (200 <= response.status < 300 or response.status == 304):
             key, now = target_key(request), time.time()
-            self.store.put(STATE_NAMESPACE, key, now)
+            await self.store.put(STATE_NAMESPACE, key, now)
             self._last[key] = now
         return response

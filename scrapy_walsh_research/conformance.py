@@ -56,6 +56,15 @@ RSS = f"""<?xml version="1.0"?><rss version="2.0"><channel><title>Sandbox news</
 <item><guid>n2</guid><title>Two</title><link>/n2</link></item></channel></rss>"""
 
 
+BLOCKLIST_REFRESH_S = 1.0
+
+
+async def _sleep(seconds: float) -> None:
+    from twisted.internet import reactor, task
+
+    await maybe_deferred_to_future(task.deferLater(reactor, seconds, lambda: None))
+
+
 def _blocklist(refresh: str = "PT1S") -> dict[str, Any]:
     return {
         "contract": "walsh-research-blocklist/v1",
@@ -288,11 +297,15 @@ async def run_conformance(base: Settings, spidercls: type, work: Path | None = N
             spidercls, _settings(base, server, state), scenario.run1_lines(), work, server
         )
         scenario.phase = 2  # restart: the blocklist is down
+        # Restart once the adopted list is due (its refresh is PT1S), so the
+        # restarted run must fetch it and meet the outage.
+        await _sleep(BLOCKLIST_REFRESH_S + 0.1)
         second = await _crawl(
             spidercls, _settings(base, server, state, WALSH_RUN_INTERVAL=0),
             scenario.restart_lines(), work, server,
         )  # fmt: skip
         scenario.phase = 3  # restart: the blocklist is schema-invalid; project cadence
+        await _sleep(BLOCKLIST_REFRESH_S + 0.1)
         third = await _crawl(
             spidercls, _settings(base, server, state), scenario.restart_lines(), work, server
         )

@@ -63,6 +63,11 @@ class FrontierScheduler:
     def has_pending_requests(self) -> bool:
         return self._size > 0
 
+    def has_ready_request(self) -> bool:
+        """Whether a queued request's host is ready now (no I/O)."""
+        top = self._top()
+        return top is not None and top[0] <= time.monotonic()
+
     def enqueue_request(self, request: Request) -> bool:
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.crawler.spider)
@@ -71,6 +76,8 @@ class FrontierScheduler:
         queue = self._queues.get(host)
         if queue is None:
             queue = self._queues[host] = deque()
+        if not request.meta.get(REQUEUED_META):
+            self.pacer.warm(request)
         if not queue:
             self._push(host, self.pacer.ready_at(host))
         if request.meta.pop(REQUEUED_META, False):

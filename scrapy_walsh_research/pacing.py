@@ -19,19 +19,18 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task
 
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import is_direct
-from scrapy_walsh_research.preflight import check_configuration
-from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.state.hostclock import HostClock, PersistentHostClock
+from scrapy_walsh_research.preflight import check_configuration, uses_frontier
+from scrapy_walsh_research.state import clock_for
 from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from scrapy import Request
     from scrapy.crawler import Crawler
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from scrapy_walsh_research.robotstxt import RobotsPolicy
+    from scrapy_walsh_research.state.hostclock import HostClock
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +62,16 @@ class Pacer:
                 "per host. Set WALSH_MIN_DELAY to 1.0 or more."
             )
         self.max_crawl_delay = settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY)
-        self.clock: HostClock = clock or PersistentHostClock(state_for(crawler))
+        self.clock: HostClock = clock or clock_for(crawler)
         self._robots_interval: dict[str, float] = {}
         self._crawl_delay: dict[str, float] = {}
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
         self._denial_checks: list[Callable[[Request], bool]] = [
             lambda r: self.crawl_delay_too_long(url_host(r.url)) is not None
+        ]
+        self._warmers: list[Callable[[Request], Awaitable[None]]] = [
+            lambda r: self.clock.warm(url_host(r.url))
         ]
 
     @classmethod
@@ -81,6 +84,19 @@ class Pacer:
     def add_denial_check(self, check: Callable[[Request], bool]) -> None:
         """Register a gate's cheap, cached-state-only "would deny" test."""
         self._denial_checks.append(check)
+
+    def add_warmer(self, warm: Callable[[Request], Awaitable[None]]) -> None:
+        """Register a gate's loader of the stored state *request* will need."""
+        self._warmers.append(warm)
+
+    def warm(self, request: Request) -> None:
+        """Load stored state for a newly queued request in the background, so
+        the scheduler's synchronous checks find it cached (no I/O there)."""
+        for warmer in self._warmers:
+            d = deferred_from_coro(warmer(request))
+            d.addErrback(
+                lambda f: logger.debug("state preload failed: %(f)s", {"f": f.getErrorMessage()})
+            )
 
     def will_be_denied(self, request: Request) -> bool:
         """True when a gate will deny *request* without sending anything: it
@@ -103,14 +119,14 @@ class Pacer:
     def ready_at(self, host: str) -> float:
         return self.clock.ready_at(host, self.interval(host))
 
-    def reserve(self, host: str, now: float) -> float:
-        return self.clock.reserve(host, now, self.interval(host))
+    async def reserve(self, host: str, now: float) -> float:
+        return await self.clock.reserve(host, now, self.interval(host))
 
-    def commit(self, host: str, at: float) -> None:
-        self.clock.commit(host, at)
+    async def commit(self, host: str, at: float) -> None:
+        await self.clock.commit(host, at, self.interval(host))
 
-    def hold(self, host: str, until: float) -> None:
-        self.clock.hold(host, until)
+    async def hold(self, host: str, until: float) -> None:
+        await self.clock.hold(host, until)
 
     def note_duration(self, seconds: float) -> None:
         if self.mean_duration is None:
@@ -126,6 +142,10 @@ class PacingMiddleware:
         self.crawler = crawler
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
+        # Only the frontier keeps a handed-back request out of the way until
+        # its host is ready; another scheduler (scrapy-redis's) would hand it
+        # straight back, so with one the gate waits in place.
+        self.requeue = uses_frontier(crawler.settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -145,12 +165,12 @@ class PacingMiddleware:
 
         while True:
             now = time.monotonic()
-            wait = self.pacer.reserve(host, now)
+            wait = await self.pacer.reserve(host, now)
             if wait <= 0:
                 request.meta[RESERVED_META] = now
                 request.meta.pop(WIRE_TIME_META, None)
                 return None
-            if not is_direct(request):
+            if self.requeue and not is_direct(request):
                 # Give the only download slot back: the frontier holds this
                 # request until its host is ready and serves other hosts now.
                 self.stats.inc_value("walsh/pacing/requeued")
@@ -159,17 +179,18 @@ class PacingMiddleware:
                 return requeued
             # The bundle's own requests (robots.txt) come from inside another
             # request's middleware chain and cannot be requeued: wait here.
+            # So does every request when the scheduler is not the frontier.
             self.stats.inc_value("walsh/pacing/waited")
             await maybe_deferred_to_future(task.deferLater(reactor, wait, lambda: None))
 
-    def process_response(self, request: Request, response: Response) -> Response:
-        self._commit(request)
+    async def process_response(self, request: Request, response: Response) -> Response:
+        await self._commit(request)
         return response
 
-    def process_exception(self, request: Request, exception: Exception) -> None:
-        self._commit(request)
+    async def process_exception(self, request: Request, exception: Exception) -> None:
+        await self._commit(request)
 
-    def _commit(self, request: Request) -> None:
+    async def _commit(self, request: Request) -> None:
         if RESERVED_META not in request.meta:
             return
         host = url_host(request.url)
@@ -177,6 +198,6 @@ class PacingMiddleware:
         wire = request.meta.get(WIRE_TIME_META)
         # Without a wire stamp (another download handler), the response time
         # is a safe upper bound of when the origin saw the request.
-        self.pacer.commit(host, wire if wire is not None else time.monotonic())
+        await self.pacer.commit(host, wire if wire is not None else time.monotonic())
         if wire is None:
             self.stats.inc_value("walsh/pacing/no_wire_time")

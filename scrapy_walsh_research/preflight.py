@@ -68,6 +68,13 @@ def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
     return out
 
 
+def uses_frontier(settings: BaseSettings) -> bool:
+    """Whether the scheduler is the per-host frontier (it can take a paced request back)."""
+    scheduler = settings["SCHEDULER"]
+    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
+    return isinstance(cls, type) and issubclass(cls, load_object(FRONTIER))
+
+
 def _name(cls: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -147,10 +154,42 @@ def problems(settings: BaseSettings) -> list[str]:
             f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
             "requests. Set CONCURRENT_REQUESTS=1."
         )
+    found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(
             f"REDIRECT_MAX_TIMES={settings.getint('REDIRECT_MAX_TIMES')}: at most 5 redirect "
             "hops are followed. Set REDIRECT_MAX_TIMES=5 or lower."
+        )
+    return found
+
+
+ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+SCRAPY_REDIS_SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+
+
+def _redis_problems(settings: BaseSettings) -> list[str]:
+    found: list[str] = []
+    url = settings.get("WALSH_REDIS_URL")
+    if not url:
+        return found
+    try:
+        import redis.asyncio  # noqa: F401
+    except ImportError:
+        found.append(
+            "WALSH_REDIS_URL is set but the redis package is missing: "
+            "pip install 'scrapy-walsh-research[redis]'."
+        )
+    if settings.get("TWISTED_REACTOR") != ASYNCIO_REACTOR:
+        found.append(
+            f"WALSH_REDIS_URL needs the asyncio reactor (Redis is reached with redis.asyncio, "
+            f"never blocking the reactor): set TWISTED_REACTOR={ASYNCIO_REACTOR!r}."
+        )
+    if settings.get("SCHEDULER") == SCRAPY_REDIS_SCHEDULER and not settings.getbool(
+        "SCHEDULER_PERSIST"
+    ):
+        found.append(
+            "SCHEDULER is scrapy-redis's, with SCHEDULER_PERSIST=False: the first process to "
+            "finish would clear the queue the others still work from. Set SCHEDULER_PERSIST=True."
         )
     return found
 
@@ -164,10 +203,10 @@ def advice(settings: BaseSettings) -> list[str]:
             "jitter) on top of Walsh pacing, which already spaces requests per host: set "
             "DOWNLOAD_DELAY=0 and AUTOTHROTTLE_ENABLED=False for full speed."
         )
-    if load_object(settings["SCHEDULER"]) is not load_object(FRONTIER):
+    if not uses_frontier(settings):
         found.append(
             f"SCHEDULER is {settings['SCHEDULER']}: pacing still holds, but without {FRONTIER} "
-            "the single download slot can wait on one host while another is ready."
+            "the single download slot waits on a busy host while another is ready."
         )
     handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
     for scheme in ("http", "https"):

@@ -85,7 +85,7 @@ class RetryMiddleware:
         check_configuration(crawler)
         return cls(crawler)
 
-    def process_response(self, request: Request, response: Response) -> Request | Response:
+    async def process_response(self, request: Request, response: Response) -> Request | Response:
         status = response.status
         if request.meta.get("dont_retry") or status not in RATE_LIMIT_CODES | TRANSIENT_CODES:
             return response
@@ -98,16 +98,18 @@ class RetryMiddleware:
                     f"WALSH_RETRY_MAX_DELAY ({self.max_delay:.0f} s): gave up"
                 )
                 return self._give_up(request, response, reason)
-        return self._retry(request, f"HTTP {status}", retry_after) or self._give_up(
+        return await self._retry(request, f"HTTP {status}", retry_after) or self._give_up(
             request, response, f"HTTP {status} after {self.max_times} retries: gave up"
         )
 
-    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+    async def process_exception(self, request: Request, exception: Exception) -> Request | None:
         if request.meta.get("dont_retry") or not isinstance(exception, self.exceptions):
             return None
-        return self._retry(request, type(exception).__name__, None)
+        return await self._retry(request, type(exception).__name__, None)
 
-    def _retry(self, request: Request, reason: str, retry_after: float | None) -> Request | None:
+    async def _retry(
+        self, request: Request, reason: str, retry_after: float | None
+    ) -> Request | None:
         attempt = request.meta.get("retry_times", 0)
         if attempt >= self.max_times:
             return None
@@ -128,7 +130,7 @@ class RetryMiddleware:
         if retry is None:
             return None
         host = url_host(request.url)
-        self.pacer.hold(host, time.monotonic() + delay)
+        await self.pacer.hold(host, time.monotonic() + delay)
         logger.info(
             "R5: %(reason)s on %(url)s; holding %(host)s for %(delay).2f s (%(source)s)",
             {"reason": reason, "url": request.url, "host": host, "delay": delay, "source": source},

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STATE_NAMESPACE = "robots"
+#: the latest 2xx/4xx answer per origin, reused until WALSH_ROBOTS_TTL by every
+#: run and every worker (RFC 9309 §2.4 allows caching up to 24 h)
+FRESH_NAMESPACE = "robots_fresh"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
 
 
@@ -100,13 +103,28 @@ class RobotsTxtMiddleware:
             return await maybe_deferred_to_future(pending)
         pending = self._pending[origin] = Deferred()
         try:
-            entry = await self._fetch(origin, entry)
+            entry = await self._stored_fresh(origin) or await self._fetch(origin, entry)
         finally:
             del self._pending[origin]
         self._cache[origin] = entry
         self.pacer.note_robots(url_host(url), entry.policy)
         pending.callback(entry)
         return entry
+
+    async def _stored_fresh(self, origin: str) -> RobotsEntry | None:
+        """A copy fetched within the TTL by an earlier run or another worker."""
+        saved = await self.store.get(FRESH_NAMESPACE, origin)
+        if not saved:
+            return None
+        fetched_at, status = float(saved["fetched_at"]), int(saved["status"])
+        if not fetched_at <= time.time() < fetched_at + self.ttl:
+            return None
+        self.stats.inc_value("walsh/robots/stored_copy")
+        if saved.get("text") is not None:
+            policy = RobotsPolicy.parse(saved["text"], PRODUCT_TOKEN)
+        else:
+            policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
+        return RobotsEntry(policy, fetched_at + self.ttl, status)
 
     async def _fetch(self, origin: str, previous: RobotsEntry | None) -> RobotsEntry:
         url = f"{origin}/robots.txt"
@@ -117,7 +135,9 @@ class RobotsTxtMiddleware:
                 self.crawler, url, ROBOTS, max_bytes=MAX_ROBOTS_BYTES + 1
             )
         except Exception as exc:
-            return self._unreachable(origin, previous, None, f"robots.txt fetch failed: {exc}")
+            return await self._unreachable(
+                origin, previous, None, f"robots.txt fetch failed: {exc}"
+            )
         status = response.status
         self.stats.inc_value(f"walsh/robots/status/{status}")
         now = time.time()
@@ -129,14 +149,18 @@ class RobotsTxtMiddleware:
                     "robots.txt at %(url)s exceeds 500 KiB; parsed the first 500 KiB only",
                     {"url": url},
                 )
-            self.store.put(STATE_NAMESPACE, origin, {"text": text, "fetched_at": now})
+            saved = {"text": text, "fetched_at": now}
+            await self.store.put(STATE_NAMESPACE, origin, saved)
+            await self.store.put(FRESH_NAMESPACE, origin, {**saved, "status": status})
             return RobotsEntry(RobotsPolicy.parse(text, PRODUCT_TOKEN), now + self.ttl, status)
         if 400 <= status < 500 and status != 429:
+            fresh = {"text": None, "fetched_at": now, "status": status}
+            await self.store.put(FRESH_NAMESPACE, origin, fresh)
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
             return RobotsEntry(policy, now + self.ttl, status)
-        return self._unreachable(origin, previous, status, f"robots.txt answered {status}")
+        return await self._unreachable(origin, previous, status, f"robots.txt answered {status}")
 
-    def _unreachable(
+    async def _unreachable(
         self, origin: str, previous: RobotsEntry | None, status: int | None, why: str
     ) -> RobotsEntry:
         """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good copy exists."""
@@ -144,7 +168,7 @@ class RobotsTxtMiddleware:
         failures = (previous.failures if previous else 0) + 1
         delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
         now = time.time()
-        saved = self.store.get(STATE_NAMESPACE, origin)
+        saved = await self.store.get(STATE_NAMESPACE, origin)
         if saved and now - float(saved["fetched_at"]) < LAST_GOOD_MAX_AGE:
             age_h = (now - float(saved["fetched_at"])) / 3600
             logger.warning(

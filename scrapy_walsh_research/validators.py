@@ -37,10 +37,10 @@ class ConditionalRequestMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
 
-    def process_request(self, request: Request) -> None:
+    async def process_request(self, request: Request) -> None:
         if not is_target(request):
             return
-        saved = self.store.get(STATE_NAMESPACE, canonical_url(request.url))
+        saved = await self.store.get(STATE_NAMESPACE, canonical_url(request.url))
         if not saved:
             return
         if saved.get("etag"):
@@ -49,7 +49,7 @@ class ConditionalRequestMiddleware:
             request.headers.setdefault(b"If-Modified-Since", saved["last_modified"])
         self.stats.inc_value("walsh/validators/conditional")
 
-    def process_response(self, request: Request, response: Response) -> Response:
+    async def process_response(self, request: Request, response: Response) -> Response:
         if not is_target(request):
             return response
         if response.status == 304:
@@ -59,7 +59,7 @@ class ConditionalRequestMiddleware:
             modified = response.headers.get(b"Last-Modified")
             key = canonical_url(response.url)
             if etag or modified:
-                self.store.put(
+                await self.store.put(
                     STATE_NAMESPACE,
                     key,
                     {
@@ -69,5 +69,5 @@ class ConditionalRequestMiddleware:
                 )
                 self.stats.inc_value("walsh/validators/stored")
             else:
-                self.store.delete(STATE_NAMESPACE, key)
+                await self.store.delete(STATE_NAMESPACE, key)
         return response

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
@@ -120,3 +121,48 @@ def gaps(hits: list[Any]) -> list[float]:
     """Seconds between consecutive arrivals, as the origin saw them."""
     times = sorted(h.t for h in hits)
     return [b - a for a, b in itertools.pairwise(times)]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real redis-server for the session; tests keep apart by key prefix."""
+    from tests.redis_server import RedisServer
+
+    srv = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield srv
+    srv.kill()
+
+
+_prefixes = itertools.count()
+
+
+def redis_settings(redis_server: Any, **overrides: Any) -> dict[str, Any]:
+    """Settings that put every piece of politeness state in the test's own Redis keys."""
+    settings = {
+        "WALSH_REDIS_URL": redis_server.url,
+        "WALSH_REDIS_PREFIX": f"t{next(_prefixes)}-{id(redis_server)}",
+    }
+    settings.update(overrides)
+    return settings
+
+
+async def crawl_feed(
+    settings: dict[str, Any], key: str, spidercls: type = TargetsSpider
+) -> CrawlResult:
+    """A worker: the targets spider reading its lines from the Redis feed *key*."""
+    crawler = Crawler(spidercls, settings)
+    records: list[dict[str, Any]] = []
+    crawler.signals.connect(
+        lambda item, **_: records.append(item), signal=signals.item_scraped, weak=False
+    )
+    await crawler.crawl_async(redis_key=key)
+    return CrawlResult(records, crawler.stats.get_stats(), crawler)
+
+
+async def crawl_task(
+    settings: dict[str, Any], lines: list[str], work: Path, spidercls: type = TargetsSpider
+) -> CrawlResult:
+    """:func:`crawl` as an asyncio coroutine, to run beside other workers."""
+    work.mkdir(parents=True, exist_ok=True)
+    items, crawler = await crawl_list(spidercls, settings, lines, work)
+    return CrawlResult(items, crawler.stats.get_stats(), crawler)

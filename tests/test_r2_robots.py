@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -331,9 +332,38 @@ async def test_the_last_good_copy_is_used_when_robots_becomes_unreachable(server
     )
     await crawl(base_settings(server, state), urls, tmp_path)
     server.origin.route("lg.test", "/robots.txt", Reply(503, "down"))
+    age_stored_robots(state, 2 * 86400)  # two days later: the stored copy is stale
     res = await crawl(base_settings(server, state), urls, tmp_path)
     assert results(res) == [("fetched", None), ("denied", "R2")]
     assert res.stats["walsh/robots/last_good_used"] == 1
+    assert [h.path for h in server.origin.hits_for("lg.test")].count("/robots.txt") == 2
+
+
+def age_stored_robots(state: Path, seconds: float) -> None:
+    """Make every stored robots.txt copy *seconds* older, as if time had passed."""
+    db = sqlite3.connect(state / "state.sqlite3")
+    with db:
+        for ns in ("robots", "robots_fresh"):
+            db.execute(
+                "UPDATE kv SET value = json_set(value, '$.fetched_at',"
+                " json_extract(value, '$.fetched_at') - ?) WHERE namespace = ?",
+                (seconds, ns),
+            )
+    db.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stored_robots_copy_is_reused_within_its_ttl_and_refetched_after(server, tmp_path):
+    state = tmp_path / "s"
+    urls = site(server, "ttl.test", Reply(200, "User-agent: *\nDisallow: /private\n"), "/public")
+    await crawl(base_settings(server, state), urls, tmp_path)
+    await crawl(base_settings(server, state), urls, tmp_path)
+    robots = lambda: [h.path for h in server.origin.hits_for("ttl.test")].count("/robots.txt")  # noqa: E731
+    assert robots() == 1  # the second run used the copy from the first
+    age_stored_robots(state, 86400 + 1)
+    res = await crawl(base_settings(server, state), urls, tmp_path)
+    assert robots() == 2  # past WALSH_ROBOTS_TTL (24 h): fetched again
+    assert results(res) == [("fetched", None)]
 
 
 @pytest_twisted.ensureDeferred

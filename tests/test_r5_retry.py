@@ -174,7 +174,8 @@ async def test_without_the_r5_gate_retry_after_is_not_honoured(server, tmp_path,
     assert retry.t - first.t < 3.0  # only pacing's 1 s, not the 3 s asked for
 
 
-def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
+@pytest_twisted.ensureDeferred
+async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     """Without Retry-After, retry n waits uniform(0, base * 2**n): spread, not a fixed step."""
     from scrapy.utils.test import get_crawler
 
@@ -191,13 +192,17 @@ def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     mw = RetryMiddleware(crawler)
     holds: list[float] = []
     pacer = Pacer.for_crawler(crawler)
-    pacer.hold = lambda host, until: holds.append(until - time.monotonic())  # type: ignore[method-assign]
+
+    async def record_hold(host: str, until: float) -> None:
+        holds.append(until - time.monotonic())
+
+    pacer.hold = record_hold  # type: ignore[method-assign]
     import scrapy
 
     for attempt in (0, 2):
         for _ in range(40):
             request = scrapy.Request("http://j.test/x", meta={"retry_times": attempt})
-            assert mw._retry(request, "HTTP 503", None) is not None
+            assert await mw._retry(request, "HTTP 503", None) is not None
     first, third = holds[:40], holds[40:]
     assert all(0 <= d <= 1.0 + 0.01 for d in first) and all(0 <= d <= 4.0 + 0.01 for d in third)
     assert max(third) - min(third) > 1.0  # jitter spreads the waits

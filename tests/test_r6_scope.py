@@ -37,8 +37,9 @@ def linky_site(server: Any) -> str:
 class FollowingSpider(TargetsSpider):
     """A spider that does what spiders usually do: follow every link and asset."""
 
-    def parse_target(self, response: Any) -> Any:
-        yield from super().parse_target(response)
+    async def parse_target(self, response: Any) -> Any:
+        async for out in super().parse_target(response):
+            yield out
         for sel in response.css(
             "a::attr(href), img::attr(src), script::attr(src), link::attr(href), iframe::attr(src)"
         ):

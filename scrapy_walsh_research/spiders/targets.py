@@ -1,11 +1,15 @@
 """The ``targets`` spider: fetch a declared list, one record per line.
 
-``scrapy crawl targets -a list=urls.txt``. Blank lines and ``#`` comments are
-skipped; every other line yields exactly one record, whatever happens to it.
+``scrapy crawl targets -a list=urls.txt``, or, with ``WALSH_REDIS_URL``, any
+number of workers running ``scrapy crawl targets -a redis_key=targets`` on a
+list pushed by ``scrapy walsh-enqueue urls.txt``. Blank lines and ``#``
+comments are skipped; every other line yields exactly one record, whatever
+happens to it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 import scrapy
 from scrapy.spidermiddlewares.httperror import HttpError
 
+from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.feed import list_lines
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META
 from scrapy_walsh_research.records import new_record, now_iso, response_metadata
 from scrapy_walsh_research.retry import GAVE_UP_META
@@ -28,11 +34,14 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
     from typing_extensions import Self
 
+    from scrapy_walsh_research.feed import RedisFeed
     from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
 
 SEEN_NAMESPACE = "seen"
+#: how often a worker fed through Redis looks whether it has room for a line
+FEED_POLL_S = 0.02
 LLMS_RECORD_META = "walsh_llms_record"
 
 
@@ -42,16 +51,21 @@ class TargetsSpider(scrapy.Spider):
     probe_llms: bool
     only_new: bool
 
-    def __init__(self, list: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, list: str | None = None, redis_key: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        if not list:
+        if bool(list) == bool(redis_key):
             raise ValueError(
-                "the targets spider needs a URL list: scrapy crawl targets -a list=FILE"
+                "the targets spider needs one URL list: scrapy crawl targets -a list=FILE, "
+                "or -a redis_key=KEY (with WALSH_REDIS_URL) for a list fed through Redis"
             )
-        self.list_path = Path(list)
-        if not self.list_path.is_file():
+        self.list_path = Path(list) if list else None
+        self.redis_key = redis_key
+        if self.list_path is not None and not self.list_path.is_file():
             raise ValueError(f"URL list {str(self.list_path)!r} does not exist or is not a file")
         self._llms_probed: dict[str, int] = {}
+        self._feed: RedisFeed | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
@@ -59,52 +73,92 @@ class TargetsSpider(scrapy.Spider):
         spider.store = state_for(crawler)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        if spider.redis_key:
+            if not crawler.settings.get("WALSH_REDIS_URL"):
+                raise ValueError(
+                    f"-a redis_key={spider.redis_key} reads targets from Redis: "
+                    "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
+                )
+            from scrapy_walsh_research.feed import RedisFeed
+            from scrapy_walsh_research.state.redis import RedisConnection
+
+            spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
         return spider
+
+    async def _lines(self) -> AsyncIterator[tuple[int, str, str]]:
+        """(line number, text, list name) of every declared line."""
+        if self._feed is not None:
+            while True:
+                await self._wait_for_room()
+                item = await self._feed.pop()
+                if item is None:
+                    return
+                yield int(item["line"]), str(item["url"]), str(item.get("list") or "redis")
+        assert self.list_path is not None
+        for lineno, text in list_lines(self.list_path):
+            yield lineno, text, str(self.list_path)
+
+    async def _wait_for_room(self) -> None:
+        """Take a line from a shared feed only when this worker has nothing
+        ready to send: Scrapy reads start() eagerly, and a worker that
+        hoarded lines would leave the others idle."""
+        while True:
+            scheduler = scheduler_of(self.crawler)
+            if scheduler is None:
+                return
+            ready = getattr(scheduler, "has_ready_request", None)
+            busy = ready() if ready is not None else len(scheduler) > 0
+            if not busy:
+                return
+            await asyncio.sleep(FEED_POLL_S)
+
+    async def _claim(self, seen: dict[str, int], canon: str, lineno: int) -> int | None:
+        """The line that already declared *canon* (in any worker), or None."""
+        if self._feed is not None:
+            return await self._feed.claim(canon, lineno)
+        first = seen.setdefault(canon, lineno)
+        return None if first == lineno else first
 
     async def start(self) -> AsyncIterator[Any]:
         seen: dict[str, int] = {}
-        with self.list_path.open(encoding="utf-8", errors="replace") as lines:
-            for lineno, raw in enumerate(lines, 1):
-                text = raw.strip()
-                if not text or text.startswith("#"):
-                    continue
-                if not is_http_url(text):
-                    logger.warning(
-                        "%(file)s line %(line)d: not an http(s) URL, skipped: %(text)r",
-                        {"file": self.list_path, "line": lineno, "text": text[:200]},
-                    )
-                    yield self._record(
-                        line=lineno,
-                        url=text,
-                        canonical_url=None,
-                        outcome="invalid",
-                        reason="not an absolute http(s) URL",
-                    )
-                    continue
-                canon = canonical_url(text)
-                if canon in seen:
-                    yield self._record(
-                        line=lineno,
-                        url=text,
-                        canonical_url=canon,
-                        outcome="duplicate",
-                        reason=f"same canonical URL as line {seen[canon]}",
-                    )
-                    continue
-                seen[canon] = lineno
-                yield scrapy.Request(
-                    text,
-                    callback=self.parse_target,
-                    errback=self.target_failed,
-                    dont_filter=True,  # dedup is by canonical URL, above
-                    meta={TARGET_META: {"line": lineno, "url": text, "canonical_url": canon}},
+        async for lineno, text, source in self._lines():
+            if not is_http_url(text):
+                logger.warning(
+                    "%(file)s line %(line)d: not an http(s) URL, skipped: %(text)r",
+                    {"file": source, "line": lineno, "text": text[:200]},
                 )
+                yield self._record(
+                    line=lineno,
+                    url=text,
+                    canonical_url=None,
+                    outcome="invalid",
+                    reason="not an absolute http(s) URL",
+                )
+                continue
+            canon = canonical_url(text)
+            first = await self._claim(seen, canon, lineno)
+            if first is not None:
+                yield self._record(
+                    line=lineno,
+                    url=text,
+                    canonical_url=canon,
+                    outcome="duplicate",
+                    reason=f"same canonical URL as line {first}",
+                )
+                continue
+            yield scrapy.Request(
+                text,
+                callback=self.parse_target,
+                errback=self.target_failed,
+                dont_filter=True,  # dedup is by canonical URL, above
+                meta={TARGET_META: {"line": lineno, "url": text, "canonical_url": canon}},
+            )
 
-    def parse_target(self, response: Response) -> Any:
+    async def parse_target(self, response: Response) -> AsyncIterator[Any]:
         target = response.meta[TARGET_META]
         record = new_record(**target, outcome="fetched", **response_metadata(response))
         record.update(extract(response))
-        self._first_seen(record, target["canonical_url"])
+        await self._first_seen(record, target["canonical_url"])
         if record["structured"] is None and media_type(response) in HTML_TYPES and self.probe_llms:
             origin = origin_of(response.url)
             if origin not in self._llms_probed:
@@ -125,14 +179,14 @@ class TargetsSpider(scrapy.Spider):
             }
         yield self._emit(record)
 
-    def parse_llms(self, response: Response) -> Any:
+    async def parse_llms(self, response: Response) -> AsyncIterator[Any]:
         record = response.meta[LLMS_RECORD_META]
         info = {"url": response.url, "status": response.status}
         if media_type(response) in HTML_TYPES:
             info["note"] = "answered HTML, not markdown: not parsed"
         else:
             info.update(markdown_metadata(response.body, response.url))
-            self._first_seen(info, record["canonical_url"])
+            await self._first_seen(info, record["canonical_url"])
         record["llms_txt"] = info
         yield self._emit(record)
 
@@ -150,7 +204,7 @@ class TargetsSpider(scrapy.Spider):
         record["llms_txt"] = info
         yield self._emit(record)
 
-    def _first_seen(self, holder: dict[str, Any], target: str) -> None:
+    async def _first_seen(self, holder: dict[str, Any], target: str) -> None:
         """Stamp feed entries and markdown links with when they were first
         seen for this target, across runs; with WALSH_ONLY_NEW keep only new ones."""
         for field, key in (("entries", "id"), ("links", "url")):
@@ -158,9 +212,9 @@ class TargetsSpider(scrapy.Spider):
             if not items:
                 continue
             keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
-            known = self.store.get_many(SEEN_NAMESPACE, keys)
+            known = await self.store.get_many(SEEN_NAMESPACE, keys)
             now = now_iso()
-            self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
+            await self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
             for item, k in zip(items, keys, strict=True):
                 item["first_seen"] = known.get(k, now)
                 item["new"] = k not in known

@@ -12,27 +12,30 @@ from scrapy.utils.project import data_path
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research.state.hostclock import HostClock
+
 
 class StateStore(Protocol):
     """Namespaced JSON key/value store.
 
     Writes are durable when :meth:`put` returns: a crash right after must not
-    lose them (R3 retention, R7 validators).
+    lose them (R3 retention, R7 validators). The calls are coroutines because
+    a shared backend talks to a server, and nothing may block the reactor.
     """
 
-    def get(self, namespace: str, key: str) -> Any | None: ...
+    async def get(self, namespace: str, key: str) -> Any | None: ...
 
-    def put(self, namespace: str, key: str, value: Any) -> None: ...
+    async def put(self, namespace: str, key: str, value: Any) -> None: ...
 
-    def get_many(self, namespace: str, keys: list[str]) -> dict[str, Any]: ...
+    async def get_many(self, namespace: str, keys: list[str]) -> dict[str, Any]: ...
 
-    def put_many(self, namespace: str, values: dict[str, Any]) -> None:
+    async def put_many(self, namespace: str, values: dict[str, Any]) -> None:
         """Write all *values* atomically (one transaction)."""
         ...
 
-    def delete(self, namespace: str, key: str) -> None: ...
+    async def delete(self, namespace: str, key: str) -> None: ...
 
-    def close(self) -> None: ...
+    async def close(self) -> None: ...
 
 
 _stores: weakref.WeakKeyDictionary[Crawler, StateStore] = weakref.WeakKeyDictionary()
@@ -46,13 +49,36 @@ def state_dir(crawler: Crawler) -> Path:
     return path
 
 
+def redis_url(crawler: Crawler) -> str | None:
+    """``WALSH_REDIS_URL``: when set, all politeness state is shared in Redis."""
+    return crawler.settings.get("WALSH_REDIS_URL") or None
+
+
 def state_for(crawler: Crawler) -> StateStore:
-    """The crawler's one store, created on first use and closed with the engine."""
+    """The crawler's one store, created on first use and closed with the engine:
+    Redis when ``WALSH_REDIS_URL`` is set, else SQLite under ``WALSH_STATE_DIR``."""
     store = _stores.get(crawler)
     if store is None:
-        from scrapy_walsh_research.state.sqlite import SQLiteStateStore
+        if redis_url(crawler):
+            from scrapy_walsh_research.state.redis import RedisStateStore
 
-        store = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
+            store = RedisStateStore.from_crawler(crawler)
+        else:
+            from scrapy_walsh_research.state.sqlite import SQLiteStateStore
+
+            store = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
         _stores[crawler] = store
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store
+
+
+def clock_for(crawler: Crawler) -> HostClock:
+    """The per-host clock: shared through Redis when ``WALSH_REDIS_URL`` is set,
+    else in memory and persisted in the embedded store."""
+    if redis_url(crawler):
+        from scrapy_walsh_research.state.redis import RedisHostClock
+
+        return RedisHostClock.from_crawler(crawler)
+    from scrapy_walsh_research.state.hostclock import PersistentHostClock
+
+    return PersistentHostClock(state_for(crawler))

@@ -15,25 +15,37 @@ if TYPE_CHECKING:
 
 
 class HostClock(Protocol):
-    def reserve(self, host: str, now: float, interval: float) -> float:
+    """Times are this process's :func:`time.monotonic`; a shared backend maps
+    them onto its own clock. Only :meth:`ready_at` is synchronous: the
+    scheduler asks it on every decision, so it answers from what this
+    process knows and never does I/O; a stale answer only costs a requeue.
+    """
+
+    async def reserve(self, host: str, now: float, interval: float) -> float:
         """Take the host's next slot if it is free at *now*.
 
         Returns 0 and records *now* as the host's last request when the host
         is ready (never seen, or *interval* after its last request and past
-        any hold); else the seconds still to wait, recording nothing.
+        any hold); else the seconds still to wait, recording nothing. Atomic:
+        two callers never both get 0 within *interval*.
         """
         ...
 
-    def commit(self, host: str, at: float) -> None:
+    async def commit(self, host: str, at: float, interval: float) -> None:
         """The request reserved last reached the host at *at* (later than reserved)."""
         ...
 
-    def hold(self, host: str, until: float) -> None:
+    async def hold(self, host: str, until: float) -> None:
         """No request to *host* before *until* (Retry-After, backoff)."""
         ...
 
     def ready_at(self, host: str, interval: float) -> float:
-        """When the host may next receive a request (0 for a host never seen)."""
+        """When the host may next receive a request, as far as this process knows
+        (0 for a host never seen)."""
+        ...
+
+    async def warm(self, host: str) -> None:
+        """Load what is stored about *host*, so :meth:`ready_at` knows it."""
         ...
 
 
@@ -49,18 +61,30 @@ class MemoryHostClock:
         ready = 0.0 if last is None else last + interval
         return max(ready, self._hold.get(host, 0.0))
 
-    def reserve(self, host: str, now: float, interval: float) -> float:
+    def _reserve(self, host: str, now: float, interval: float) -> float:
         wait = self.ready_at(host, interval) - now
         if wait > 0:
             return wait
         self._last[host] = now
         return 0.0
 
-    def commit(self, host: str, at: float) -> None:
+    def _commit(self, host: str, at: float) -> None:
         self._last[host] = max(self._last.get(host, at), at)
 
-    def hold(self, host: str, until: float) -> None:
+    def _hold_until(self, host: str, until: float) -> None:
         self._hold[host] = max(self._hold.get(host, 0.0), until)
+
+    async def warm(self, host: str) -> None:
+        return None
+
+    async def reserve(self, host: str, now: float, interval: float) -> float:
+        return self._reserve(host, now, interval)
+
+    async def commit(self, host: str, at: float, interval: float) -> None:
+        self._commit(host, at)
+
+    async def hold(self, host: str, until: float) -> None:
+        self._hold_until(host, until)
 
 
 class PersistentHostClock(MemoryHostClock):
@@ -86,20 +110,23 @@ class PersistentHostClock(MemoryHostClock):
     def _to_mono(wall: float) -> float:
         return time.monotonic() - (time.time() - wall)
 
-    def _seed(self, host: str) -> None:
+    async def warm(self, host: str) -> None:
+        await self._seed(host)
+
+    async def _seed(self, host: str) -> None:
         if host in self._seeded:
             return
+        saved = await self.store.get(self.NAMESPACE, host)
         self._seeded.add(host)
-        saved = self.store.get(self.NAMESPACE, host)
         if saved:
             if saved.get("last") is not None:
                 self._last.setdefault(host, self._to_mono(saved["last"]))
             if saved.get("hold") is not None:
                 self._hold.setdefault(host, self._to_mono(saved["hold"]))
 
-    def _save(self, host: str) -> None:
+    async def _save(self, host: str) -> None:
         last, hold = self._last.get(host), self._hold.get(host)
-        self.store.put(
+        await self.store.put(
             self.NAMESPACE,
             host,
             {
@@ -108,16 +135,17 @@ class PersistentHostClock(MemoryHostClock):
             },
         )
 
-    def ready_at(self, host: str, interval: float) -> float:
-        self._seed(host)
-        return super().ready_at(host, interval)
+    async def reserve(self, host: str, now: float, interval: float) -> float:
+        await self._seed(host)
+        # No await between the check and the set: atomic on the reactor.
+        return self._reserve(host, now, interval)
 
-    def commit(self, host: str, at: float) -> None:
-        self._seed(host)
-        super().commit(host, at)
-        self._save(host)
+    async def commit(self, host: str, at: float, interval: float) -> None:
+        await self._seed(host)
+        self._commit(host, at)
+        await self._save(host)
 
-    def hold(self, host: str, until: float) -> None:
-        self._seed(host)
-        super().hold(host, until)
-        self._save(host)
+    async def hold(self, host: str, until: float) -> None:
+        await self._seed(host)
+        self._hold_until(host, until)
+        await self._save(host)

@@ -2,7 +2,7 @@
 
 SQLite rather than a JSON file because a ``kill -9`` mid-write must leave
 either the old or the new value, never a torn file. Calls are small local
-writes; they do not touch the network.
+writes; they do not touch the network, so the coroutines run them inline.
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ class SQLiteStateStore:
             raise RuntimeError(f"state store {self.path} is closed")
         return self._db
 
-    def get(self, namespace: str, key: str) -> Any | None:
+    async def get(self, namespace: str, key: str) -> Any | None:
         row = self.db.execute(
             "SELECT value FROM kv WHERE namespace = ? AND key = ?", (namespace, key)
         ).fetchone()
         return json.loads(row[0]) if row else None
 
-    def put(self, namespace: str, key: str, value: Any) -> None:
+    async def put(self, namespace: str, key: str, value: Any) -> None:
         self.db.execute(
             "INSERT INTO kv (namespace, key, value, updated) VALUES (?, ?, ?, ?)"
             " ON CONFLICT(namespace, key) DO UPDATE SET value = excluded.value,"
@@ -49,7 +49,7 @@ class SQLiteStateStore:
             (namespace, key, json.dumps(value, sort_keys=True), time.time()),
         )
 
-    def get_many(self, namespace: str, keys: list[str]) -> dict[str, Any]:
+    async def get_many(self, namespace: str, keys: list[str]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for i in range(0, len(keys), 500):  # SQLite's bound-parameter limit
             chunk = keys[i : i + 500]
@@ -61,7 +61,7 @@ class SQLiteStateStore:
             out.update((k, json.loads(v)) for k, v in rows)
         return out
 
-    def put_many(self, namespace: str, values: dict[str, Any]) -> None:
+    async def put_many(self, namespace: str, values: dict[str, Any]) -> None:
         now = time.time()
         with self.db:  # one transaction: all or nothing, one fsync
             self.db.execute("BEGIN")
@@ -72,10 +72,10 @@ class SQLiteStateStore:
                 [(namespace, k, json.dumps(v, sort_keys=True), now) for k, v in values.items()],
             )
 
-    def delete(self, namespace: str, key: str) -> None:
+    async def delete(self, namespace: str, key: str) -> None:
         self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._db is not None:
             self._db.close()
             self._db = None

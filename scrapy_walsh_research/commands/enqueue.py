@@ -1,0 +1,55 @@
+"""``scrapy walsh-enqueue FILE``: push a URL list onto the shared Redis feed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_walsh_research.feed import DEFAULT_TARGETS_KEY, enqueue
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "[options] <url list>"
+
+    def short_desc(self) -> str:
+        return "Push a URL list onto the Redis feed read by `scrapy crawl targets -a redis_key=`"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument(
+            "--key",
+            default=None,
+            help="Redis list name, under WALSH_REDIS_PREFIX "
+            "(default: WALSH_REDIS_TARGETS_KEY or 'targets')",
+        )
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        if len(args) != 1:
+            raise UsageError("give exactly one URL list file")
+        url = self.settings.get("WALSH_REDIS_URL")
+        if not url:
+            raise UsageError(
+                "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
+            )
+        path = Path(args[0])
+        if not path.is_file():
+            raise UsageError(f"URL list {args[0]!r} does not exist or is not a file")
+        key = opts.key or self.settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY
+        prefix = self.settings.get("WALSH_REDIS_PREFIX") or "walsh"
+        n = enqueue(url, key, path, prefix=prefix)
+        print(
+            f"{n} lines pushed to {prefix}:{key}; run workers with: "
+            f"scrapy crawl targets -a redis_key={key}"
+        )
