@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/politeness_bench.py            # the three layouts of issue #3
     .venv/bin/python bench/politeness_bench.py --quick    # a small layout, for a smoke run
+    .venv/bin/python bench/politeness_bench.py --workers 4
+        # issue #6: 1 and 4 worker processes sharing one Redis (needs redis-server)
 
 For each layout and crawler it starts a fresh loopback multi-host origin
 (``multihost_origin.py``, one listener per 127.0.0.x), runs the crawl as a
@@ -34,6 +36,12 @@ LAYOUTS = {
     "mixed": {"hosts": 30, "pages": 20, "order": "mixed"},
 }
 QUICK = {"quick": {"hosts": 4, "pages": 3, "order": "interleaved"}}
+#: the multi-process mode: a many-host workload (throughput) and a few busy
+#: hosts (every worker wants the same hosts: the shared budget is what holds)
+MULTI = {
+    "many-host": {"hosts": 100, "pages": 4, "order": "interleaved"},
+    "few-hosts": {"hosts": 4, "pages": 15, "order": "interleaved"},
+}
 
 
 def url_list(hosts: int, pages: int, order: str, port: int) -> list[str]:
@@ -60,7 +68,36 @@ def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def measure(crawler: str, layout: dict, latency: float, port: int, timeout: float) -> dict:
+def start_redis(tmp: Path) -> tuple[subprocess.Popen, str]:
+    import shutil
+    import socket
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("--workers needs redis-server: bash scripts/install-redis.sh")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+def measure(
+    crawler: str, layout: dict, latency: float, port: int, timeout: float,
+    workers: int = 0, redis_url: str | None = None,
+) -> dict:  # fmt: skip
+    """One crawl: *crawler* alone, or, with *workers*, that many processes
+    taking lines from one Redis feed and sharing its per-host clocks."""
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-{crawler}-"))
     urls = tmp / "urls.txt"
     urls.write_text(
@@ -74,12 +111,31 @@ def measure(crawler: str, layout: dict, latency: float, port: int, timeout: floa
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
-    started = time.monotonic()
-    with open(tmp / "crawl.err", "w") as err:
-        rc = subprocess.run(
-            crawl_command(crawler, urls, port, tmp), stdout=subprocess.DEVNULL, stderr=err,
-            timeout=timeout, check=False, cwd=tmp,
-        ).returncode  # fmt: skip
+    if workers:
+        assert redis_url is not None
+        from scrapy_walsh_research.feed import enqueue
+
+        prefix = f"bench-{tmp.name}"
+        enqueue(redis_url, "targets", urls, prefix=prefix)
+        base = crawl_command(crawler, urls, port, tmp)
+        at = base.index("-a")
+        del base[at : at + 2]  # no -a list=: the lines come from Redis
+        base += ["-a", "redis_key=targets", "-s", f"WALSH_REDIS_URL={redis_url}",
+                 "-s", f"WALSH_REDIS_PREFIX={prefix}"]  # fmt: skip
+        started = time.monotonic()
+        procs = [
+            subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=open(tmp / f"w{i}.err", "w"),
+                             cwd=tmp)
+            for i in range(workers)
+        ]  # fmt: skip
+        rc = max(p.wait(timeout=timeout) for p in procs)
+    else:
+        started = time.monotonic()
+        with open(tmp / "crawl.err", "w") as err:
+            rc = subprocess.run(
+                crawl_command(crawler, urls, port, tmp), stdout=subprocess.DEVNULL, stderr=err,
+                timeout=timeout, check=False, cwd=tmp,
+            ).returncode  # fmt: skip
     process_wall = time.monotonic() - started
     origin.terminate()
     origin.wait()
@@ -95,7 +151,7 @@ def measure(crawler: str, layout: dict, latency: float, port: int, timeout: floa
     wall = max(h.get("end", h["start"]) for h in hits) - min(h["start"] for h in hits)
     pages = {(h["host"], h["path"]) for h in hits if h["path"].startswith("/p/")}
     return {
-        "crawler": crawler, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
+        "crawler": crawler, "workers": workers or 1, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
         "rc": rc, "requests": len(hits), "pages_fetched": len(pages),
         "pages_expected": len(url_list(layout["hosts"], layout["pages"], layout["order"], port)),
         "crawl_wall_s": round(wall, 3), "process_wall_s": round(process_wall, 3),
@@ -114,7 +170,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--crawlers", default="walsh,stock")
+    ap.add_argument("--workers", type=int, default=0, help="multi-process mode: N workers vs 1")
     a = ap.parse_args()
+    if a.workers:
+        return multi(a)
     results = []
     for name, layout in (QUICK if a.quick else LAYOUTS).items():
         for crawler in a.crawlers.split(","):
@@ -132,6 +191,37 @@ def main() -> int:
         print(
             f"{r['name']:<12} {r['crawler']:<7} {r['pages_fetched']:>4}/{r['pages_expected']:<4} {r['requests']:>8} "
             f"{r['crawl_wall_s']:>8.2f} {r['lower_bound_s']:>8.2f} {r['ratio_to_bound']:>6.3f} "
+            f"{r['min_same_host_gap_s']:>9.3f} {r['max_inflight']:>8} {r['bad_ua']:>6}"
+        )
+    return 0
+
+
+def multi(a: argparse.Namespace) -> int:
+    """Issue #6: N worker processes sharing one Redis against one worker."""
+    redis, url = start_redis(Path(tempfile.mkdtemp(prefix="bench-redis-")))
+    try:
+        results = []
+        for name, layout in MULTI.items():
+            for n in (1, a.workers):
+                r = measure("walsh", layout, a.latency, a.port, a.timeout, workers=n, redis_url=url)
+                r["name"] = name
+                results.append(r)
+                print(json.dumps(r), flush=True)
+    finally:
+        redis.terminate()
+        redis.wait()
+    print(f"\nlatency {a.latency} s, interval 1 s; one Redis; process wall = launch to last exit\n")
+    head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'min gap s':>9} {'inflight':>8} {'bad UA':>6}"
+    print(head)
+    print("-" * len(head))
+    one: dict[str, float] = {}
+    for r in results:
+        if r["workers"] == 1:
+            one[r["name"]] = r["process_wall_s"]
+        ratio = r["process_wall_s"] / one[r["name"]]
+        print(
+            f"{r['name']:<10} {r['workers']:>7} {r['pages_fetched']:>4}/{r['pages_expected']:<4} "
+            f"{r['requests']:>8} {r['process_wall_s']:>9.2f} {r['crawl_wall_s']:>8.2f} {ratio:>6.3f} "
             f"{r['min_same_host_gap_s']:>9.3f} {r['max_inflight']:>8} {r['bad_ua']:>6}"
         )
     return 0

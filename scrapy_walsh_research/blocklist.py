@@ -211,12 +211,38 @@ class BlocklistMiddleware:
                     await self._restore()
                     self._restored = True
                 if time.time() >= self._next_check:
-                    await self.refresh()
+                    await self._refresh_once()
             finally:
                 pending, self._pending = self._pending, None
                 pending.callback(None)
         else:
             await maybe_deferred_to_future(self._pending)
+
+    async def _refresh_once(self) -> None:
+        """With shared state, one worker fetches the list while the others wait
+        for it and adopt what it stored: N workers starting together send one
+        request to the operator's host, not N."""
+        single_flight = getattr(self.store, "single_flight", None)
+        if single_flight is None:
+            await self.refresh()
+            return
+        before = self.adopted.fetched_at if self.adopted else None
+        release = await single_flight("blocklist", ttl=60.0)
+        if release is not None:
+            try:
+                await self.refresh()
+            finally:
+                await release()
+            return
+        saved = await self.store.get(STATE_NAMESPACE, STATE_KEY)
+        if saved and saved.get("url") == self.url and saved["fetched_at"] != before:
+            await self._adopt(
+                Adopted(saved["url"], saved["document"], float(saved["fetched_at"])),
+                persist=False,
+            )
+            self.stats.inc_value("walsh/blocklist/adopted_from_worker")
+            return
+        await self.refresh()  # the other worker failed: try ourselves
 
     async def refresh(self) -> None:
         """Fetch, validate and adopt; on any failure keep what we have."""

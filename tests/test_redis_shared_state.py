@@ -314,3 +314,14 @@ async def test_redis_losing_its_data_pauses_every_host(server, tmp_path):
         assert res.stats["walsh/redis/state_lost"] >= 1
     finally:
         own.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_workers_starting_together_fetch_the_blocklist_once(server, redis_server, tmp_path):
+    urls = serve(server, "s.test", 2) + serve(server, "t.test", 2)
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, "targets", urls, tmp_path)
+    workers = [base_settings(server, tmp_path / f"w{i}", **shared) for i in range(3)]
+    results = await together(*(crawl_feed(w, "targets") for w in workers))
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
+    assert sum(r.stats.get("walsh/blocklist/adopted_from_worker", 0) for r in results) >= 1

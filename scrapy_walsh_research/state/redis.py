@@ -270,6 +270,26 @@ class RedisStateStore:
     async def delete(self, namespace: str, key: str) -> None:
         await self.conn.call(f"delete {namespace}", lambda r: r.hdel(self._hash(namespace), key))
 
+    async def single_flight(self, name: str, ttl: float) -> Callable[[], Awaitable[None]] | None:
+        """Let one worker at a time do *name*: returns a release coroutine if
+        this worker should do it now, or None after waiting (at most *ttl*
+        seconds) for the worker that was doing it."""
+        key = self.conn.key("lock", name)
+        token = uuid.uuid4().hex
+        if await self.conn.call("lock", lambda r: r.set(key, token, nx=True, px=int(ttl * 1000))):
+
+            async def release() -> None:
+                async def drop(r: aioredis.Redis) -> None:
+                    if await r.get(key) == token:
+                        await r.delete(key)
+
+                await self.conn.call("unlock", drop)
+
+            return release
+        while await self.conn.call("lock", lambda r: r.exists(key)):
+            await asyncio.sleep(0.1)
+        return None
+
     async def close(self) -> None:
         await self.conn.close()
 
