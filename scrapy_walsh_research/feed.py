@@ -7,14 +7,17 @@ is fetched by exactly one worker and the work spreads by itself. Scrapy pulls
 start requests only while its download slot is free, so a worker never
 hoards lines the others could be fetching.
 
-Lines keep their number in the list, and canonical-URL dedup is shared:
-the first worker to claim a canonical URL fetches it, the others record a
-duplicate naming the line that won.
+Lines keep their number in the list, and canonical-URL dedup is shared
+within one enqueued list (a *batch*): the first worker to claim a canonical
+URL fetches it, the others record a duplicate naming the line that won. The
+same list enqueued again tomorrow is a new batch, fetched again (R8 cadence
+decides, not the dedup).
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.state.redis import RedisConnection
 
 DEFAULT_TARGETS_KEY = "targets"
+#: how long a batch's canonical-URL claims are kept once its last line is taken
+CLAIMS_TTL_S = 7 * 86400
 
 
 def list_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -43,8 +48,10 @@ def enqueue(url: str, key: str, path: Path, *, prefix: str = "walsh") -> int:
     import redis
 
     client = redis.Redis.from_url(url)
+    batch = uuid.uuid4().hex
     items = [
-        json.dumps({"line": n, "url": text, "list": str(path)}) for n, text in list_lines(path)
+        json.dumps({"line": n, "url": text, "list": str(path), "batch": batch})
+        for n, text in list_lines(path)
     ]
     try:
         for i in range(0, len(items), 1000):
@@ -59,19 +66,22 @@ class RedisFeed:
 
     def __init__(self, conn: RedisConnection, key: str) -> None:
         self.conn = conn
+        self.key = key
         self.queue = conn.key(key)
-        self.claims = conn.key(key, "canonical")
 
     async def pop(self) -> dict[str, Any] | None:
         raw = await self.conn.call("pop target", lambda r: r.lpop(self.queue))
         return None if raw is None else json.loads(raw)
 
-    async def claim(self, canonical: str, line: int) -> int | None:
-        """None if this worker is first with *canonical*, else the line that was."""
+    async def claim(self, batch: str, canonical: str, line: int) -> int | None:
+        """None if this worker is first with *canonical* in *batch*, else the
+        line that was."""
+        claims = self.conn.key(self.key, "canonical", batch)
 
         async def claim(r: Any) -> int | None:
-            if await r.hsetnx(self.claims, canonical, line):
+            if await r.hsetnx(claims, canonical, line):
+                await r.expire(claims, CLAIMS_TTL_S)
                 return None
-            return int(await r.hget(self.claims, canonical))
+            return int(await r.hget(claims, canonical))
 
         return await self.conn.call("claim target", claim)

@@ -189,6 +189,23 @@ async def test_a_line_fed_through_redis_is_fetched_by_exactly_one_worker(
     assert len(fetched) == 6 and len(set(fetched)) == 3  # each page once per host
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_list_enqueued_again_is_fetched_again_not_recorded_as_duplicates(
+    server, redis_server, tmp_path
+):
+    """Dedup holds within one enqueued list; tomorrow's run of the same list
+    is a new list (R8 cadence decides what is due, here 0)."""
+    urls = serve(server, "again.test", 2)
+    shared = redis_settings(redis_server)
+    worker = base_settings(server, tmp_path / "w", **shared)
+    push(redis_server, shared, "daily", urls, tmp_path)
+    first = await deferred_from_coro(crawl_feed(worker, "daily"))
+    push(redis_server, shared, "daily", urls, tmp_path)
+    second = await deferred_from_coro(crawl_feed(worker, "daily"))
+    assert [r["outcome"] for r in first.items + second.items] == ["fetched"] * 4
+    assert len([h for h in server.origin.hits_for("again.test") if h.path.startswith("/p/")]) == 4
+
+
 # -- scrapy-redis ------------------------------------------------------------------
 
 

@@ -85,18 +85,20 @@ class TargetsSpider(scrapy.Spider):
             spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
         return spider
 
-    async def _lines(self) -> AsyncIterator[tuple[int, str, str]]:
-        """(line number, text, list name) of every declared line."""
+    async def _lines(self) -> AsyncIterator[tuple[int, str, str, str]]:
+        """(line number, text, list name, dedup scope) of every declared line:
+        a fed line's scope is the batch it was enqueued in."""
         if self._feed is not None:
             while True:
                 await self._wait_for_room()
                 item = await self._feed.pop()
                 if item is None:
                     return
-                yield int(item["line"]), str(item["url"]), str(item.get("list") or "redis")
+                source = str(item.get("list") or "redis")
+                yield int(item["line"]), str(item["url"]), source, str(item.get("batch") or source)
         assert self.list_path is not None
         for lineno, text in list_lines(self.list_path):
-            yield lineno, text, str(self.list_path)
+            yield lineno, text, str(self.list_path), str(self.list_path)
 
     async def _wait_for_room(self) -> None:
         """Take a line from a shared feed only when this worker has nothing
@@ -112,16 +114,17 @@ class TargetsSpider(scrapy.Spider):
                 return
             await asyncio.sleep(FEED_POLL_S)
 
-    async def _claim(self, seen: dict[str, int], canon: str, lineno: int) -> int | None:
-        """The line that already declared *canon* (in any worker), or None."""
+    async def _claim(self, seen: dict[str, int], scope: str, canon: str, lineno: int) -> int | None:
+        """The line in *scope* that already declared *canon* (in any worker),
+        or None."""
         if self._feed is not None:
-            return await self._feed.claim(canon, lineno)
+            return await self._feed.claim(scope, canon, lineno)
         first = seen.setdefault(canon, lineno)
         return None if first == lineno else first
 
     async def start(self) -> AsyncIterator[Any]:
         seen: dict[str, int] = {}
-        async for lineno, text, source in self._lines():
+        async for lineno, text, source, scope in self._lines():
             if not is_http_url(text):
                 logger.warning(
                     "%(file)s line %(line)d: not an http(s) URL, skipped: %(text)r",
@@ -136,7 +139,7 @@ class TargetsSpider(scrapy.Spider):
                 )
                 continue
             canon = canonical_url(text)
-            first = await self._claim(seen, canon, lineno)
+            first = await self._claim(seen, scope, canon, lineno)
             if first is not None:
                 yield self._record(
                     line=lineno,
