@@ -68,30 +68,6 @@ def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def start_redis(tmp: Path) -> tuple[subprocess.Popen, str]:
-    import shutil
-    import socket
-
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("--workers needs redis-server: bash scripts/install-redis.sh")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp)],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    return proc, f"redis://127.0.0.1:{port}/0"
-
-
 def measure(
     crawler: str, layout: dict, latency: float, port: int, timeout: float,
     workers: int = 0, redis_url: str | None = None,
@@ -123,12 +99,13 @@ def measure(
         base += ["-a", "redis_key=targets", "-s", f"WALSH_REDIS_URL={redis_url}",
                  "-s", f"WALSH_REDIS_PREFIX={prefix}"]  # fmt: skip
         started = time.monotonic()
+        logs = [open(tmp / f"w{i}.err", "w") for i in range(workers)]
         procs = [
-            subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=open(tmp / f"w{i}.err", "w"),
-                             cwd=tmp)
-            for i in range(workers)
-        ]  # fmt: skip
+            subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=log, cwd=tmp) for log in logs
+        ]
         rc = max(p.wait(timeout=timeout) for p in procs)
+        for log in logs:
+            log.close()
     else:
         started = time.monotonic()
         with open(tmp / "crawl.err", "w") as err:
@@ -198,7 +175,10 @@ def main() -> int:
 
 def multi(a: argparse.Namespace) -> int:
     """Issue #6: N worker processes sharing one Redis against one worker."""
-    redis, url = start_redis(Path(tempfile.mkdtemp(prefix="bench-redis-")))
+    from scrapy_walsh_research.sandbox.redis_server import RedisServer
+
+    redis = RedisServer(Path(tempfile.mkdtemp(prefix="bench-redis-")), persist=False).start()
+    url = redis.url
     try:
         results = []
         for name, layout in MULTI.items():
@@ -208,8 +188,7 @@ def multi(a: argparse.Namespace) -> int:
                 results.append(r)
                 print(json.dumps(r), flush=True)
     finally:
-        redis.terminate()
-        redis.wait()
+        redis.kill()
     print(f"\nlatency {a.latency} s, interval 1 s; one Redis; process wall = launch to last exit\n")
     head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'min gap s':>9} {'inflight':>8} {'bad UA':>6}"
     print(head)

@@ -41,10 +41,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: the last 2xx robots.txt per origin: reused within WALSH_ROBOTS_TTL by every
+#: run and worker (RFC 9309 §2.4 allows caching up to 24 h), and as the last
+#: good copy for 30 days when robots.txt is unreachable
 STATE_NAMESPACE = "robots"
-#: the latest 2xx/4xx answer per origin, reused until WALSH_ROBOTS_TTL by every
-#: run and every worker (RFC 9309 §2.4 allows caching up to 24 h)
-FRESH_NAMESPACE = "robots_fresh"
+#: the last 4xx answer per origin (no rules apply), reused the same way
+ABSENT_NAMESPACE = "robots_4xx"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
 
 
@@ -112,11 +114,20 @@ class RobotsTxtMiddleware:
         return entry
 
     async def _stored_fresh(self, origin: str) -> RobotsEntry | None:
-        """A copy fetched within the TTL by an earlier run or another worker."""
-        saved = await self.store.get(FRESH_NAMESPACE, origin)
-        if not saved:
+        """The latest answer (2xx copy or 4xx) stored within the TTL by an
+        earlier run or another worker."""
+        answers = [
+            a
+            for a in (
+                await self.store.get(STATE_NAMESPACE, origin),
+                await self.store.get(ABSENT_NAMESPACE, origin),
+            )
+            if a
+        ]
+        if not answers:
             return None
-        fetched_at, status = float(saved["fetched_at"]), int(saved["status"])
+        saved = max(answers, key=lambda a: float(a["fetched_at"]))
+        fetched_at, status = float(saved["fetched_at"]), int(saved.get("status", 200))
         if not fetched_at <= time.time() < fetched_at + self.ttl:
             return None
         self.stats.inc_value("walsh/robots/stored_copy")
@@ -149,13 +160,11 @@ class RobotsTxtMiddleware:
                     "robots.txt at %(url)s exceeds 500 KiB; parsed the first 500 KiB only",
                     {"url": url},
                 )
-            saved = {"text": text, "fetched_at": now}
-            await self.store.put(STATE_NAMESPACE, origin, saved)
-            await self.store.put(FRESH_NAMESPACE, origin, {**saved, "status": status})
+            copy = {"text": text, "fetched_at": now, "status": status}
+            await self.store.put(STATE_NAMESPACE, origin, copy)
             return RobotsEntry(RobotsPolicy.parse(text, PRODUCT_TOKEN), now + self.ttl, status)
         if 400 <= status < 500 and status != 429:
-            fresh = {"text": None, "fetched_at": now, "status": status}
-            await self.store.put(FRESH_NAMESPACE, origin, fresh)
+            await self.store.put(ABSENT_NAMESPACE, origin, {"fetched_at": now, "status": status})
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
             return RobotsEntry(policy, now + self.ttl, status)
         return await self._unreachable(origin, previous, status, f"robots.txt answered {status}")

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 import pytest_twisted
-from scrapy import signals
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply, SandboxServer, install_sandbox_resolver
-from scrapy_walsh_research.sandbox.crawl import crawl_list
+from scrapy_walsh_research.sandbox.crawl import crawl_list, crawl_spider
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 BLOCKLIST_HOST = "operator.test"
@@ -96,8 +95,7 @@ async def crawl(
     spidercls: type = TargetsSpider,
 ) -> CrawlResult:
     # Scrapy awaits asyncio futures: run the crawl as an asyncio task.
-    items, crawler = await deferred_from_coro(crawl_list(spidercls, settings, lines, tmp_path))
-    return CrawlResult(items, crawler.stats.get_stats(), crawler)
+    return await deferred_from_coro(crawl_task(settings, lines, tmp_path, spidercls))
 
 
 @pytest.fixture
@@ -126,7 +124,7 @@ def gaps(hits: list[Any]) -> list[float]:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One real redis-server for the session; tests keep apart by key prefix."""
-    from tests.redis_server import RedisServer
+    from scrapy_walsh_research.sandbox.redis_server import RedisServer
 
     srv = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield srv
@@ -150,17 +148,15 @@ async def crawl_feed(
     settings: dict[str, Any], key: str, spidercls: type = TargetsSpider
 ) -> CrawlResult:
     """A worker: the targets spider reading its lines from the Redis feed *key*."""
-    crawler = Crawler(spidercls, settings)
-    records: list[dict[str, Any]] = []
-    crawler.signals.connect(
-        lambda item, **_: records.append(item), signal=signals.item_scraped, weak=False
-    )
-    await crawler.crawl_async(redis_key=key)
-    return CrawlResult(records, crawler.stats.get_stats(), crawler)
+    items, crawler = await crawl_spider(spidercls, settings, redis_key=key)
+    return CrawlResult(items, crawler.stats.get_stats(), crawler)
 
 
 async def crawl_task(
-    settings: dict[str, Any], lines: list[str], work: Path, spidercls: type = TargetsSpider
+    settings: dict[str, Any] | Settings,
+    lines: list[str],
+    work: Path,
+    spidercls: type = TargetsSpider,
 ) -> CrawlResult:
     """:func:`crawl` as an asyncio coroutine, to run beside other workers."""
     work.mkdir(parents=True, exist_ok=True)

@@ -343,7 +343,7 @@ def age_stored_robots(state: Path, seconds: float) -> None:
     """Make every stored robots.txt copy *seconds* older, as if time had passed."""
     db = sqlite3.connect(state / "state.sqlite3")
     with db:
-        for ns in ("robots", "robots_fresh"):
+        for ns in ("robots", "robots_4xx"):
             db.execute(
                 "UPDATE kv SET value = json_set(value, '$.fetched_at',"
                 " json_extract(value, '$.fetched_at') - ?) WHERE namespace = ?",

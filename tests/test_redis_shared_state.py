@@ -20,6 +20,7 @@ from twisted.internet import defer
 from scrapy_walsh_research.feed import enqueue
 from scrapy_walsh_research.preflight import problems
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.sandbox.redis_server import RedisServer
 from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
 from tests.conftest import (
     BLOCKLIST_HOST,
@@ -33,7 +34,6 @@ from tests.conftest import (
     json_reply,
     redis_settings,
 )
-from tests.redis_server import RedisServer
 
 
 def serve(server: Any, host: str, n: int, **headers: str) -> list[str]:

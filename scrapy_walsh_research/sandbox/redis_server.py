@@ -1,7 +1,8 @@
-"""A real ``redis-server`` on loopback for the tests: started, killed, restarted.
+"""A real ``redis-server`` on loopback for the tests and the benchmark:
+started, killed, restarted.
 
-It runs with AOF and ``appendfsync always``, as the docs tell operators to
-run it, so a SIGKILL loses nothing that was acknowledged.
+With ``persist`` it runs with AOF and ``appendfsync always``, as the docs tell
+operators to run it, so a SIGKILL loses nothing that was acknowledged.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -24,8 +26,7 @@ class RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
-                "redis-server is not installed: apt-get install -y redis-server "
-                "(.ci/run installs it)"
+                "redis-server is not installed: bash scripts/install-redis.sh (.ci/run runs it)"
             )
         self.binary = binary
         self.workdir = workdir
@@ -67,7 +68,8 @@ class RedisServer:
             self.proc.wait()
             self.proc = None
 
-    def client(self):
+    def client(self) -> Any:
+        """A synchronous client (redis.Redis), for checks from outside a crawl."""
         import redis
 
         return redis.Redis.from_url(self.url, decode_responses=True)
