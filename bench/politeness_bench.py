@@ -99,13 +99,11 @@ def measure(
         base += ["-a", "redis_key=targets", "-s", f"WALSH_REDIS_URL={redis_url}",
                  "-s", f"WALSH_REDIS_PREFIX={prefix}"]  # fmt: skip
         started = time.monotonic()
-        logs = [open(tmp / f"w{i}.err", "w") for i in range(workers)]
-        procs = [
-            subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=log, cwd=tmp) for log in logs
-        ]
+        errs = [open(tmp / f"w{i}.err", "w") for i in range(workers)]
+        procs = [subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=e, cwd=tmp) for e in errs]
         rc = max(p.wait(timeout=timeout) for p in procs)
-        for log in logs:
-            log.close()
+        for e in errs:
+            e.close()
     else:
         started = time.monotonic()
         with open(tmp / "crawl.err", "w") as err:
