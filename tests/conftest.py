@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest_twisted
 from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
+from twisted.internet import defer, protocol
 
 from scrapy_walsh_research.sandbox import Reply, SandboxServer, install_sandbox_resolver
 from scrapy_walsh_research.sandbox.crawl import crawl_list, crawl_spider
@@ -162,3 +165,52 @@ async def crawl_task(
     work.mkdir(parents=True, exist_ok=True)
     items, crawler = await crawl_list(spidercls, settings, lines, work)
     return CrawlResult(items, crawler.stats.get_stats(), crawler)
+
+
+class ProcessCrawl(protocol.ProcessProtocol):
+    """A ``scrapy crawl targets`` in a real child process (to SIGKILL it)."""
+
+    def __init__(self) -> None:
+        self.ended: defer.Deferred[None] = defer.Deferred()
+        self.err = b""
+        self.transport: Any = None
+
+    def errReceived(self, data: bytes) -> None:
+        self.err += data
+
+    def processEnded(self, reason: Any) -> None:
+        self.ended.callback(None)
+
+
+def spawn_targets_crawl(
+    server: SandboxServer, list_file: Path, state: Path, **settings: Any
+) -> ProcessCrawl:
+    """Start the example project's ``targets`` spider on *list_file* in a child
+    process, pointed at the sandbox; *settings* are passed with ``-s``."""
+    from twisted.internet import reactor
+
+    project = Path(__file__).parent.parent / "example_project"
+    scrapy_bin = str(Path(sys.executable).parent / "scrapy")
+    options = {
+        "WALSH_BLOCKLIST_URL": server.url(BLOCKLIST_HOST, BLOCKLIST_PATH),
+        "WALSH_BLOCKLIST_SCHEMA_URL": server.url(BLOCKLIST_HOST, SCHEMA_PATH),
+        "WALSH_BLOCKLIST_ALLOW_HTTP": True,
+        "WALSH_STATE_DIR": state,
+        "WALSH_RUN_INTERVAL": 0,
+        "WALSH_LLMS_PROBE": False,
+        "TWISTED_DNS_RESOLVER": "scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
+        **settings,
+    }
+    args = [scrapy_bin, "crawl", "targets", "-a", f"list={list_file}"]
+    for name, value in options.items():
+        args += ["-s", f"{name}={value}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), *sys.path])}
+    proc = ProcessCrawl()
+    proc.transport = reactor.spawnProcess(proc, scrapy_bin, args, env=env, path=str(project))
+    return proc
+
+
+async def sleep(seconds: float) -> None:
+    from twisted.internet import reactor, task
+
+    await task.deferLater(reactor, seconds, lambda: None)

@@ -8,6 +8,7 @@ from typing import Any
 import pytest_twisted
 import scrapy
 from scrapy import signals
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.preflight import SCOPE_MW, SCOPE_SPIDER_MW
 from scrapy_walsh_research.sandbox import Reply
@@ -146,3 +147,108 @@ async def test_meta_refresh_is_not_followed(server, tmp_path):
     res = await crawl(base_settings(server, tmp_path / "s"), [server.url("mr.test", "/")], tmp_path)
     assert res.items[0]["outcome"] == "fetched"
     assert o.hits_for("mr.test", "/elsewhere") == []
+
+
+# -- no per-request escape hatch ---------------------------------------------------
+
+FORGERIES = [
+    {"walsh_internal": "blocklist"},
+    {"walsh_internal": "robots"},
+    {"walsh_internal": "schema"},
+    {"walsh_internal": "llms"},
+    {"walsh_internal": "target.0000000000000000.00000000000000000000000000000000"},
+    {"walsh_target": {"line": 1, "url": "x", "canonical_url": "x"}, "is_start_request": True},
+]
+
+
+def forbidden_site(server: Any) -> tuple[str, str]:
+    """A blocked host and a host whose robots.txt disallows /private."""
+    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+
+    o = server.origin
+    o.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    o.route("blocked.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    o.route("blocked.test", "/forged", Reply(200, "x"))
+    o.route("closed.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /private\n"))
+    o.route("closed.test", "/private", Reply(200, "x"))
+    return server.url("blocked.test", "/forged"), server.url("closed.test", "/private")
+
+
+class ForgingSpider(scrapy.Spider):
+    """A project spider whose start requests claim to be the bundle's own."""
+
+    name = "forging"
+
+    def __init__(self, urls: list[str], forged: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.urls, self.forged = urls, forged
+
+    async def start(self) -> Any:
+        for url in self.urls:
+            yield scrapy.Request(url, meta=dict(self.forged), dont_filter=True,
+                                 callback=self.parse, errback=self.failed)  # fmt: skip
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "outcome": "fetched"}
+
+    def failed(self, failure: Any) -> Any:
+        exc = failure.value
+        yield {"url": failure.request.url, "outcome": getattr(exc, "outcome", "failed"),
+               "rule": getattr(exc, "rule", None)}  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_start_request_with_a_forged_internal_marker_passes_every_gate(server, tmp_path):
+    from scrapy_walsh_research.sandbox.crawl import crawl_spider
+
+    blocked, private = forbidden_site(server)
+    for forged in FORGERIES:
+        settings = base_settings(server, tmp_path / "s")
+        items, _ = await deferred_from_coro(
+            crawl_spider(ForgingSpider, settings, urls=[blocked, private], forged=forged)
+        )
+        assert {(i["url"], i["outcome"], i["rule"]) for i in items} == {
+            (blocked, "denied", "R3"),
+            (private, "denied", "R2"),
+        }, forged
+    assert server.origin.hits_for("blocked.test") == []  # not even robots.txt
+    assert [h.path for h in server.origin.hits_for("closed.test")] == ["/robots.txt"]
+
+
+class ForgingExtension:
+    """Another component injects requests that claim to be the bundle's own."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        self.injected: list[Any] = []
+        crawler.signals.connect(self.on_response, signal=signals.response_received)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> ForgingExtension:
+        return cls(crawler)
+
+    def on_response(self, response: Any, request: Any, spider: Any) -> None:
+        if self.injected or not response.url.endswith("/"):
+            return
+        targets = getattr(self.crawler.spider, "forged_urls", [])
+        for url, forged in zip(targets * len(FORGERIES), FORGERIES * len(targets), strict=True):
+            self.injected.append(scrapy.Request(url, meta=dict(forged), dont_filter=True))
+            self.crawler.engine.crawl(self.injected[-1])
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_injected_request_with_a_forged_marker_is_denied_by_r6(server, tmp_path):
+    blocked, private = forbidden_site(server)
+    url = linky_site(server)
+
+    class Spider(TargetsSpider):
+        forged_urls = [blocked, private]
+
+    settings = base_settings(server, tmp_path / "s", EXTENSIONS={f"{__name__}.ForgingExtension": 0})
+    res = await crawl(settings, [url], tmp_path, spidercls=Spider)
+    assert len(res.crawler.get_extension(ForgingExtension).injected) == 2 * len(FORGERIES)
+    assert res.stats["walsh/denied/R6"] == 2 * len(FORGERIES)
+    assert res.stats["walsh/internal/forged"] >= 2 * (len(FORGERIES) - 1)
+    assert server.origin.hits_for("blocked.test") == []
+    assert server.origin.hits_for("closed.test") == []
+    assert_only_declared(server)

@@ -3,18 +3,15 @@ store that survives SIGKILL. R8: a re-run inside the cadence sends nothing."""
 
 from __future__ import annotations
 
-import os
 import signal
 import sqlite3
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest_twisted
-from twisted.internet import defer, protocol, reactor, task
+from twisted.internet import reactor, task
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, SCHEMA_PATH, base_settings, crawl
+from tests.conftest import BLOCKLIST_HOST, base_settings, crawl, spawn_targets_crawl, write_list
 
 ETAG = '"v1"'
 MODIFIED = "Sat, 21 Nov 2026 00:00:00 GMT"
@@ -80,38 +77,12 @@ async def test_a_rerun_inside_the_cadence_sends_nothing_to_the_target_hosts(serv
     assert [i["outcome"] for i in third.items] == ["not_modified"] * 2
 
 
-class _Crawl(protocol.ProcessProtocol):
-    def __init__(self) -> None:
-        self.ended: defer.Deferred[None] = defer.Deferred()
-        self.err = b""
-
-    def errReceived(self, data: bytes) -> None:
-        self.err += data
-
-    def processEnded(self, reason: Any) -> None:
-        self.ended.callback(None)
-
-
 @pytest_twisted.ensureDeferred
 async def test_the_store_survives_sigkill_mid_crawl(server, tmp_path):
     state = tmp_path / "s"
     hosts = [f"k{i}.test" for i in range(8)]
     urls = [conditional_page(server, h) for h in hosts]
-    list_file = tmp_path / "urls.txt"
-    list_file.write_text("\n".join(urls) + "\n")
-    project = Path(__file__).parent.parent / "example_project"
-    scrapy_bin = str(Path(sys.executable).parent / "scrapy")
-    args = [
-        scrapy_bin, "crawl", "targets", "-a", f"list={list_file}",
-        "-s", f"WALSH_BLOCKLIST_URL={server.url(BLOCKLIST_HOST, BLOCKLIST_PATH)}",
-        "-s", f"WALSH_BLOCKLIST_SCHEMA_URL={server.url(BLOCKLIST_HOST, SCHEMA_PATH)}",
-        "-s", "WALSH_BLOCKLIST_ALLOW_HTTP=True", "-s", f"WALSH_STATE_DIR={state}",
-        "-s", "WALSH_RUN_INTERVAL=0", "-s", "WALSH_LLMS_PROBE=False",
-        "-s", "TWISTED_DNS_RESOLVER=scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(project)}
-    proc = _Crawl()
-    transport = reactor.spawnProcess(proc, scrapy_bin, args, env=env, path=str(project))
+    proc = spawn_targets_crawl(server, write_list(tmp_path, urls), state)
 
     def fetched() -> list[Any]:
         return [h for h in server.origin.hits if h.path == "/doc"]
@@ -121,7 +92,7 @@ async def test_the_store_survives_sigkill_mid_crawl(server, tmp_path):
             break
         await task.deferLater(reactor, 0.05, lambda: None)
     assert len(fetched()) >= 5, proc.err.decode()[-2000:]
-    transport.signalProcess(signal.SIGKILL)
+    proc.transport.signalProcess(signal.SIGKILL)
     await proc.ended
     done = {h.host for h in fetched()[:4]}
 

@@ -30,12 +30,14 @@ def _reactor() -> Any:
 
 @dataclass
 class Reply:
-    """What a route answers; ``delay`` holds the answer back (server latency)."""
+    """What a route answers; ``delay`` holds the answer back (server latency);
+    ``drop`` closes the connection instead, once the request has been read."""
 
     status: int = 200
     body: bytes | str = b""
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    drop: bool = False
 
     def encoded(self) -> bytes:
         return self.body.encode() if isinstance(self.body, str) else self.body
@@ -109,6 +111,9 @@ class Origin(resource.Resource):
             self.inflight -= 1
             if request.finished or request._disconnected:
                 return
+            if reply.drop:
+                request.channel.transport.loseConnection()
+                return
             request.setResponseCode(reply.status)
             for name, value in reply.headers.items():
                 request.setHeader(name.encode(), value.encode("latin-1"))
@@ -125,27 +130,84 @@ class Origin(resource.Resource):
 
 
 class SandboxServer:
-    """The origin listening on an ephemeral loopback port (no port races)."""
+    """The origin listening on an ephemeral loopback port (no port races).
+
+    :meth:`listen_also` and :meth:`start_tls` add listeners that serve the
+    same virtual hosts and log into the same :class:`Origin`: other origins
+    (ports, https) of one host.
+    """
 
     def __init__(self) -> None:
         self.origin = Origin()
         self.site = server.Site(self.origin)
         self.site.noisy = False
-        self._port: Any = None
+        self._ports: list[Any] = []
         self.port = 0
+        self.tls_port = 0
 
     def start(self) -> SandboxServer:
-        self._port = _reactor().listenTCP(0, self.site, interface="127.0.0.1")
-        self.port = self._port.getHost().port
+        self.port = self.listen_also()
         return self
 
-    def url(self, host: str, path: str = "/") -> str:
-        return f"http://{host}:{self.port}{path}"
+    def listen_also(self) -> int:
+        """Listen on one more loopback port; returns it."""
+        port = _reactor().listenTCP(0, self.site, interface="127.0.0.1")
+        self._ports.append(port)
+        return int(port.getHost().port)
+
+    def start_tls(self) -> int:
+        """Listen for https with a fresh self-signed certificate; returns the port."""
+        from twisted.internet import ssl
+
+        key_pem, cert_pem = _self_signed()
+        options = ssl.PrivateCertificate.loadPEM(key_pem + cert_pem).options()
+        port = _reactor().listenSSL(0, self.site, options, interface="127.0.0.1")
+        self._ports.append(port)
+        self.tls_port = int(port.getHost().port)
+        return self.tls_port
+
+    def url(self, host: str, path: str = "/", *, port: int | None = None) -> str:
+        return f"http://{host}:{port or self.port}{path}"
+
+    def tls_url(self, host: str, path: str = "/") -> str:
+        return f"https://{host}:{self.tls_port}{path}"
 
     def stop(self) -> Any:
         """Stop listening; returns a Deferred."""
-        port, self._port = self._port, None
-        return port.stopListening() if port is not None else None
+        from twisted.internet.defer import DeferredList
+
+        ports, self._ports = self._ports, []
+        return DeferredList([p.stopListening() for p in ports])
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    """A throw-away key and certificate for the loopback https listener."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sandbox.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
 
 
 @implementer(IHostResolution)
