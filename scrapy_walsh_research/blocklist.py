@@ -1,13 +1,18 @@
 """R3: the operator blocklist, consulted before anything else.
 
-The list is fetched from ``WALSH_BLOCKLIST_URL``, validated against the
-published schema with formats checked, and adopted only when valid. Any
-failure keeps the last adopted list, also across restarts (it is persisted
-in the state store): an outage must never un-block an opt-out.
+The list is fetched from ``WALSH_BLOCKLIST_URL`` over https (every redirect
+hop too, and no hop into a blocked host), validated against the published
+schema with formats checked (the bundled copy is the contract; a fetched
+schema can only add constraints), and adopted only when the whole document
+is good, ``refresh`` included (clamped to a logged range). Any failure keeps
+the last adopted list, also across restarts (it is persisted in the state
+store and validated again when restored): an outage must never un-block an
+opt-out.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -23,7 +28,7 @@ from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research import identity
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
-from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, internal_fetch, internal_purpose
+from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
@@ -39,7 +44,19 @@ logger = logging.getLogger(__name__)
 
 STATE_NAMESPACE = "blocklist"
 STATE_KEY = "adopted"
+#: the contract's example value, for a document without ``refresh``
 DEFAULT_REFRESH = 6 * 3600.0
+#: ``refresh`` is clamped to [MIN, MAX]: below a minute every request would
+#: refetch; above a day an opt-out could wait too long to be honoured.
+DEFAULT_MIN_REFRESH = 60.0
+DEFAULT_MAX_REFRESH = 86400.0
+#: refuse a blocklist response larger than this (WALSH_BLOCKLIST_MAX_BYTES)
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+MAX_SCHEMA_BYTES = 1024 * 1024
+#: how long a refresh of a list in force may wait for the operator host
+SHORT_WAIT = 2.0
+#: a stored fetch time this far ahead of our clock means a clock was wrong
+CLOCK_TOLERANCE = 5.0
 #: Formats the published schema uses; without a checker for each, "validate
 #: with formats checked" would silently pass anything.
 REQUIRED_FORMATS = frozenset({"date-time", "date", "email", "uri"})
@@ -103,22 +120,53 @@ class DomainSet:
 
 
 class BlocklistError(Exception):
-    """Why a fetched document was not adopted."""
+    """Why a fetched (or stored) document was not adopted."""
 
 
-@dataclass
+def refresh_seconds(value: Any, low: float, high: float) -> tuple[float, str | None]:
+    """The contract's ``refresh`` (ISO 8601 duration) in seconds, clamped to
+    [*low*, *high*]; returns (seconds, why it was clamped or None).
+
+    Raises :class:`BlocklistError` when it is not a duration at all: the
+    document is then rejected as a whole. Months and years (``P1M``) count as
+    their mean length: isodate gives them no ``total_seconds`` of their own,
+    and the clamp makes exactness moot.
+    """
+    if value is None:
+        seconds = DEFAULT_REFRESH
+    else:
+        try:
+            duration = isodate.parse_duration(str(value))
+        except OverflowError:
+            return high, f"refresh {value!r} is longer than any representable time"
+        except (isodate.ISO8601Error, ValueError, TypeError) as exc:
+            raise BlocklistError(f"refresh {value!r} is not an ISO 8601 duration ({exc})") from None
+        if isinstance(duration, isodate.Duration):
+            seconds = (
+                float(duration.years) * 365.2425 * 86400
+                + float(duration.months) * 30.436875 * 86400
+                + duration.tdelta.total_seconds()
+            )
+        else:
+            seconds = duration.total_seconds()
+    if not seconds >= low:  # also NaN
+        return low, f"refresh {value!r} is shorter than WALSH_BLOCKLIST_MIN_REFRESH ({low:g} s)"
+    if seconds > high:
+        return high, f"refresh {value!r} is longer than WALSH_BLOCKLIST_MAX_REFRESH ({high:g} s)"
+    return seconds, None
+
+
+@dataclass(frozen=True)
 class Adopted:
+    """One blocklist version, with everything derived from it computed up
+    front: adopting it then changes state in one step that cannot fail."""
+
     url: str
     document: dict[str, Any]
     fetched_at: float
-
-    @property
-    def refresh_seconds(self) -> float:
-        try:
-            seconds = isodate.parse_duration(self.document.get("refresh", "")).total_seconds()
-        except (isodate.ISO8601Error, ValueError, TypeError, AttributeError):
-            return DEFAULT_REFRESH
-        return seconds if seconds > 0 else DEFAULT_REFRESH
+    refresh: float
+    domains: DomainSet
+    sha256: str
 
 
 class BlocklistMiddleware:
@@ -133,22 +181,32 @@ class BlocklistMiddleware:
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
+        self.marks = Marks.for_crawler(crawler)
         self.url: str = settings.get("WALSH_BLOCKLIST_URL") or identity.BLOCKLIST_URL
         self.schema_url: str = (
             settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or identity.BLOCKLIST_SCHEMA_URL
         )
         self.retry_delay = settings.getfloat("WALSH_BLOCKLIST_RETRY_DELAY", 300.0)
-        allow_http = settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP")
+        self.min_refresh = settings.getfloat("WALSH_BLOCKLIST_MIN_REFRESH", DEFAULT_MIN_REFRESH)
+        self.max_refresh = settings.getfloat("WALSH_BLOCKLIST_MAX_REFRESH", DEFAULT_MAX_REFRESH)
+        if not 0 < self.min_refresh <= self.max_refresh:
+            raise WalshConfigurationError(
+                f"WALSH_BLOCKLIST_MIN_REFRESH={self.min_refresh:g} and "
+                f"WALSH_BLOCKLIST_MAX_REFRESH={self.max_refresh:g}: the blocklist's refresh is "
+                "clamped to this range, so it must be 0 < MIN <= MAX."
+            )
+        self.max_bytes = settings.getint("WALSH_BLOCKLIST_MAX_BYTES", DEFAULT_MAX_BYTES)
+        self.allow_http = settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP")
         for name, value in (
             ("WALSH_BLOCKLIST_URL", self.url),
             ("WALSH_BLOCKLIST_SCHEMA_URL", self.schema_url),
         ):
-            scheme = urlsplit(value).scheme.lower()
-            if scheme != "https" and not (allow_http and scheme == "http"):
+            if not self._transport_ok(value):
                 raise WalshConfigurationError(
                     f"{name}={value!r} is not an https URL. The blocklist must come over "
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
+        self._operator_hosts = {url_host(self.url), url_host(self.schema_url)}
         self.extra = DomainSet.from_entries(
             [
                 {"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"}
@@ -156,8 +214,12 @@ class BlocklistMiddleware:
             ],
             source="WALSH_BLOCKLIST_EXTRA",
         )
-        self._validator_cls, self._schema = self._load_validator(bundled_schema())
-        self._schema_from = "bundled"
+        validator_cls, schema = self._load_validator(bundled_schema())
+        #: the published schema as bundled: the contract, never replaced
+        self._contract = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+        #: the schema fetched from WALSH_BLOCKLIST_SCHEMA_URL when it differs:
+        #: documents must satisfy it as well, so it can only add constraints
+        self._published: Any = None
         self._schema_fetched = False
         self.adopted: Adopted | None = None
         self.domains = self.extra
@@ -167,7 +229,7 @@ class BlocklistMiddleware:
         self._restored = False
         Pacer.for_crawler(crawler).add_denial_check(
             lambda r: (
-                internal_purpose(r) not in (BLOCKLIST, SCHEMA)
+                self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
                 and self.domains.match(url_host(r.url)) is not None
             )
         )
@@ -177,12 +239,23 @@ class BlocklistMiddleware:
         check_configuration(crawler)
         return cls(crawler)
 
+    def _transport_ok(self, url: str) -> bool:
+        scheme = urlsplit(url).scheme.lower()
+        return scheme == "https" or (self.allow_http and scheme == "http")
+
     # -- the gate -----------------------------------------------------------
 
     async def process_request(self, request: Request) -> None:
-        if internal_purpose(request) in (BLOCKLIST, SCHEMA):
+        if self.marks.purpose(request) in (BLOCKLIST, SCHEMA):
+            # The operator's documents do not wait for themselves, but every
+            # redirect hop of theirs is checked: https only, and no hop into
+            # a host the list in force blocks.
+            self._check_operator_request(request)
             return
         await self.ensure_fresh()
+        self._deny_if_blocked(request)
+
+    def _deny_if_blocked(self, request: Request) -> None:
         host = url_host(request.url)
         hit = self.domains.match(host)
         if hit is None:
@@ -194,6 +267,16 @@ class BlocklistMiddleware:
             f" source: {entry.get('source')})"
         )
         deny(self.crawler, logger, request, "R3", reason)
+
+    def _check_operator_request(self, request: Request) -> None:
+        if not self._transport_ok(request.url):
+            reason = (
+                f"the blocklist or schema fetch was redirected to {request.url}, which is not "
+                "https: not followed (set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a sandbox)"
+            )
+            deny(self.crawler, logger, request, "R3", reason)
+        if url_host(request.url) not in self._operator_hosts:
+            self._deny_if_blocked(request)
 
     # -- refresh ------------------------------------------------------------
 
@@ -234,43 +317,61 @@ class BlocklistMiddleware:
             finally:
                 await release()
             return
-        saved = await self.store.get(STATE_NAMESPACE, STATE_KEY)
-        if saved and saved.get("url") == self.url and saved["fetched_at"] != before:
-            await self._adopt(
-                Adopted(saved["url"], saved["document"], float(saved["fetched_at"])),
-                persist=False,
-            )
+        stored = await self._stored()
+        if stored is not None and stored.url == self.url and stored.fetched_at != before:
+            await self._adopt(stored, persist=False)
             self.stats.inc_value("walsh/blocklist/adopted_from_worker")
             return
         await self.refresh()  # the other worker failed: try ourselves
+
+    def _max_wait(self) -> float | None:
+        """How long a fetch of the operator's documents may hold the download
+        slot waiting for the operator host: a refresh of a list in force may
+        wait a moment only (it is tried again later); the first list is worth
+        waiting for, since every target waits on it anyway."""
+        if self.adopted is not None:
+            return SHORT_WAIT
+        return None
 
     async def refresh(self) -> None:
         """Fetch, validate and adopt; on any failure keep what we have."""
         self.stats.inc_value("walsh/blocklist/fetch")
         try:
             await self._ensure_schema()
-            response = await internal_fetch(self.crawler, self.url, BLOCKLIST)
+            response = await internal_fetch(
+                self.crawler, self.url, BLOCKLIST, maxsize=self.max_bytes, max_wait=self._max_wait()
+            )
             if not 200 <= response.status < 300:
                 raise BlocklistError(f"HTTP {response.status}")
-            try:
-                document = json.loads(response.body)
-            except ValueError as exc:
-                raise BlocklistError(f"not JSON ({exc})") from None
-            self._validate(document)
+            adopted = self.parse(response.body, url=self.url, fetched_at=time.time())
+        except HostBusy as exc:
+            self.stats.inc_value("walsh/blocklist/deferred")
+            self._next_check = time.time() + exc.ready_in
+            logger.info(
+                "Blocklist refresh deferred: the operator host %(host)s is not ready for "
+                "%(s).0f s; the list in force stays until then.",
+                {"host": exc.host, "s": exc.ready_in},
+            )
+            return
         except Exception as exc:
             self._failed(exc)
             return
-        await self._adopt(Adopted(self.url, document, time.time()), persist=True)
+        await self._adopt(adopted, persist=True)
         self.stats.inc_value("walsh/blocklist/adopted")
         logger.info(
-            "Blocklist adopted from %(url)s: %(n)d entries (schema: %(schema)s)",
-            {"url": self.url, "n": len(self.domains), "schema": self._schema_from},
+            "Blocklist adopted from %(url)s: %(n)d entries, refresh %(r).0f s (schema: %(schema)s)",
+            {
+                "url": self.url,
+                "n": len(self.domains),
+                "r": adopted.refresh,
+                "schema": "bundled" if self._published is None else "bundled + published",
+            },
         )
 
     def _failed(self, exc: Exception) -> None:
         self.stats.inc_value("walsh/blocklist/fetch_failed")
         self._next_check = time.time() + self.retry_delay
-        if isinstance(exc, BlocklistError) and str(exc).startswith("schema-invalid"):
+        if isinstance(exc, BlocklistError):
             self.stats.inc_value("walsh/blocklist/rejected")
         if self.adopted is not None:
             logger.warning(
@@ -294,12 +395,56 @@ class BlocklistMiddleware:
                 {"url": self.url, "exc": exc, "n": len(self.extra), "d": self.retry_delay},
             )
 
+    def parse(self, data: bytes | Any, *, url: str, fetched_at: float) -> Adopted:
+        """Everything about one document, or :class:`BlocklistError`: JSON, the
+        contract's shape, the published schema (formats checked), ``refresh``,
+        the entries. Nothing is changed until all of it has succeeded."""
+        if isinstance(data, bytes):
+            try:
+                document = json.loads(data)
+            except (ValueError, RecursionError) as exc:
+                raise BlocklistError(f"not JSON ({str(exc)[:200]})") from None
+        else:
+            document = data
+        if (
+            not isinstance(document, dict)
+            or document.get("contract") != identity.BLOCKLIST_CONTRACT
+            or not isinstance(document.get("blocked"), list)
+        ):
+            raise BlocklistError(
+                f"schema-invalid: not a {identity.BLOCKLIST_CONTRACT} document "
+                "(an object with that 'contract' and a 'blocked' array)"
+            )
+        self._validate(document)
+        refresh, clamped = refresh_seconds(document.get("refresh"), self.min_refresh,
+                                           self.max_refresh)  # fmt: skip
+        if clamped:
+            self.stats.inc_value("walsh/blocklist/refresh_clamped")
+            logger.warning("Blocklist from %(url)s: %(why)s; using %(s).0f s",
+                           {"url": url, "why": clamped, "s": refresh})  # fmt: skip
+        digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+        domains = DomainSet.from_entries(document["blocked"], source=url)
+        return Adopted(url, document, float(fetched_at), refresh, domains, digest)
+
     async def _adopt(self, adopted: Adopted, *, persist: bool) -> None:
         self.adopted = adopted
-        self.domains = DomainSet.from_entries(
-            list(adopted.document.get("blocked", [])), source=adopted.url
-        ).union(self.extra)
+        self.domains = adopted.domains.union(self.extra)
         self.stats.set_value("walsh/blocklist/entries", len(self.domains))
+        now = time.time()
+        if adopted.url != self.url:
+            self._next_check = 0.0  # a list persisted from another URL: kept, re-fetched at once
+        elif adopted.fetched_at > now + CLOCK_TOLERANCE:
+            # Fetched "in the future": a clock was wrong (this machine's
+            # earlier, or another worker's). Its age is unknown: due now.
+            self.stats.inc_value("walsh/blocklist/future_fetch_time")
+            logger.warning(
+                "The adopted blocklist's fetch time is %(s).0f s in the future (clock skew): "
+                "refreshing it now rather than trusting its age.",
+                {"s": adopted.fetched_at - now},
+            )
+            self._next_check = 0.0
+        else:
+            self._next_check = adopted.fetched_at + adopted.refresh
         if persist:
             await self.store.put(
                 STATE_NAMESPACE,
@@ -310,27 +455,42 @@ class BlocklistMiddleware:
                     "fetched_at": adopted.fetched_at,
                 },
             )
-        due = adopted.fetched_at + adopted.refresh_seconds
-        # A list persisted from another URL is kept but re-fetched at once.
-        self._next_check = due if adopted.url == self.url else 0.0
+
+    async def _stored(self) -> Adopted | None:
+        """The stored list, validated like a fetched one; None if there is
+        none or it does not validate (it is then never adopted)."""
+        saved = await self.store.get(STATE_NAMESPACE, STATE_KEY)
+        if not saved:
+            return None
+        try:
+            return self.parse(
+                saved.get("document"),
+                url=str(saved.get("url")),
+                fetched_at=float(saved.get("fetched_at", 0.0)),
+            )
+        except (BlocklistError, TypeError, ValueError, AttributeError) as exc:
+            self.stats.inc_value("walsh/blocklist/stored_rejected")
+            logger.error(
+                "The stored blocklist (from %(url)s) does not validate (%(exc)s): not restored.",
+                {"url": saved.get("url") if isinstance(saved, dict) else None, "exc": exc},
+            )
+            return None
 
     async def _restore(self) -> None:
         """The list adopted by an earlier run (or another process), before any request."""
-        saved = await self.store.get(STATE_NAMESPACE, STATE_KEY)
-        if not saved:
+        stored = await self._stored()
+        if stored is None:
             return
-        await self._adopt(
-            Adopted(saved["url"], saved["document"], float(saved["fetched_at"])), persist=False
-        )
+        await self._adopt(stored, persist=False)
         logger.info(
             "Blocklist restored from state: %(n)d entries fetched from %(url)s at %(t)s",
-            {"n": len(self.domains), "url": saved["url"], "t": time.ctime(saved["fetched_at"])},
+            {"n": len(self.domains), "url": stored.url, "t": time.ctime(stored.fetched_at)},
         )
 
     # -- schema -------------------------------------------------------------
 
     @staticmethod
-    def _load_validator(schema: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    def _load_validator(schema: Any) -> tuple[Any, Any]:
         cls = validator_for(schema)
         cls.check_schema(schema)
         missing = REQUIRED_FORMATS - set(cls.FORMAT_CHECKER.checkers)
@@ -342,28 +502,66 @@ class BlocklistMiddleware:
         return cls, schema
 
     async def _ensure_schema(self) -> None:
+        """Consult the published schema (spec §4.2). It never replaces the
+        bundled copy, which is the contract: a fetched ``{}`` or an error
+        page must not make garbage "valid". When it differs, documents must
+        satisfy both."""
         if self._schema_fetched:
             return
+        self._schema_fetched = True
         try:
-            response = await internal_fetch(self.crawler, self.schema_url, SCHEMA)
+            response = await internal_fetch(
+                self.crawler,
+                self.schema_url,
+                SCHEMA,
+                maxsize=MAX_SCHEMA_BYTES,
+                max_wait=self._max_wait(),
+            )
             if not 200 <= response.status < 300:
                 raise BlocklistError(f"HTTP {response.status}")
-            self._validator_cls, self._schema = self._load_validator(json.loads(response.body))
-            self._schema_from = self.schema_url
+            schema = json.loads(response.body)
+            if schema == self._contract.schema:
+                return
+            cls, schema = self._load_validator(schema)
+            self._published = cls(schema, format_checker=cls.FORMAT_CHECKER)
         except Exception as exc:
+            if isinstance(exc, HostBusy):
+                self._schema_fetched = False  # consult it when the host is ready
             logger.warning(
                 "Blocklist schema from %(url)s unusable (%(exc)s); validating with the bundled "
                 "copy of the published schema.",
                 {"url": self.schema_url, "exc": exc},
             )
             self.stats.inc_value("walsh/blocklist/schema_fallback")
-        self._schema_fetched = True
+            return
+        self.stats.inc_value("walsh/blocklist/schema_differs")
+        logger.warning(
+            "The blocklist schema at %(url)s differs from the bundled copy of the published "
+            "schema: documents must satisfy both.",
+            {"url": self.schema_url},
+        )
 
     def _validate(self, document: Any) -> None:
-        validator = self._validator_cls(
-            self._schema, format_checker=self._validator_cls.FORMAT_CHECKER
-        )
-        error = jsonschema_exceptions.best_match(validator.iter_errors(document))
+        error = jsonschema_exceptions.best_match(self._contract.iter_errors(document))
         if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(document)"
-            raise BlocklistError(f"schema-invalid at {where}: {error.message}")
+            raise BlocklistError(f"schema-invalid at {_where(error)}: {error.message}")
+        if self._published is None:
+            return
+        try:
+            error = jsonschema_exceptions.best_match(self._published.iter_errors(document))
+        except Exception as exc:  # an unusable fetched schema adds nothing
+            logger.warning(
+                "The blocklist schema from %(url)s cannot be applied (%(exc)s); validating with "
+                "the bundled copy only.",
+                {"url": self.schema_url, "exc": exc},
+            )
+            self._published = None
+            return
+        if error is not None:
+            raise BlocklistError(
+                f"schema-invalid (per {self.schema_url}) at {_where(error)}: {error.message}"
+            )
+
+
+def _where(error: Any) -> str:
+    return "/".join(str(p) for p in error.absolute_path) or "(document)"

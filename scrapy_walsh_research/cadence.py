@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.internal import is_target, target_key
+from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import state_for
 
@@ -38,6 +38,7 @@ class CadenceMiddleware:
         self.stats = crawler.stats
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", 86400.0)
         self.store = state_for(crawler)
+        self.marks = Marks.for_crawler(crawler)
         # Last fetch per target, read once from the store: the frontier asks
         # on every scheduling decision (from this cache only, no I/O), and
         # this middleware is the only writer.
@@ -50,12 +51,15 @@ class CadenceMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
 
-    def _first_attempt(self, request: Request) -> bool:
-        return not request.meta.get("redirect_urls") and not request.meta.get("retry_times")
-
     def _due_at(self, request: Request) -> tuple[float, float] | None:
-        """(last fetch, due time) when the target is not due yet, else None."""
-        if self.interval <= 0 or not is_target(request) or not self._first_attempt(request):
+        """(last fetch, due time) when the target is not due yet, else None.
+
+        Every attempt is checked, hops and retries too: a target's own fetch
+        writes its time only on its final 2xx/304, after which nothing of it
+        is sent again, so no ``retry_times``/``redirect_urls`` meta (which a
+        project could set) is needed to tell a first attempt apart.
+        """
+        if self.interval <= 0 or not self.marks.is_target(request):
             return None
         last = self._last.get(target_key(request))
         if last is None or time.time() - last >= self.interval:
@@ -63,7 +67,7 @@ class CadenceMiddleware:
         return last, last + self.interval
 
     async def _load(self, request: Request) -> None:
-        if self.interval > 0 and is_target(request):
+        if self.interval > 0 and self.marks.is_target(request):
             key = target_key(request)
             if key not in self._last:
                 last = await self.store.get(STATE_NAMESPACE, key)
@@ -82,7 +86,9 @@ class CadenceMiddleware:
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
     async def process_response(self, request: Request, response: Response) -> Response:
-        if is_target(request) and (200 <= response.status < 300 or response.status == 304):
+        if self.marks.is_target(request) and (
+            200 <= response.status < 300 or response.status == 304
+        ):
             key, now = target_key(request), time.time()
             await self.store.put(STATE_NAMESPACE, key, now)
             self._last[key] = now

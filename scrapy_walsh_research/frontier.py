@@ -103,9 +103,10 @@ class FrontierScheduler:
                 return self._take(c_host, now)
             # Start another host's request only if it will be done before
             # the critical host is ready: its chain is the crawl's length.
-            if ready <= now and now + self._expected_duration() <= c_ready:
+            fits = max(ready, now) + self._expected_duration() <= c_ready
+            if ready <= now and fits:
                 return self._take(host, now)
-            return self._pop_denied() or self._wait_until(c_ready)
+            return self._pop_denied() or self._wait_until(ready if fits else c_ready)
         if ready <= now:
             return self._take(host, now)
         return self._pop_denied() or self._wait_until(ready)

@@ -1,27 +1,48 @@
-"""The bundle's own requests (robots.txt, blocklist, schema).
+"""Which requests are the bundle's own, and which are declared targets.
 
-They go through ``engine.download_async`` and therefore through the whole
-downloader-middleware chain: the R1 gate sets the User-Agent on them, the R3
-gate checks their redirect hops, and they count against a host like any
-other request. ``meta["walsh_internal"]`` names the purpose so that a gate
-does not gate its own input (the blocklist gate does not wait for the
-blocklist to fetch the blocklist).
+Gates exempt some requests from some checks: the blocklist gate does not
+wait for the blocklist to fetch the blocklist, the robots.txt gate does not
+gate robots.txt, the scope gate (R6) lets through declared targets and the
+bundle's own requests only. Such an exemption must not be something a
+project can claim with one line of ``meta``: Scrapy copies ``meta`` to every
+redirect hop and retry, and any spider or middleware can set any key.
+
+So the bundle *signs* its requests: ``meta["walsh_internal"]`` holds a token
+``purpose.nonce.mac`` whose HMAC-SHA256 is keyed by a secret kept in the
+state store (one per ``WALSH_STATE_DIR``, or per fleet with
+``WALSH_REDIS_URL``, so a request scheduled by one worker and sent by another
+still verifies). A token that does not verify counts for nothing: the
+request is gated like any other (``walsh/internal/forged``). Declared
+targets get a ``target`` token from :class:`~scrapy_walsh_research.scope.
+ScopeSpiderMiddleware` as they leave the spider's ``start()``; Scrapy's
+``is_start_request`` is not trusted.
+
+A signed token does travel to redirect hops and retries (they are the same
+fetch); each gate still checks the hop itself (see the blocklist and
+robots.txt gates).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import logging
+import secrets
 import weakref
 from typing import TYPE_CHECKING
 
 from scrapy import Request, signals
-from scrapy.exceptions import StopDownload
+from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http.request import NO_CALLBACK
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+logger = logging.getLogger(__name__)
+
 INTERNAL_META = "walsh_internal"
+TARGET = "target"
 ROBOTS, BLOCKLIST, SCHEMA = "robots", "blocklist", "schema"
 #: The /llms.txt probe (R9): scheduled like a target and subject to every gate.
 LLMS = "llms"
@@ -29,24 +50,104 @@ LLMS = "llms"
 #: not robots-gated (they are robots.txt or the operator's own documents),
 #: and paced in place, since they cannot be requeued.
 DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA})
-#: Meta key the targets spider sets on each declared target.
+PURPOSES = frozenset({TARGET, LLMS, *DIRECT})
+#: Meta key the targets spider sets on each declared target (its list line).
 TARGET_META = "walsh_target"
+#: How long a direct request may wait in place for its host's slot (seconds).
+MAX_WAIT_META = "walsh_max_wait"
 _CAP_META = "walsh_max_bytes"
 _SEEN_META = "_walsh_bytes_seen"
+_SECRET_NAMESPACE = "internal"
+_SECRET_KEY = "mark-secret"
 
 
-def internal_purpose(request: Request) -> str | None:
-    return request.meta.get(INTERNAL_META)
+class HostBusy(IgnoreRequest):
+    """A direct request's host is not ready within the wait it may spend in
+    place (it would hold the only download slot): try again at ``ready_in``."""
+
+    def __init__(self, host: str, ready_in: float) -> None:
+        super().__init__(f"{host} is not ready for {ready_in:.1f} s")
+        self.host = host
+        self.ready_in = ready_in
 
 
-def is_direct(request: Request) -> bool:
-    return request.meta.get(INTERNAL_META) in DIRECT
+class Marks:
+    """Signs and verifies the bundle's request tokens for one crawler."""
 
+    _instances: weakref.WeakKeyDictionary[Crawler, Marks] = weakref.WeakKeyDictionary()
 
-def is_target(request: Request) -> bool:
-    """A declared target (or its redirect/retry): from the targets spider or a
-    spider's start requests. Scrapy copies meta to redirects and retries."""
-    return bool(request.meta.get(TARGET_META) or request.meta.get("is_start_request"))
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self._secret: bytes | None = None
+        self._forged_logged = False
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> Marks:
+        marks = cls._instances.get(crawler)
+        if marks is None:
+            marks = cls._instances[crawler] = cls(crawler)
+        return marks
+
+    async def ready(self) -> None:
+        """Load (or create, once, atomically) the secret shared through the state store."""
+        if self._secret is not None:
+            return
+        from scrapy_walsh_research.state import state_for
+
+        stored = await state_for(self.crawler).put_if_absent(
+            _SECRET_NAMESPACE, _SECRET_KEY, secrets.token_hex(32)
+        )
+        self._secret = bytes.fromhex(stored)
+
+    def _mac(self, purpose: str, nonce: str) -> str:
+        assert self._secret is not None
+        msg = f"{purpose}.{nonce}".encode()
+        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:32]
+
+    def sign(self, purpose: str) -> str:
+        """A token for *purpose*; :meth:`ready` must have been awaited."""
+        if self._secret is None:
+            raise RuntimeError("Marks.sign() before Marks.ready()")
+        nonce = secrets.token_hex(8)
+        return f"{purpose}.{nonce}.{self._mac(purpose, nonce)}"
+
+    def purpose(self, request: Request) -> str | None:
+        """The verified purpose of *request*, or None (unsigned or forged)."""
+        token = request.meta.get(INTERNAL_META)
+        if token is None:
+            return None
+        if isinstance(token, str) and self._secret is not None:
+            parts = token.split(".")
+            if len(parts) == 3 and parts[0] in PURPOSES:
+                if hmac.compare_digest(parts[2], self._mac(parts[0], parts[1])):
+                    return parts[0]
+        self._forged(request)
+        return None
+
+    def _forged(self, request: Request) -> None:
+        stats = self.crawler.stats
+        if stats is not None:
+            stats.inc_value("walsh/internal/forged")
+        if not self._forged_logged:
+            self._forged_logged = True
+            logger.warning(
+                "A request carries meta[%(key)r]=%(value)r that the bundle did not sign: "
+                "it gets no exemption and passes every gate (%(url)s). Only the bundle marks "
+                "its own requests.",
+                {
+                    "key": INTERNAL_META,
+                    "value": request.meta.get(INTERNAL_META),
+                    "url": request.url,
+                },
+            )
+
+    def is_target(self, request: Request) -> bool:
+        """A declared target (or its redirect hop or retry)."""
+        return self.purpose(request) == TARGET
+
+    def is_direct(self, request: Request) -> bool:
+        """robots.txt, the blocklist or its schema, fetched by the bundle itself."""
+        return self.purpose(request) in DIRECT
 
 
 def target_key(request: Request) -> str:
@@ -54,24 +155,39 @@ def target_key(request: Request) -> str:
     from scrapy_walsh_research.urls import canonical_url
 
     target = request.meta.get(TARGET_META)
-    if target:
-        return target["canonical_url"]
+    if isinstance(target, dict) and target.get("canonical_url"):
+        return str(target["canonical_url"])
     first = (request.meta.get("redirect_urls") or [request.url])[0]
     return canonical_url(first)
 
 
 async def internal_fetch(
-    crawler: Crawler, url: str, purpose: str, *, max_bytes: int | None = None
+    crawler: Crawler,
+    url: str,
+    purpose: str,
+    *,
+    max_bytes: int | None = None,
+    maxsize: int | None = None,
+    max_wait: float | None = None,
 ) -> Response:
     """Download *url* for the bundle itself; redirects are followed by Scrapy.
 
     With *max_bytes*, the body download is stopped soon after that many
     bytes (one network chunk more at most) and the partial response returned.
+    With *maxsize*, a larger response is refused (Scrapy's ``download_maxsize``).
+    With *max_wait*, the request may wait at most that long in place for its
+    host's slot; beyond it, :class:`HostBusy` is raised and nothing is sent.
     """
-    meta: dict[str, object] = {INTERNAL_META: purpose, "dont_retry": True}
+    marks = Marks.for_crawler(crawler)
+    await marks.ready()
+    meta: dict[str, object] = {INTERNAL_META: marks.sign(purpose), "dont_retry": True}
     if max_bytes is not None:
         meta[_CAP_META] = max_bytes
         _install_cap(crawler)
+    if maxsize is not None:
+        meta["download_maxsize"] = maxsize
+    if max_wait is not None:
+        meta[MAX_WAIT_META] = max_wait
     request = Request(url, callback=NO_CALLBACK, dont_filter=True, meta=meta)
     assert crawler.engine is not None
     return await crawler.engine.download_async(request)

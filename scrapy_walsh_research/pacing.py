@@ -1,5 +1,8 @@
 """R4: serial, at least max(1 s, Crawl-delay, Request-rate, Retry-After) between
 requests to a host as the origin sees them, no wait before a host's first request.
+R5's host-wide part lives here too: a valid ``Retry-After`` on any 429/503
+(targets, robots.txt, the blocklist, requests that are not retried) holds the
+whole host, persisted like its clock.
 
 Two parts share one :class:`Pacer` per crawler:
 
@@ -10,6 +13,15 @@ Two parts share one :class:`Pacer` per crawler:
   download slot busy by handing out the request whose host is ready soonest.
 
 Correctness lives in the middleware; the scheduler only makes it fast.
+
+A host's interval is the strictest of what its origins' robots.txt files
+ask for (Crawl-delay, Request-rate), at least ``WALSH_MIN_DELAY``. A host
+whose interval exceeds ``WALSH_MAX_CRAWL_DELAY``, or that is held by a
+Retry-After beyond ``WALSH_RETRY_MAX_DELAY``, is skipped: its targets get a
+``skipped`` record (rule R4 or R5) and it receives nothing, not even
+robots.txt. No request waits long while holding the only download slot: a
+target goes back to the frontier, and the bundle's own requests wait in place
+at most ``meta["walsh_max_wait"]`` (then :class:`HostBusy`).
 """
 
 from __future__ import annotations
@@ -23,8 +35,9 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task
 
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
-from scrapy_walsh_research.internal import is_direct
+from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
+from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.state import clock_for
 from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
@@ -43,7 +56,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CRAWL_DELAY = 30.0
-RESERVED_META = "walsh_reserved_at"
 #: set on a request the pacing gate gave back: it keeps its place in its host's queue
 REQUEUED_META = "walsh_requeued"
 
@@ -55,6 +67,7 @@ class Pacer:
 
     def __init__(self, crawler: Crawler, clock: HostClock | None = None) -> None:
         settings = crawler.settings
+        self.stats = crawler.stats
         self.min_delay = settings.getfloat("WALSH_MIN_DELAY", 1.0)
         if self.min_delay < 1.0:
             raise WalshConfigurationError(
@@ -62,13 +75,12 @@ class Pacer:
                 "per host. Set WALSH_MIN_DELAY to 1.0 or more."
             )
         self.max_crawl_delay = settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY)
+        self.retry_max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", 600.0)
         self.clock: HostClock = clock or clock_for(crawler)
-        self._robots_interval: dict[str, float] = {}
-        self._crawl_delay: dict[str, float] = {}
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
         self._denial_checks: list[Callable[[Request], bool]] = [
-            lambda r: self.crawl_delay_too_long(url_host(r.url)) is not None
+            lambda r: self.skip_reason(url_host(r.url)) is not None
         ]
         self._warmers: list[Callable[[Request], Awaitable[None]]] = [
             lambda r: self.clock.warm(url_host(r.url))
@@ -103,18 +115,39 @@ class Pacer:
         need not wait for its host's slot (pacing a denied request is waste)."""
         return any(check(request) for check in self._denial_checks)
 
-    def note_robots(self, host: str, policy: RobotsPolicy) -> None:
-        """Adopt the selected group's Crawl-delay and Request-rate for *host*."""
+    async def note_robots(self, origin: str, policy: RobotsPolicy, expires: float) -> None:
+        """Adopt the selected group's Crawl-delay and Request-rate for *origin*
+        until *expires* (wall clock); the host keeps the strictest of its origins'."""
         delays = [d for d in (policy.crawl_delay, policy.request_rate_interval) if d]
-        self._robots_interval[host] = max(delays, default=0.0)
-        self._crawl_delay[host] = policy.crawl_delay or 0.0
+        await self.clock.note_interval(url_host(origin), origin, max(delays, default=0.0), expires)
 
     def interval(self, host: str) -> float:
-        return max(self.min_delay, self._robots_interval.get(host, 0.0))
+        return max(self.min_delay, self.clock.robots_interval(host)[0])
 
-    def crawl_delay_too_long(self, host: str) -> float | None:
-        delay = self._crawl_delay.get(host, 0.0)
-        return delay if delay > self.max_crawl_delay else None
+    def skip_reason(self, host: str) -> tuple[str, str] | None:
+        """(rule, reason) when *host* must not be contacted at all in this run
+        (from cached state; see :meth:`skip`)."""
+        seconds, origin, current = self.clock.robots_interval(host)
+        # An expired reading may be refreshed once the host is ready again.
+        if seconds > self.max_crawl_delay and (current or self.ready_at(host) > time.monotonic()):
+            return "R4", (
+                f"robots.txt of {origin} asks for {seconds:g} s between requests "
+                f"(Crawl-delay / Request-rate), beyond WALSH_MAX_CRAWL_DELAY "
+                f"({self.max_crawl_delay:g} s): host skipped"
+            )
+        held = self.clock.held_until(host) - time.monotonic()
+        if held > self.retry_max_delay:
+            return "R5", (
+                f"the host answered Retry-After: it is not to be contacted for another "
+                f"{held:.0f} s, beyond WALSH_RETRY_MAX_DELAY ({self.retry_max_delay:g} s): "
+                "host skipped"
+            )
+        return None
+
+    async def skip(self, host: str) -> tuple[str, str] | None:
+        """:meth:`skip_reason` after loading what is stored about *host*."""
+        await self.clock.warm(host)
+        return self.skip_reason(host)
 
     def ready_at(self, host: str) -> float:
         return self.clock.ready_at(host, self.interval(host))
@@ -134,18 +167,30 @@ class Pacer:
         else:
             self.mean_duration += 0.2 * (seconds - self.mean_duration)
 
+    def requeue(self, request: Request) -> Request:
+        """*request* given back to the frontier: it keeps its place in its
+        host's queue and comes back when the host is ready."""
+        self.stats.inc_value("walsh/pacing/requeued")
+        requeued = request.replace(dont_filter=True)
+        requeued.meta[REQUEUED_META] = True
+        return requeued
+
 
 class PacingMiddleware:
-    """Downloader middleware: reserve the host's slot or wait for it."""
+    """Downloader middleware: reserve the host's slot or wait for it; hold
+    the host on a Retry-After."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
+        self.marks = Marks.for_crawler(crawler)
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
         # straight back, so with one the gate waits in place.
         self.requeue = uses_frontier(crawler.settings)
+        #: when each request in flight reserved its host's slot
+        self._reserved: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -154,29 +199,34 @@ class PacingMiddleware:
 
     async def process_request(self, request: Request) -> Request | None:
         host = url_host(request.url)
-        too_long = self.pacer.crawl_delay_too_long(host)
-        if too_long is not None and not is_direct(request):
-            reason = (
-                f"robots.txt Crawl-delay {too_long:g} s exceeds WALSH_MAX_CRAWL_DELAY "
-                f"({self.pacer.max_crawl_delay:g} s): host skipped"
+        direct = self.marks.is_direct(request)
+        limit = float("inf")
+        if direct:
+            limit = request.meta.get(MAX_WAIT_META) or max(
+                self.pacer.max_crawl_delay, self.pacer.retry_max_delay
             )
-            deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
+        else:
+            skip = await self.pacer.skip(host)
+            if skip is not None:
+                deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
         from twisted.internet import reactor
 
         while True:
             now = time.monotonic()
             wait = await self.pacer.reserve(host, now)
             if wait <= 0:
-                request.meta[RESERVED_META] = now
+                self._reserved[request] = now
                 request.meta.pop(WIRE_TIME_META, None)
                 return None
-            if self.requeue and not is_direct(request):
+            if direct and wait > limit:
+                # The bundle's own request would hold the only download slot
+                # too long: its caller tries again when the host is ready.
+                self.stats.inc_value("walsh/pacing/host_busy")
+                raise HostBusy(host, wait)
+            if self.requeue and not direct:
                 # Give the only download slot back: the frontier holds this
                 # request until its host is ready and serves other hosts now.
-                self.stats.inc_value("walsh/pacing/requeued")
-                requeued = request.replace(dont_filter=True)
-                requeued.meta[REQUEUED_META] = True
-                return requeued
+                return self.pacer.requeue(request)
             # The bundle's own requests (robots.txt) come from inside another
             # request's middleware chain and cannot be requeued: wait here.
             # So does every request when the scheduler is not the frontier.
@@ -185,16 +235,28 @@ class PacingMiddleware:
 
     async def process_response(self, request: Request, response: Response) -> Response:
         await self._commit(request)
+        if response.status in RATE_LIMIT_CODES:
+            seconds = parse_retry_after(response.headers.get(b"Retry-After"))
+            if seconds:
+                host = url_host(request.url)
+                await self.pacer.hold(host, time.monotonic() + seconds)
+                self.stats.inc_value("walsh/pacing/retry_after_hold")
+                logger.info(
+                    "R5: HTTP %(status)d with Retry-After %(s).0f s from %(url)s: holding "
+                    "%(host)s for that long",
+                    {"status": response.status, "s": seconds, "url": request.url, "host": host},
+                )
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         await self._commit(request)
 
     async def _commit(self, request: Request) -> None:
-        if RESERVED_META not in request.meta:
+        reserved = self._reserved.pop(request, None)
+        if reserved is None:
             return
         host = url_host(request.url)
-        self.pacer.note_duration(time.monotonic() - request.meta[RESERVED_META])
+        self.pacer.note_duration(time.monotonic() - reserved)
         wire = request.meta.get(WIRE_TIME_META)
         # Without a wire stamp (another download handler), the response time
         # is a safe upper bound of when the origin saw the request.

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 OUTCOMES = ("fetched", "not_modified", "denied", "failed", "duplicate", "skipped", "invalid")
-RULES = ("R2", "R3", "R4", "R6", "R8")
+RULES = ("R2", "R3", "R4", "R5", "R6", "R8")
 
 
 def now_iso() -> str:

@@ -9,16 +9,19 @@ Replaces Scrapy's ``RetryMiddleware``, which retries 429/503 at once. Here:
 * a ``Retry-After`` beyond ``WALSH_RETRY_MAX_DELAY`` means give up now;
 * the wait holds back the whole host (no request to it before the retry
   time) while other hosts go on; the retry passes every gate again.
+
+The host-wide hold for a ``Retry-After`` is the pacing gate's
+(:mod:`scrapy_walsh_research.pacing`): it applies to every 429/503 response,
+retried or not, given up or not. This middleware holds the host for its own
+computed backoff, and for the next backoff step when it gives up on a
+429/503 that named no time.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import time
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import get_retry_request
@@ -26,6 +29,7 @@ from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.urls import url_host
 
 if TYPE_CHECKING:
@@ -36,34 +40,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-RATE_LIMIT_CODES = frozenset({429, 503})
 TRANSIENT_CODES = frozenset({500, 502, 504, 408})
 GAVE_UP_META = "walsh_gave_up"
-_DELTA = re.compile(r"^\s*(\d+)\s*$")
-
-
-def parse_retry_after(value: bytes | str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait per a ``Retry-After`` header, or None when absent/malformed.
-
-    A date in the past gives 0. A negative or fractional number is not
-    delta-seconds (``1*DIGIT``) and is treated as malformed.
-    """
-    if value is None:
-        return None
-    text = value.decode("latin-1") if isinstance(value, bytes) else value
-    m = _DELTA.match(text)
-    if m:
-        return float(m.group(1))
-    try:
-        when = parsedate_to_datetime(text.strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    now = now or datetime.now(timezone.utc)
-    return max(0.0, (when - now).total_seconds())
+__all__ = ["RATE_LIMIT_CODES", "RetryMiddleware", "parse_retry_after"]
 
 
 class RetryMiddleware:
@@ -98,7 +77,16 @@ class RetryMiddleware:
                     f"WALSH_RETRY_MAX_DELAY ({self.max_delay:.0f} s): gave up"
                 )
                 return self._give_up(request, response, reason)
-        return await self._retry(request, f"HTTP {status}", retry_after) or self._give_up(
+        retry = await self._retry(request, f"HTTP {status}", retry_after)
+        if retry is not None:
+            return retry
+        if status in RATE_LIMIT_CODES and retry_after is None:
+            # The host is still overloaded and named no time: one more backoff
+            # step for the whole host before anything else goes to it.
+            attempt = request.meta.get("retry_times", 0)
+            delay = min(self.max_delay, self.base * 2**attempt)
+            await self.pacer.hold(url_host(request.url), time.monotonic() + delay)
+        return self._give_up(
             request, response, f"HTTP {status} after {self.max_times} retries: gave up"
         )
 
@@ -130,7 +118,8 @@ class RetryMiddleware:
         if retry is None:
             return None
         host = url_host(request.url)
-        await self.pacer.hold(host, time.monotonic() + delay)
+        if retry_after is None:  # a Retry-After hold is set by the pacing gate
+            await self.pacer.hold(host, time.monotonic() + delay)
         logger.info(
             "R5: %(reason)s on %(url)s; holding %(host)s for %(delay).2f s (%(source)s)",
             {"reason": reason, "url": request.url, "host": host, "delay": delay, "source": source},

@@ -13,6 +13,12 @@ open" where the RFC says "MUST disallow":
   30 days is used instead when there is one.
 
 There is no ``dont_obey_robotstxt`` bypass.
+
+Fetching robots.txt is itself a request to the host: it is never sent to a
+host that is skipped (an interval beyond ``WALSH_MAX_CRAWL_DELAY``, a
+Retry-After hold beyond ``WALSH_RETRY_MAX_DELAY``), and when the host is not
+ready yet the target goes back to the frontier instead of holding the only
+download slot while robots.txt waits for its turn.
 """
 
 from __future__ import annotations
@@ -27,9 +33,9 @@ from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
-from scrapy_walsh_research.internal import ROBOTS, internal_fetch, is_direct
+from scrapy_walsh_research.internal import ROBOTS, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.urls import origin_of, url_host
@@ -48,6 +54,9 @@ STATE_NAMESPACE = "robots"
 #: the last 4xx answer per origin (no rules apply), reused the same way
 ABSENT_NAMESPACE = "robots_4xx"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
+#: how long a robots.txt fetch may wait in place when its target can go back
+#: to the frontier instead (a stale view of a shared clock, another origin)
+SHORT_WAIT = 2.0
 
 
 @dataclass
@@ -69,8 +78,10 @@ class RobotsTxtMiddleware:
         self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", 86400.0)
         self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", 60.0)
         self.store = state_for(crawler)
+        self.marks = Marks.for_crawler(crawler)
         self.pacer = Pacer.for_crawler(crawler)
         self.pacer.add_denial_check(self._cached_denial)
+        self.requeue = uses_frontier(settings)
         self._cache: dict[str, RobotsEntry] = {}
         self._pending: dict[str, Deferred[RobotsEntry]] = {}
 
@@ -79,38 +90,70 @@ class RobotsTxtMiddleware:
         check_configuration(crawler)
         return cls(crawler)
 
-    async def process_request(self, request: Request) -> None:
-        if is_direct(request):
-            return  # robots.txt itself, the blocklist and its schema
-        entry = await self.entry_for(request.url)
+    async def process_request(self, request: Request) -> Request | None:
+        if self.marks.is_direct(request):
+            return None  # robots.txt itself, the blocklist and its schema
+        entry = self._fresh(origin_of(request.url))
+        if entry is None:
+            host = url_host(request.url)
+            skip = await self.pacer.skip(host)
+            if skip is not None:  # fetching robots.txt would contact the host
+                deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
+            if self.requeue and self.pacer.ready_at(host) > time.monotonic():
+                return self.pacer.requeue(request)
+            try:
+                entry = await self.entry_for(
+                    request.url, max_wait=SHORT_WAIT if self.requeue else None
+                )
+            except HostBusy as exc:
+                if self.requeue:
+                    return self.pacer.requeue(request)
+                reason = f"robots.txt cannot be fetched: {exc}"
+                deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
         policy = entry.policy
         if policy.allows(request.url):
-            return
+            return None
         reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
         deny(self.crawler, logger, request, "R2", reason)
 
-    def _cached_denial(self, request: Request) -> bool:
-        if is_direct(request):
-            return False
-        entry = self._cache.get(origin_of(request.url))
-        return bool(entry and time.time() < entry.expires and not entry.policy.allows(request.url))
-
-    async def entry_for(self, url: str) -> RobotsEntry:
-        origin = origin_of(url)
+    def _fresh(self, origin: str) -> RobotsEntry | None:
         entry = self._cache.get(origin)
-        if entry is not None and time.time() < entry.expires:
-            return entry
-        pending = self._pending.get(origin)
-        if pending is not None:
-            return await maybe_deferred_to_future(pending)
+        return entry if entry is not None and time.time() < entry.expires else None
+
+    def _cached_denial(self, request: Request) -> bool:
+        if self.marks.is_direct(request):
+            return False
+        entry = self._fresh(origin_of(request.url))
+        return bool(entry and not entry.policy.allows(request.url))
+
+    async def entry_for(self, url: str, *, max_wait: float | None = None) -> RobotsEntry:
+        """The robots.txt answer in force for *url*'s origin: cached, stored
+        within the TTL, or fetched (one fetch per origin at a time). A fetch
+        that cannot wait *max_wait* for its host raises :class:`HostBusy`."""
+        origin = origin_of(url)
+        while True:
+            entry = self._fresh(origin)
+            if entry is not None:
+                return entry
+            pending = self._pending.get(origin)
+            if pending is None:
+                break
+            await maybe_deferred_to_future(pending)  # then look again
         pending = self._pending[origin] = Deferred()
         try:
-            entry = await self._stored_fresh(origin) or await self._fetch(origin, entry)
+            entry = await self._stored_fresh(origin) or await self._fetch(
+                origin, self._cache.get(origin), max_wait
+            )
+            await self.pacer.note_robots(origin, entry.policy, entry.expires)
+            # An answer outlives the wait its own fetch imposes on the host:
+            # a TTL shorter than the Crawl-delay would otherwise re-fetch
+            # robots.txt forever while the target waits for its turn.
+            usable = time.time() + 2 * self.pacer.interval(url_host(url))
+            entry.expires = max(entry.expires, usable)
+            self._cache[origin] = entry
         finally:
             del self._pending[origin]
-        self._cache[origin] = entry
-        self.pacer.note_robots(url_host(url), entry.policy)
-        pending.callback(entry)
+            pending.callback(None)
         return entry
 
     async def _stored_fresh(self, origin: str) -> RobotsEntry | None:
@@ -137,19 +180,30 @@ class RobotsTxtMiddleware:
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
         return RobotsEntry(policy, fetched_at + self.ttl, status)
 
-    async def _fetch(self, origin: str, previous: RobotsEntry | None) -> RobotsEntry:
+    async def _fetch(
+        self, origin: str, previous: RobotsEntry | None, max_wait: float | None
+    ) -> RobotsEntry:
         url = f"{origin}/robots.txt"
-        self.stats.inc_value("walsh/robots/fetch")
         try:
-            # A little more than the parse limit, so truncation is detectable.
+            # A little more than the parse limit, so truncation is detectable;
+            # a larger file is still read up to that point, never refused.
             response = await internal_fetch(
-                self.crawler, url, ROBOTS, max_bytes=MAX_ROBOTS_BYTES + 1
+                self.crawler,
+                url,
+                ROBOTS,
+                max_bytes=MAX_ROBOTS_BYTES + 1,
+                maxsize=0,
+                max_wait=max_wait,
             )
+        except HostBusy:
+            raise  # nothing was sent
         except Exception as exc:
+            self.stats.inc_value("walsh/robots/fetch")
             return await self._unreachable(
                 origin, previous, None, f"robots.txt fetch failed: {exc}"
             )
         status = response.status
+        self.stats.inc_value("walsh/robots/fetch")
         self.stats.inc_value(f"walsh/robots/status/{status}")
         now = time.time()
         if 200 <= status < 300:

@@ -2,13 +2,17 @@
 
 Two guards:
 
-* :class:`ScopeSpiderMiddleware` drops every request a spider callback
-  yields (followed links), whatever the spider;
+* :class:`ScopeSpiderMiddleware` signs every request that leaves the
+  spider's ``start()`` as a declared target, and drops every request a
+  spider callback yields (followed links), whatever the spider;
 * :class:`ScopeDownloaderMiddleware`, first in the downloader chain, lets
   through only declared targets (the targets spider's, or a spider's start
   requests), their redirects and retries, and the bundle's own requests.
   Anything else (a media pipeline's sub-resources, a request another
-  component injects) is denied with rule R6 before any other gate runs.
+  component injects, one carrying a forged marker) is denied with rule R6
+  before any other gate runs. What counts as declared is the bundle's signed
+  token (:mod:`scrapy_walsh_research.internal`), never a meta key a project
+  could set.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.internal import LLMS, internal_purpose, is_target
+from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET, Marks
 from scrapy_walsh_research.preflight import check_configuration
 
 if TYPE_CHECKING:
@@ -33,21 +37,31 @@ logger = logging.getLogger(__name__)
 
 
 class ScopeSpiderMiddleware:
-    """Drop requests yielded by spider callbacks: no link following (R6)."""
+    """Sign declared targets; drop requests yielded by callbacks (R6)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
+        self.marks = Marks.for_crawler(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
         return cls(crawler)
 
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """Every request of ``start()`` is a declared target: sign it (closest
+        to the engine, so requests other middlewares add here count too)."""
+        await self.marks.ready()
+        async for obj in start:
+            if isinstance(obj, Request):
+                obj.meta[INTERNAL_META] = self.marks.sign(TARGET)
+            yield obj
+
     def _keep(self, obj: Any, response: Response) -> bool:
         if not isinstance(obj, Request):
             return True
-        if internal_purpose(obj) == LLMS:
+        if self.marks.purpose(obj) == LLMS:
             return True  # the bundle's own /llms.txt probe (R9), gated like a target
         self.stats.inc_value("walsh/scope/followup_dropped")
         logger.info(
@@ -75,6 +89,7 @@ class ScopeDownloaderMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
+        self.marks = Marks.for_crawler(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -82,7 +97,7 @@ class ScopeDownloaderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        if is_target(request) or internal_purpose(request):
+        if self.marks.purpose(request) is not None:
             return
         reason = "not a declared target: sub-resources and followed links are never fetched"
         deny(self.crawler, logger, request, "R6", reason)

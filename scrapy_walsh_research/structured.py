@@ -22,7 +22,7 @@ from urllib.parse import urljoin, urlsplit
 import feedparser
 from markdown_it import MarkdownIt
 
-from scrapy_walsh_research.internal import LLMS, internal_purpose, is_target
+from scrapy_walsh_research.internal import LLMS, TARGET, Marks
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -49,14 +49,18 @@ HTML_NOTE = "HTML only: no feed or markdown was offered, and HTML is never parse
 class NegotiationMiddleware:
     """Ask targets for markdown first, then feeds (R9 content negotiation)."""
 
+    def __init__(self, crawler: Crawler) -> None:
+        self.marks = Marks.for_crawler(crawler)
+
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls()
+        return cls(crawler)
 
     def process_request(self, request: Request) -> None:
-        if internal_purpose(request) == LLMS:
+        purpose = self.marks.purpose(request)
+        if purpose == LLMS:
             request.headers[b"Accept"] = ACCEPT_LLMS
-        elif is_target(request):
+        elif purpose == TARGET:
             request.headers[b"Accept"] = ACCEPT
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research.internal import is_target
+from scrapy_walsh_research.internal import Marks
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.urls import canonical_url
 
@@ -32,13 +32,14 @@ class ConditionalRequestMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.stats = crawler.stats
         self.store = state_for(crawler)
+        self.marks = Marks.for_crawler(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
 
     async def process_request(self, request: Request) -> None:
-        if not is_target(request):
+        if not self.marks.is_target(request):
             return
         saved = await self.store.get(STATE_NAMESPACE, canonical_url(request.url))
         if not saved:
@@ -50,7 +51,7 @@ class ConditionalRequestMiddleware:
         self.stats.inc_value("walsh/validators/conditional")
 
     async def process_response(self, request: Request, response: Response) -> Response:
-        if not is_target(request):
+        if not self.marks.is_target(request):
             return response
         if response.status == 304:
             self.stats.inc_value("walsh/validators/not_modified")

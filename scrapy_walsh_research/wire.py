@@ -6,6 +6,13 @@ gap 20 ms short (stock Scrapy: 0.982 s for a 1 s delay). This handler stamps
 ``meta["walsh_wire_time"]`` when the connection is handed to the request,
 just before its bytes are written, and pacing counts from that.
 
+It also turns off the pool's ``retryAutomatically``: Twisted's connection
+pool otherwise re-sends a request on a new connection, at once and unseen by
+any middleware, when a reused keep-alive connection fails after the request
+was written (the origin then receives it twice, a millisecond apart). With
+it off, that failure reaches the R5 gate as ``ResponseNeverReceived`` and a
+retry goes through pacing like any other.
+
 It reaches into ``HTTP11DownloadHandler._pool`` (private; no public hook
 exists). That use is confined to this module, checked when the handler is
 built, and covered by ``tests/test_r4_pacing.py``; without the stamp, pacing
@@ -31,11 +38,17 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         pool = getattr(self, "_pool", None)
-        if pool is None or not hasattr(pool, "getConnection"):
+        if (
+            pool is None
+            or not hasattr(pool, "getConnection")
+            or not hasattr(pool, "retryAutomatically")
+        ):
             raise RuntimeError(
                 "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler no longer has "
-                "_pool.getConnection; scrapy_walsh_research.wire needs updating for this Scrapy."
+                "_pool.getConnection / _pool.retryAutomatically; scrapy_walsh_research.wire "
+                "needs updating for this Scrapy."
             )
+        pool.retryAutomatically = False
         self._current: Request | None = None
         original = pool.getConnection
 

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from scrapy_walsh_research.blocklist import DomainSet, normalize_entry
+from scrapy_walsh_research.blocklist import (
+    BlocklistError,
+    DomainSet,
+    normalize_entry,
+    refresh_seconds,
+)
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.preflight import BLOCKLIST_MW
 from scrapy_walsh_research.sandbox import Reply
@@ -235,7 +240,8 @@ async def test_the_list_is_refreshed_on_its_refresh_duration_during_a_crawl(serv
     serve_hosts(server, "early.test", "late.test")
     server.origin.route("early.test", "/2", Reply(200, "two"))
     urls = [server.url("early.test"), server.url("early.test", "/2"), server.url("late.test")]
-    res = await crawl(base_settings(server, tmp_path / "state"), urls, tmp_path)
+    settings = base_settings(server, tmp_path / "state", WALSH_BLOCKLIST_MIN_REFRESH=1)
+    res = await crawl(settings, urls, tmp_path)
     fetches = server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)
     assert len(fetches) >= 2
     assert outcomes(res)[urls[2]] == ("denied", "R3")
@@ -260,3 +266,209 @@ async def test_a_plain_http_blocklist_url_is_refused_at_start_up(server, tmp_pat
     with pytest.raises(WalshConfigurationError, match="WALSH_BLOCKLIST_ALLOW_HTTP"):
         await crawl(settings, [server.url("fine.test")], tmp_path)
     assert server.origin.hits == []
+
+
+# -- operator documents a CDN, a gateway or a typo can produce --------------------
+
+GATEWAY_ERRORS = {
+    "empty-object": {},
+    "error-object": {"error": "Bad Gateway", "status": 502},
+    "array": [],
+    "null": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "document"),
+    [
+        ("{}", "empty-object"),
+        ('{"error": "Bad Gateway"}', "error-object"),
+        ("true", "array"),
+        ("not json", "null"),
+    ],
+)
+@pytest_twisted.ensureDeferred
+async def test_a_fetched_schema_never_weakens_the_published_one(server, tmp_path, schema, document):
+    """After a good list, the schema URL and the blocklist URL both answer
+    garbage (a CDN error page): nothing is adopted, every opt-out holds."""
+    state = tmp_path / "state"
+    serve_hosts(server, "blocked.test")
+    url = server.url("www.blocked.test")
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    await crawl(base_settings(server, state), [url], tmp_path)
+
+    server.origin.route(BLOCKLIST_HOST, "/v2/schema.json", Reply(200, schema))
+    server.origin.route(BLOCKLIST_HOST, "/v2/list.json", json_reply(GATEWAY_ERRORS[document]))
+    settings = base_settings(
+        server,
+        state,
+        WALSH_BLOCKLIST_URL=server.url(BLOCKLIST_HOST, "/v2/list.json"),
+        WALSH_BLOCKLIST_SCHEMA_URL=server.url(BLOCKLIST_HOST, "/v2/schema.json"),
+    )
+    second = await crawl(settings, [url], tmp_path)
+    assert server.origin.hits_for(BLOCKLIST_HOST, "/v2/list.json") != []
+    assert second.stats["walsh/blocklist/rejected"] == 1
+    assert outcomes(second)[url] == ("denied", "R3")
+    assert server.origin.hits_for("www.blocked.test") == []
+    assert server.origin.hits_for("blocked.test") == []
+
+    third = await crawl(settings, [url], tmp_path)  # and nothing bad was persisted
+    assert outcomes(third)[url] == ("denied", "R3")
+    assert server.origin.hits_for("www.blocked.test") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_published_schema_that_differs_can_only_add_constraints(server, tmp_path):
+    from scrapy_walsh_research.schemas import bundled_schema
+
+    stricter = bundled_schema()
+    stricter["properties"]["operator"]["const"] = "Someone Else"
+    server.origin.route(BLOCKLIST_HOST, SCHEMA_PATH, json_reply(stricter))
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    serve_hosts(server, "fine.test")
+    res = await crawl(base_settings(server, tmp_path / "s"), [server.url("fine.test")], tmp_path)
+    assert res.stats["walsh/blocklist/schema_differs"] == 1
+    assert res.stats["walsh/blocklist/rejected"] == 1  # fails the published schema's extra rule
+
+
+REFRESH_TABLE = [
+    # (refresh, seconds, clamped)
+    ("PT6H", 21600, False),
+    ("P1D", 86400, False),
+    ("PT90S", 90, False),
+    ("PT0.5S", 60, True),
+    ("PT0S", 60, True),
+    ("PT", 60, True),
+    ("P1M", 86400, True),
+    ("P1Y", 86400, True),
+    ("P0.5Y", 86400, True),
+    ("P36500D", 86400, True),
+    ("PT99999999999H", 86400, True),
+    ("P99999999999Y", 86400, True),
+    (None, 21600, False),
+]
+
+
+@pytest.mark.parametrize(("value", "seconds", "clamped"), REFRESH_TABLE)
+def test_refresh_is_clamped_to_a_logged_range(value, seconds, clamped):
+    got, why = refresh_seconds(value, 60.0, 86400.0)
+    assert got == pytest.approx(seconds)
+    assert (why is not None) is clamped
+
+
+@pytest.mark.parametrize("value", ["P", "P-1D", "6 hours", "PT1e5S", "", "PXH"])
+def test_a_refresh_that_is_no_duration_rejects_the_document(value):
+    with pytest.raises(BlocklistError, match="refresh"):
+        refresh_seconds(value, 60.0, 86400.0)
+
+
+@pytest.mark.parametrize("refresh", ["PT99999999999H", "P1M", "PT0.5S", "P36500D"])
+@pytest_twisted.ensureDeferred
+async def test_an_extreme_refresh_neither_breaks_the_crawl_nor_floods_the_operator(
+    server, tmp_path, refresh
+):
+    state = tmp_path / "state"
+    doc = blocklist_doc("blocked.test", refresh=refresh)
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(doc))
+    serve_hosts(server, "blocked.test", "a.test", "b.test", "c.test")
+    urls = [server.url(h) for h in ("a.test", "b.test", "c.test", "www.blocked.test")]
+    for _ in range(2):  # a second run must not be stuck on what the first stored
+        res = await crawl(base_settings(server, state), urls, tmp_path)
+        assert [outcomes(res)[u] for u in urls] == [("fetched", None)] * 3 + [("denied", "R3")]
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
+    assert server.origin.hits_for("www.blocked.test") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stored_fetch_time_in_the_future_does_not_delay_the_refresh(server, tmp_path):
+    import time
+
+    from scrapy_walsh_research.state import SQLiteStateStore
+
+    state = tmp_path / "state"
+    state.mkdir()
+    store = SQLiteStateStore(state / "state.sqlite3")
+    url = server.url(BLOCKLIST_HOST, BLOCKLIST_PATH)
+    skewed = {"url": url, "document": blocklist_doc(), "fetched_at": time.time() + 3600}
+    await store.put("blocklist", "adopted", skewed)
+    await store.close()
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("new.test")))
+    serve_hosts(server, "new.test")
+    res = await crawl(base_settings(server, state), [server.url("new.test")], tmp_path)
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
+    assert res.stats["walsh/blocklist/future_fetch_time"] == 1
+    assert outcomes(res)[server.url("new.test")] == ("denied", "R3")
+    assert server.origin.hits_for("new.test") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stored_list_that_does_not_validate_is_never_restored(server, tmp_path):
+    import time
+
+    from scrapy_walsh_research.state import SQLiteStateStore
+
+    state = tmp_path / "state"
+    state.mkdir()
+    store = SQLiteStateStore(state / "state.sqlite3")
+    url = server.url(BLOCKLIST_HOST, BLOCKLIST_PATH)
+    garbage = {"url": url, "document": {"error": "Bad Gateway"}, "fetched_at": time.time()}
+    await store.put("blocklist", "adopted", garbage)
+    await store.close()
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("new.test")))
+    serve_hosts(server, "new.test")
+    res = await crawl(base_settings(server, state), [server.url("new.test")], tmp_path)
+    assert res.stats["walsh/blocklist/stored_rejected"] == 1
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1  # fetched at once
+    assert outcomes(res)[server.url("new.test")] == ("denied", "R3")
+
+
+# -- the operator's documents come over https, and never from a blocked host -------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_blocklist_redirect_into_a_blocked_host_is_not_followed(server, tmp_path):
+    serve_hosts(server, "fine.test")
+    hijack = server.url("evil.test", "/list.json")
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(302, "", {"Location": hijack}))
+    server.origin.route("evil.test", "/list.json", json_reply(blocklist_doc()))
+    settings = base_settings(server, tmp_path / "s", WALSH_BLOCKLIST_EXTRA=["evil.test"])
+    res = await crawl(settings, [server.url("fine.test")], tmp_path)
+    assert server.origin.hits_for("evil.test") == []
+    assert res.stats["walsh/blocklist/fetch_failed"] == 1
+    assert res.stats["walsh/denied/R3"] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_schema_redirect_into_a_blocked_host_is_not_followed(server, tmp_path):
+    serve_hosts(server, "fine.test")
+    hijack = server.url("evil.test", "/schema.json")
+    server.origin.route(BLOCKLIST_HOST, SCHEMA_PATH, Reply(302, "", {"Location": hijack}))
+    settings = base_settings(server, tmp_path / "s", WALSH_BLOCKLIST_EXTRA=["evil.test"])
+    res = await crawl(settings, [server.url("fine.test")], tmp_path)
+    assert server.origin.hits_for("evil.test") == []
+    assert res.stats["walsh/blocklist/schema_fallback"] == 1
+    assert res.stats["walsh/blocklist/adopted"] == 1
+
+
+@pytest.mark.parametrize("what", ["blocklist", "schema"])
+@pytest_twisted.ensureDeferred
+async def test_an_https_document_redirected_to_http_is_not_followed(server, tmp_path, what):
+    server.start_tls()
+    serve_hosts(server, "fine.test")
+    plain = server.url(BLOCKLIST_HOST, "/plain.json")
+    server.origin.route(BLOCKLIST_HOST, "/plain.json", json_reply(blocklist_doc()))
+    server.origin.route(BLOCKLIST_HOST, "/moved", Reply(301, "", {"Location": plain}))
+    settings = base_settings(
+        server,
+        tmp_path / "s",
+        WALSH_BLOCKLIST_ALLOW_HTTP=False,
+        WALSH_BLOCKLIST_URL=server.tls_url(BLOCKLIST_HOST, BLOCKLIST_PATH),
+        WALSH_BLOCKLIST_SCHEMA_URL=server.tls_url(BLOCKLIST_HOST, SCHEMA_PATH),
+    )
+    key = "WALSH_BLOCKLIST_URL" if what == "blocklist" else "WALSH_BLOCKLIST_SCHEMA_URL"
+    settings[key] = server.tls_url(BLOCKLIST_HOST, "/moved")
+    res = await crawl(settings, [server.url("fine.test")], tmp_path)
+    moved = server.origin.hits_for(BLOCKLIST_HOST, "/moved")
+    assert len(moved) == 1 and moved[0].headers["host"].endswith(f":{server.tls_port}")
+    assert server.origin.hits_for(BLOCKLIST_HOST, "/plain.json") == []
+    assert res.stats["walsh/denied/R3"] == 1

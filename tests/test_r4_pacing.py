@@ -4,6 +4,7 @@ single slot is not spent waiting on one host while another is ready."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -118,3 +119,162 @@ async def test_a_restarted_crawl_keeps_a_hosts_spacing(server, tmp_path):
     # the second run reuses the stored robots.txt (fresh for WALSH_ROBOTS_TTL)
     assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/p/0"]
     assert min(gaps(hits)) >= 1.0
+
+
+# -- below Scrapy: the transport ------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_dropped_after_the_request_was_read_is_not_resent_at_once(
+    server, tmp_path
+):
+    """Twisted's pool would re-send on a new connection within a millisecond;
+    the failure must reach R5 instead, and the retry be paced."""
+    calls = {"n": 0}
+
+    def drop_first(hit: Any) -> Reply:
+        calls["n"] += 1
+        return Reply(200, "ok", drop=calls["n"] == 1)
+
+    server.origin.route("drop.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route("drop.test", "/page", drop_first)
+    url = server.url("drop.test", "/page")
+    res = await crawl(base_settings(server, tmp_path / "s"), [url], tmp_path)
+    hits = server.origin.hits_for("drop.test")
+    assert [h.path for h in hits] == ["/robots.txt", "/page", "/page"]
+    assert min(gaps(hits)) >= 1.0
+    assert res.items[0]["outcome"] == "fetched"
+    assert res.stats["walsh/retry/count"] == 1
+
+
+# -- a host's interval: the strictest of its origins' ------------------------------------
+
+
+def two_origins(server: Any, host: str, robots_a: str, robots_b: str | None) -> tuple[int, int]:
+    """*host* on the main port (origin A) and a second port (origin B, no
+    robots.txt when *robots_b* is None): one host, two origins."""
+    port_b = server.listen_also()
+    server.origin.route(host, "/robots.txt", lambda hit: Reply(
+        200, robots_a if hit.headers["host"].endswith(f":{server.port}") else robots_b or ""
+    ) if robots_b is not None or hit.headers["host"].endswith(f":{server.port}")
+        else Reply(404, "none"))  # fmt: skip
+    for i in range(3):
+        server.origin.route(host, f"/p/{i}", Reply(200, "ok"))
+    return server.port, port_b
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_origin_without_robots_does_not_lower_the_hosts_crawl_delay(server, tmp_path):
+    port_a, port_b = two_origins(server, "twin.test", "User-agent: *\nCrawl-delay: 3\n", None)
+    urls = [
+        server.url("twin.test", "/p/0", port=port_a),
+        server.url("twin.test", "/p/1", port=port_b),
+        server.url("twin.test", "/p/2", port=port_a),
+    ]
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert [i["outcome"] for i in res.items] == ["fetched"] * 3
+    hits = server.origin.hits_for("twin.test")
+    assert len(hits) == 5  # two robots.txt, three pages
+    assert min(gaps(hits)) >= 3.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_origin_without_robots_does_not_clear_a_skip(server, tmp_path):
+    port_a, port_b = two_origins(server, "twin.test", "User-agent: *\nCrawl-delay: 3600\n", None)
+    urls = [
+        server.url("twin.test", "/p/0", port=port_a),
+        server.url("twin.test", "/p/1", port=port_b),
+    ]
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert [(i["outcome"], i["rule"]) for i in res.items] == [("skipped", "R4")] * 2
+    # origin B's robots.txt is not even asked for: the host is skipped
+    assert [h.path for h in server.origin.hits_for("twin.test")] == ["/robots.txt"]
+
+
+@pytest.mark.parametrize("robots", ["Crawl-delay: 3600", "Request-rate: 1/1h"])
+@pytest_twisted.ensureDeferred
+async def test_a_huge_interval_on_one_origin_does_not_stall_the_crawl(server, tmp_path, robots):
+    port_a, port_b = two_origins(server, "twin.test", f"User-agent: *\n{robots}\n", None)
+    others = pages(server, "other.test", 3, latency=0)
+    urls = [
+        server.url("twin.test", "/p/0", port=port_a),
+        server.url("twin.test", "/p/1", port=port_b),
+        *others,
+    ]
+    started = time.monotonic()
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert time.monotonic() - started < 15
+    assert [(i["outcome"], i["rule"]) for i in res.items[:2]] == [("skipped", "R4")] * 2
+    assert "WALSH_MAX_CRAWL_DELAY" in res.items[0]["reason"]
+    assert [i["outcome"] for i in res.items[2:]] == ["fetched"] * 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_robots_of_a_held_host_does_not_hold_the_download_slot(server, tmp_path):
+    """While one origin of a host is held by a Retry-After, a target on its
+    other origin goes back to the frontier instead of waiting for robots.txt
+    with the only download slot; other hosts go on meanwhile."""
+    port_a, port_b = two_origins(server, "held.test", "User-agent: *\nAllow: /\n", None)
+    calls = {"n": 0}
+
+    def busy_once(hit: Any) -> Reply:
+        calls["n"] += 1
+        return Reply(429, "wait", {"Retry-After": "6"}) if calls["n"] == 1 else Reply(200, "ok")
+
+    server.origin.route("held.test", "/busy", busy_once)
+    others = pages(server, "other.test", 5, latency=0)
+    urls = [
+        server.url("held.test", "/busy", port=port_a),
+        server.url("held.test", "/p/1", port=port_b),
+        *others,
+    ]
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert {i["outcome"] for i in res.items} == {"fetched"}
+    held = server.origin.hits_for("held.test")
+    first_busy = held[1].t
+    assert min(h.t for h in held[2:]) - first_busy >= 6.0  # nothing to the host while held
+    pages_out = [h for h in server.origin.hits_for("other.test") if h.path != "/robots.txt"]
+    assert sum(first_busy < h.t < first_busy + 6.0 for h in pages_out) >= 4
+
+
+# -- pacing state survives a crash ------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_reservation_is_kept_when_the_crawler_is_killed_mid_request(server, tmp_path):
+    """SIGKILL while a slow request is in flight, restart at once: the next
+    request to that host still comes a Crawl-delay after the killed one."""
+    from tests.conftest import sleep, spawn_targets_crawl, write_list
+
+    state = tmp_path / "s"
+    robots = "User-agent: *\nCrawl-delay: 5\n"
+    server.origin.route("slow.test", "/robots.txt", Reply(200, robots))
+    server.origin.route("slow.test", "/slow", Reply(200, "late", delay=30))
+    server.origin.route("slow.test", "/next", Reply(200, "ok"))
+    proc = spawn_targets_crawl(server, write_list(tmp_path, [server.url("slow.test", "/slow")]),
+                               state)  # fmt: skip
+    for _ in range(400):
+        if server.origin.hits_for("slow.test", "/slow") or proc.ended.called:
+            break
+        await sleep(0.05)
+    assert server.origin.hits_for("slow.test", "/slow"), proc.err.decode()[-2000:]
+    proc.transport.signalProcess("KILL")
+    await proc.ended
+    await crawl(base_settings(server, state), [server.url("slow.test", "/next")], tmp_path)
+    hits = server.origin.hits_for("slow.test")
+    assert [h.path for h in hits] == ["/robots.txt", "/slow", "/next"]
+    assert hits[2].t - hits[1].t >= 5.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_restart_knows_the_crawl_delay_before_refetching_robots(server, tmp_path):
+    """robots.txt's copy has expired by the restart: its re-fetch is itself
+    a request to the host and keeps the Crawl-delay learned before."""
+    state = tmp_path / "s"
+    urls = pages(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 4\n", latency=0)
+    settings = base_settings(server, state, WALSH_ROBOTS_TTL=1)
+    await crawl(settings, urls, tmp_path)
+    await crawl(settings, urls, tmp_path)
+    hits = server.origin.hits_for("cd.test")
+    assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/robots.txt", "/p/0"]
+    assert min(gaps(hits)) >= 4.0

@@ -13,6 +13,7 @@ import pytest_twisted
 
 from scrapy_walsh_research.preflight import RETRY_MW
 from scrapy_walsh_research.retry import parse_retry_after
+from scrapy_walsh_research.retry_after import MAX_RETRY_AFTER
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import base_settings, crawl
 
@@ -159,7 +160,11 @@ async def test_a_retry_passes_the_gates_again(server, tmp_path):
 
 
 @pytest_twisted.ensureDeferred
-async def test_without_the_r5_gate_retry_after_is_not_honoured(server, tmp_path, without_preflight):
+async def test_retry_after_binds_the_host_whichever_middleware_retries(
+    server, tmp_path, without_preflight
+):
+    """Scrapy's own RetryMiddleware retries a 429 at once; the host hold is the
+    pacing gate's, so the retry still waits the 3 s the site asked for."""
     url = target(server, "nr.test", "/x", once_then_ok(429, {"Retry-After": "3"}))
     settings = base_settings(
         server,
@@ -171,7 +176,7 @@ async def test_without_the_r5_gate_retry_after_is_not_honoured(server, tmp_path,
     )
     await crawl(settings, [url], tmp_path)
     first, retry = server.origin.hits_for("nr.test", "/x")
-    assert retry.t - first.t < 3.0  # only pacing's 1 s, not the 3 s asked for
+    assert retry.t - first.t >= 3.0
 
 
 @pytest_twisted.ensureDeferred
@@ -207,3 +212,93 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     assert all(0 <= d <= 1.0 + 0.01 for d in first) and all(0 <= d <= 4.0 + 0.01 for d in third)
     assert max(third) - min(third) > 1.0  # jitter spreads the waits
     assert sum(third) / 40 > sum(first) / 40  # and they grow with the attempt
+
+
+# -- Retry-After is a promise to the site ---------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_given_up_retry_after_still_holds_the_host_and_skips_its_targets(server, tmp_path):
+    huge = target(server, "gone.test", "/huge", Reply(429, "tomorrow", {"Retry-After": "86400"}))
+    later = [target(server, "gone.test", f"/p/{i}", Reply(200, "ok")) for i in range(2)]
+    res = await crawl(base_settings(server, tmp_path / "s"), [huge, *later], tmp_path)
+    by_url = {i["url"]: i for i in res.items}
+    assert (by_url[huge]["outcome"], by_url[huge]["status"]) == ("failed", 429)
+    for url in later:
+        assert (by_url[url]["outcome"], by_url[url]["rule"]) == ("skipped", "R5")
+        assert "Retry-After" in by_url[url]["reason"]
+    assert [h.path for h in server.origin.hits_for("gone.test")] == ["/robots.txt", "/huge"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retry_after_hold_survives_a_restart(server, tmp_path):
+    state = tmp_path / "s"
+    huge = target(server, "gone.test", "/huge", Reply(503, "maintenance", {"Retry-After": "7200"}))
+    await crawl(base_settings(server, state), [huge], tmp_path)
+    before = len(server.origin.hits)
+    later = target(server, "gone.test", "/later", Reply(200, "ok"))
+    res = await crawl(base_settings(server, state), [later], tmp_path)
+    assert (res.items[0]["outcome"], res.items[0]["rule"]) == ("skipped", "R5")
+    assert [h for h in server.origin.hits[before:] if h.host == "gone.test"] == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retry_after_on_robots_txt_holds_the_host(server, tmp_path):
+    """robots.txt is never retried by R5, yet its Retry-After binds the host,
+    also for the next run: the next robots.txt attempt waits for it."""
+    state = tmp_path / "s"
+    server.origin.route("rb.test", "/robots.txt", once_then_ok(503, {"Retry-After": "4"}))
+    server.origin.route("rb.test", "/a", Reply(200, "ok"))
+    first = await crawl(base_settings(server, state), [server.url("rb.test", "/a")], tmp_path)
+    second = await crawl(base_settings(server, state), [server.url("rb.test", "/a")], tmp_path)
+    robots = server.origin.hits_for("rb.test", "/robots.txt")
+    assert len(robots) == 2 and robots[1].t - robots[0].t >= 4.0
+    assert (first.items[0]["outcome"], first.items[0]["rule"]) == ("denied", "R2")
+    assert second.items[0]["outcome"] == "fetched"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_429_that_is_not_retried_still_holds_the_host(server, tmp_path):
+    """The blocklist fetch is never retried (dont_retry); its 429's
+    Retry-After still binds the operator's host."""
+    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH
+
+    server.origin.route(
+        BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(429, "slow down", {"Retry-After": "4"})
+    )
+    server.origin.route(BLOCKLIST_HOST, "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route(BLOCKLIST_HOST, "/page", Reply(200, "ok"))
+    await crawl(base_settings(server, tmp_path / "s"), [server.url(BLOCKLIST_HOST, "/page")],
+                tmp_path)  # fmt: skip
+    hits = server.origin.hits_for(BLOCKLIST_HOST)
+    listed = [h.path for h in hits]
+    assert listed.index("/robots.txt") == listed.index(BLOCKLIST_PATH) + 1
+    after = hits[listed.index(BLOCKLIST_PATH) + 1]
+    assert after.t - hits[listed.index(BLOCKLIST_PATH)].t >= 4.0
+
+
+ABSURD = [
+    "Fri, 31 Dec 99999 23:59:59 GMT",
+    "Mon, 01 Jan 0000 00:00:00 GMT",
+    "99999999999999999999999999999999",
+    "Sun, 06 Nov 1994 08:49:37 +9999",
+    "\x00\xff",
+    "1e9",
+]
+
+
+@pytest.mark.parametrize("value", ABSURD)
+def test_no_retry_after_value_raises(value):
+    got = parse_retry_after(value.encode("latin-1"))
+    assert got is None or 0 <= got <= MAX_RETRY_AFTER
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_absurd_retry_after_does_not_break_the_crawl(server, tmp_path):
+    urls = []
+    for i, value in enumerate(ABSURD):
+        urls.append(target(server, f"ab{i}.test", "/x", once_then_ok(429, {"Retry-After": value})))
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert len(res.items) == len(urls)  # one record each, no traceback lost a line
+    huge = res.by_url()[urls[2]]
+    assert (huge["outcome"], huge["status"]) == ("failed", 429)  # a Retry-After of "forever"

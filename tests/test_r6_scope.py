@@ -189,7 +189,7 @@ class ForgingSpider(scrapy.Spider):
                                  callback=self.parse, errback=self.failed)  # fmt: skip
 
     def parse(self, response: Any) -> Any:
-        yield {"url": response.url, "outcome": "fetched"}
+        yield {"url": response.url, "outcome": "fetched", "rule": None}
 
     def failed(self, failure: Any) -> Any:
         exc = failure.value

@@ -20,7 +20,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.feed import list_lines
-from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META
+from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.records import new_record, now_iso, response_metadata
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
@@ -173,7 +173,10 @@ class TargetsSpider(scrapy.Spider):
                     callback=self.parse_llms,
                     errback=self.llms_failed,
                     dont_filter=True,
-                    meta={INTERNAL_META: LLMS, LLMS_RECORD_META: record},
+                    meta={
+                        INTERNAL_META: Marks.for_crawler(self.crawler).sign(LLMS),
+                        LLMS_RECORD_META: record,
+                    },
                 )
                 return
             record["llms_txt"] = {

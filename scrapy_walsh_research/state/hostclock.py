@@ -1,8 +1,9 @@
-"""Per-host timing state (R4, R5): when each host may next receive a request.
+"""Per-host timing state (R4, R5): when each host may next receive a request,
+and the interval its robots.txt files ask for.
 
-One owner, a small interface: the embedded backend is a pair of dicts; a
-shared backend (Redis) can implement the same three calls atomically so that
-several processes share one politeness budget.
+One owner, a small interface: the embedded backend is a few dicts, persisted
+in the state store; a shared backend (Redis) implements the same calls
+atomically so that several processes share one politeness budget.
 """
 
 from __future__ import annotations
@@ -39,6 +40,24 @@ class HostClock(Protocol):
         """No request to *host* before *until* (Retry-After, backoff)."""
         ...
 
+    def held_until(self, host: str) -> float:
+        """The end of the host's hold as far as this process knows (0: none)."""
+        ...
+
+    async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
+        """*origin* (of *host*)'s robots.txt asks for *seconds* between requests,
+        as read until *expires* (wall clock). The host's interval is the
+        strictest of its origins' that are still current."""
+        ...
+
+    def robots_interval(self, host: str) -> tuple[float, str | None, bool]:
+        """(seconds, origin, current) of the strictest robots.txt interval of
+        *host* as far as this process knows, (0, None, False) when none.
+        A reading past its expiry still spaces requests (it is the last word
+        of the site until robots.txt is read again); *current* says whether
+        it is still within its cache lifetime."""
+        ...
+
     def ready_at(self, host: str, interval: float) -> float:
         """When the host may next receive a request, as far as this process knows
         (0 for a host never seen)."""
@@ -49,17 +68,44 @@ class HostClock(Protocol):
         ...
 
 
-class MemoryHostClock:
+class RobotsIntervals:
+    """The robots.txt intervals part of a host clock, kept per origin."""
+
+    def __init__(self) -> None:
+        #: host -> origin -> (seconds, expires as wall time)
+        self._intervals: dict[str, dict[str, tuple[float, float]]] = {}
+
+    def robots_interval(self, host: str) -> tuple[float, str | None, bool]:
+        readings = self._intervals.get(host)
+        if not readings:
+            return 0.0, None, False
+        origin, (seconds, expires) = max(readings.items(), key=lambda kv: kv[1][0])
+        return seconds, origin, expires > time.time()
+
+    def _note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
+        self._intervals.setdefault(host, {})[origin] = (seconds, expires)
+
+    async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
+        self._note_interval(host, origin, seconds, expires)
+
+
+class MemoryHostClock(RobotsIntervals):
     """The embedded backend: in-process, monotonic clock."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._last: dict[str, float] = {}
+        #: a floor set by an earlier run (its last request plus the interval then)
+        self._next: dict[str, float] = {}
         self._hold: dict[str, float] = {}
 
     def ready_at(self, host: str, interval: float) -> float:
         last = self._last.get(host)
         ready = 0.0 if last is None else last + interval
-        return max(ready, self._hold.get(host, 0.0))
+        return max(ready, self._next.get(host, 0.0), self._hold.get(host, 0.0))
+
+    def held_until(self, host: str) -> float:
+        return self._hold.get(host, 0.0)
 
     def _reserve(self, host: str, now: float, interval: float) -> float:
         wait = self.ready_at(host, interval) - now
@@ -91,8 +137,13 @@ class PersistentHostClock(MemoryHostClock):
     """The embedded clock, remembered across runs in the state store.
 
     Without it a crawl restarted at once could reach a host again within a
-    second of the previous run's last request. Times are stored as wall
-    clock and mapped back onto this process's monotonic clock.
+    second of the previous run's last request. A reservation is written
+    *before* its request is sent, with the next allowed time under the
+    interval in force, so a crash while a slow request is in flight still
+    leaves the host's spacing behind; robots.txt intervals are kept too, so
+    a restart knows a host's Crawl-delay before contacting it again. Times
+    are stored as wall clock and mapped back onto this process's monotonic
+    clock.
     """
 
     NAMESPACE = "hostclock"
@@ -118,34 +169,54 @@ class PersistentHostClock(MemoryHostClock):
             return
         saved = await self.store.get(self.NAMESPACE, host)
         self._seeded.add(host)
-        if saved:
-            if saved.get("last") is not None:
-                self._last.setdefault(host, self._to_mono(saved["last"]))
-            if saved.get("hold") is not None:
-                self._hold.setdefault(host, self._to_mono(saved["hold"]))
+        if not isinstance(saved, dict):
+            return
+        for field, into in (("last", self._last), ("next", self._next), ("hold", self._hold)):
+            value = saved.get(field)
+            if isinstance(value, (int, float)):
+                into[host] = max(into.get(host, float("-inf")), self._to_mono(value))
+        for origin, pair in (saved.get("intervals") or {}).items():
+            if origin not in self._intervals.get(host, {}):
+                self._note_interval(host, origin, float(pair[0]), float(pair[1]))
 
-    async def _save(self, host: str) -> None:
-        last, hold = self._last.get(host), self._hold.get(host)
+    async def _save(self, host: str, interval: float | None = None) -> None:
+        last = self._last.get(host)
+        if last is not None and interval is not None:
+            self._next[host] = max(self._next.get(host, 0.0), last + interval)
+
+        def wall(mono: float | None) -> float | None:
+            return self._to_wall(mono) if mono is not None else None
+
         await self.store.put(
             self.NAMESPACE,
             host,
             {
-                "last": self._to_wall(last) if last is not None else None,
-                "hold": self._to_wall(hold) if hold is not None else None,
+                "last": wall(last),
+                "next": wall(self._next.get(host)),
+                "hold": wall(self._hold.get(host)),
+                "intervals": {o: list(v) for o, v in self._intervals.get(host, {}).items()},
             },
         )
 
     async def reserve(self, host: str, now: float, interval: float) -> float:
         await self._seed(host)
         # No await between the check and the set: atomic on the reactor.
-        return self._reserve(host, now, interval)
+        wait = self._reserve(host, now, interval)
+        if wait <= 0:
+            await self._save(host, interval)  # before the request leaves
+        return wait
 
     async def commit(self, host: str, at: float, interval: float) -> None:
         await self._seed(host)
         self._commit(host, at)
-        await self._save(host)
+        await self._save(host, interval)
 
     async def hold(self, host: str, until: float) -> None:
         await self._seed(host)
         self._hold_until(host, until)
         await self._save(host)
+
+    async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
+        await self._seed(host)
+        self._note_interval(host, origin, seconds, expires)
+        await self._save(host, self.robots_interval(host)[0] or None)

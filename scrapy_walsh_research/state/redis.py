@@ -40,6 +40,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.state.hostclock import RobotsIntervals
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -126,12 +127,13 @@ READY = (
     PRELUDE
     + """
 -- KEYS[1] host hash, KEYS[2] quarantine; ARGV[1] interval. Seconds until ready
--- (a hint for the scheduler: a lease is ignored, the reservation checks it).
+-- (a hint for the scheduler: a lease is ignored, the reservation checks it),
+-- and seconds until the host's hold (Retry-After) ends.
 local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease')
 local ready = tonumber(redis.call('GET', KEYS[2]) or '0')
 if h[1] then ready = math.max(ready, tonumber(h[1]) + tonumber(ARGV[1])) end
 for i = 2, 3 do if h[i] then ready = math.max(ready, tonumber(h[i])) end end
-return f(math.max(0, ready - now))
+return {f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now))}
 """
 )
 
@@ -267,6 +269,16 @@ class RedisStateStore:
             f"put {namespace}", lambda r: r.hset(self._hash(namespace), mapping=mapping)
         )
 
+    async def put_if_absent(self, namespace: str, key: str, value: Any) -> Any:
+        data = json.dumps(value, sort_keys=True)
+        name = self._hash(namespace)
+
+        async def put(r: aioredis.Redis) -> str:
+            await r.hsetnx(name, key, data)
+            return await r.hget(name, key)
+
+        return json.loads(await self.conn.call(f"put {namespace}", put))
+
     async def delete(self, namespace: str, key: str) -> None:
         await self.conn.call(f"delete {namespace}", lambda r: r.hdel(self._hash(namespace), key))
 
@@ -294,7 +306,7 @@ class RedisStateStore:
         await self.conn.close()
 
 
-class RedisHostClock:
+class RedisHostClock(RobotsIntervals):
     """The :class:`~scrapy_walsh_research.state.hostclock.HostClock` in Redis.
 
     Redis holds the truth, on its own clock; this process keeps a cache of
@@ -309,6 +321,7 @@ class RedisHostClock:
     def __init__(
         self, conn: RedisConnection, *, lease: float, pause_on_loss: float, margin: float = 0.05
     ) -> None:
+        super().__init__()
         self.conn = conn
         self.lease = lease
         self.margin = margin
@@ -323,6 +336,7 @@ class RedisHostClock:
         self._owner: dict[str, str] = {}
         self._ready: dict[str, float] = {}
         self._last: dict[str, float] = {}
+        self._held: dict[str, float] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -366,13 +380,15 @@ class RedisHostClock:
     async def warm(self, host: str) -> None:
         if host in self._ready:
             return
-        wait = await self.conn.call(
+        wait, held = await self.conn.call(
             "read host clock",
             lambda r: self._ready_script(
                 keys=[self._host_key(host), self.conn.key("quarantine")], args=[1.0], client=r
             ),
         )
         self._ready.setdefault(host, time.monotonic() + float(wait))
+        if float(held) > 0:
+            self._held.setdefault(host, time.monotonic() + float(held))
 
     async def reserve(self, host: str, now: float, interval: float) -> float:
         owner = f"{self._owner_prefix}-{next(self._seq)}"
@@ -420,3 +436,7 @@ class RedisHostClock:
             "hold", lambda r: self._hold(keys=[self._host_key(host)], args=[seconds], client=r)
         )
         self._note(host, float(wait))
+        self._held[host] = max(self._held.get(host, 0.0), time.monotonic() + float(wait))
+
+    def held_until(self, host: str) -> float:
+        return self._held.get(host, 0.0)

@@ -72,6 +72,13 @@ class SQLiteStateStore:
                 [(namespace, k, json.dumps(v, sort_keys=True), now) for k, v in values.items()],
             )
 
+    async def put_if_absent(self, namespace: str, key: str, value: Any) -> Any:
+        self.db.execute(
+            "INSERT OR IGNORE INTO kv (namespace, key, value, updated) VALUES (?, ?, ?, ?)",
+            (namespace, key, json.dumps(value, sort_keys=True), time.time()),
+        )
+        return await self.get(namespace, key)
+
     async def delete(self, namespace: str, key: str) -> None:
         self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
 
