@@ -5,8 +5,10 @@ and subdomain, named and ``*`` robots groups, robots 404/503, Crawl-delay,
 429 with Retry-After, redirects into blocked or disallowed places, a page
 full of links and sub-resources, ETag, a feed, markdown, llms.txt,
 duplicates, bad list lines), runs the project's real ``targets`` spider with
-the project's effective settings three times (a first run; a restart with
-the blocklist unreachable; a restart with the blocklist schema-invalid), and
+the project's effective settings four times (a first run; a restart with
+the blocklist unreachable; a restart with the blocklist schema-invalid; a
+restart where the schema and blocklist URLs both answer a gateway's error
+object), and
 judges each requirement from the origin's log (arrival times, headers,
 paths), the records and the stats. Nothing is asserted without a
 measurement.
@@ -57,6 +59,16 @@ RSS = f"""<?xml version="1.0"?><rss version="2.0"><channel><title>Sandbox news</
 
 
 BLOCKLIST_REFRESH_S = 1.0
+#: what a CDN or gateway answers for any URL: JSON, and a valid JSON Schema
+GATEWAY_ERROR = json.dumps({"error": "Bad Gateway", "status": 502})
+#: requests another component injects with a marker it copied from the
+#: bundle's documentation: they get no exemption from any gate
+FORGED = [
+    ("blocked.test", "/forged", {"walsh_internal": "blocklist"}),
+    ("named.test", "/private/forged", {"walsh_internal": "robots"}),
+    ("links.test", "/forged", {"walsh_target": {"line": 1, "url": "x", "canonical_url": "x"},
+                               "is_start_request": True}),
+]  # fmt: skip
 
 
 async def _sleep(seconds: float) -> None:
@@ -84,6 +96,7 @@ class Scenario:
         self.server = server
         self.phase = 1
         self._busy_calls = 0
+        self._drops = 0
 
     def url(self, host: str, path: str = "/") -> str:
         return self.server.url(host, path)
@@ -92,11 +105,7 @@ class Scenario:
         o, url = self.server.origin, self.url
         html = {"Content-Type": "text/html"}
         o.route(OPERATOR, BLOCKLIST_PATH, self._blocklist)
-        o.route(
-            OPERATOR,
-            SCHEMA_PATH,
-            Reply(200, bundled_schema_text(), {"Content-Type": "application/json"}),
-        )
+        o.route(OPERATOR, SCHEMA_PATH, self._schema)
         robots = {
             "named.test": "User-agent: *\nDisallow: /\n\nUser-agent: Walsh-Research\nAllow: /\n"
             "Disallow: /private\nCrawl-delay: 2\n",
@@ -107,7 +116,8 @@ class Scenario:
         for host, text in robots.items():
             o.route(host, "/robots.txt", Reply(200, text))
         for host in ("blocked.test", "www.blocked.test", "xblocked.test", "hop.test", "links.test",
-                     "limit.test", "etag.test", "feed.test"):  # fmt: skip
+                     "limit.test", "etag.test", "feed.test", "giveup.test",
+                     "drop.test"):  # fmt: skip
             o.route(host, "/robots.txt", Reply(200, ALLOW_ALL))
         o.route("down.test", "/robots.txt", Reply(503, "maintenance"))
         o.route("missing.test", "/robots.txt", Reply(404, "no robots here"))
@@ -116,7 +126,8 @@ class Scenario:
                  ("star.test", "/page"), ("star.test", "/nope"), ("versioned.test", "/page"),
                  ("blocked.test", "/page"), ("blocked.test", "/landing"),
                  ("www.blocked.test", "/page"), ("xblocked.test", "/page"),
-                 ("down.test", "/page"), ("missing.test", "/page")]  # fmt: skip
+                 ("down.test", "/page"), ("missing.test", "/page"),
+                 ("giveup.test", "/after")]  # fmt: skip
         for host, path in pages:
             o.route(host, path, page)
         o.route(
@@ -130,7 +141,10 @@ class Scenario:
             o.route("links.test", path, Reply(200, "sub-resource"))
         o.route("links.test", "/llms.txt", Reply(200, LLMS, {"Content-Type": "text/plain"}))
         o.route("limit.test", "/busy", self._busy)
-        o.route("limit.test", "/huge", Reply(429, "tomorrow", {"Retry-After": "86400"}))
+        o.route("giveup.test", "/huge", Reply(429, "tomorrow", {"Retry-After": "86400"}))
+        o.route("drop.test", "/page", self._drop_once)
+        for host, path, _ in FORGED:
+            o.route(host, path, page)
         o.route("etag.test", "/doc", self._etag)
         o.route("feed.test", "/feed.xml", Reply(200, RSS, {"Content-Type": "application/rss+xml"}))
         o.route("feed.test", "/guide.md", Reply(200, MARKDOWN, {"Content-Type": "text/markdown"}))
@@ -141,7 +155,19 @@ class Scenario:
         if self.phase == 3:
             invalid = {"contract": "walsh-research-blocklist/v1", "blocked": "none"}
             return Reply(200, json.dumps(invalid), {"Content-Type": "application/json"})
+        if self.phase == 4:  # a gateway's error object, served as the blocklist
+            return Reply(200, GATEWAY_ERROR, {"Content-Type": "application/json"})
         return Reply(200, json.dumps(_blocklist()), {"Content-Type": "application/json"})
+
+    def _schema(self, hit: Hit) -> Reply:
+        if self.phase == 4:  # ... and as the schema: valid JSON Schema, constraining nothing
+            return Reply(200, GATEWAY_ERROR, {"Content-Type": "application/json"})
+        return Reply(200, bundled_schema_text(), {"Content-Type": "application/json"})
+
+    def _drop_once(self, hit: Hit) -> Reply:
+        """Read the request, then close the (reused) connection without answering."""
+        self._drops += 1
+        return Reply(200, "ok", {"Content-Type": "text/plain"}, drop=self._drops == 1)
 
     def _busy(self, hit: Hit) -> Reply:
         self._busy_calls += 1
@@ -164,7 +190,8 @@ class Scenario:
             u("blocked.test", "/page"), u("www.blocked.test", "/page"), u("xblocked.test", "/page"),
             u("down.test", "/page"), u("missing.test", "/page"),
             u("hop.test", "/to-blocked"), u("hop.test", "/to-private"),
-            u("links.test", "/"), u("limit.test", "/busy"), u("limit.test", "/huge"),
+            u("links.test", "/"), u("limit.test", "/busy"),
+            u("giveup.test", "/huge"), u("giveup.test", "/after"), u("drop.test", "/page"),
             u("etag.test", "/doc"), u("feed.test", "/feed.xml"), u("feed.test", "/guide.md"),
             u("named.test", "/page#again"), "not-a-url", "ftp://feed.test/file",
         ]  # fmt: skip
@@ -177,7 +204,8 @@ class InjectionProbe:
     """Conformance-only extension: another component asks for a sub-resource.
 
     On the links page's response it injects a request for the page's image
-    into the engine, as a media pipeline would. R6 must stop it.
+    into the engine, as a media pipeline would, and requests that claim to be
+    the bundle's own (:data:`FORGED`). R6 must stop them all.
     """
 
     def __init__(self, crawler: Crawler) -> None:
@@ -195,6 +223,10 @@ class InjectionProbe:
         self.done = True
         assert self.crawler.engine is not None
         self.crawler.engine.crawl(Request(response.urljoin("/img.png"), dont_filter=True))
+        port = urlsplit(response.url).port
+        for host, path, meta in FORGED:
+            url = f"http://{host}:{port}{path}"
+            self.crawler.engine.crawl(Request(url, meta=dict(meta), dont_filter=True))
 
 
 @dataclass
@@ -274,6 +306,8 @@ def _settings(base: Settings, server: SandboxServer, state: Path, **extra: Any) 
         "WALSH_BLOCKLIST_URL": server.url(OPERATOR, BLOCKLIST_PATH),
         "WALSH_BLOCKLIST_SCHEMA_URL": server.url(OPERATOR, SCHEMA_PATH),
         "WALSH_BLOCKLIST_ALLOW_HTTP": True,
+        # the sandbox's list refreshes every second, so restarts meet a due list
+        "WALSH_BLOCKLIST_MIN_REFRESH": BLOCKLIST_REFRESH_S,
         "WALSH_STATE_DIR": str(state),
         **extra,
     }
@@ -286,7 +320,7 @@ def _settings(base: Settings, server: SandboxServer, state: Path, **extra: Any) 
 
 
 async def run_conformance(base: Settings, spidercls: type, work: Path | None = None) -> Report:
-    """Run the three sandbox crawls with *base* settings and judge them."""
+    """Run the four sandbox crawls with *base* settings and judge them."""
     work = work or Path(tempfile.mkdtemp(prefix="walsh-conformance-"))
     state = work / "state"
     server = SandboxServer().start()
@@ -309,10 +343,16 @@ async def run_conformance(base: Settings, spidercls: type, work: Path | None = N
         third = await _crawl(
             spidercls, _settings(base, server, state), scenario.restart_lines(), work, server
         )
+        scenario.phase = 4  # restart: schema and blocklist are a gateway's error object
+        await _sleep(BLOCKLIST_REFRESH_S + 0.1)
+        fourth = await _crawl(
+            spidercls, _settings(base, server, state, WALSH_RUN_INTERVAL=0),
+            scenario.restart_lines(), work, server,
+        )  # fmt: skip
     finally:
         await maybe_deferred_to_future(server.stop())
     report = Report(max_inflight=server.origin.max_inflight)
-    judge(report, scenario, first, second, third, server.origin.max_inflight)
+    judge(report, scenario, first, second, third, fourth, server.origin.max_inflight)
     return report
 
 
@@ -328,7 +368,9 @@ def _host_path(url: str) -> tuple[str, str]:
     return (parts.hostname or ""), (parts.path or "/")
 
 
-def judge(report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, max_inflight: int) -> None:
+def judge(
+    report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, r4: Run, max_inflight: int
+) -> None:
     """Append one :class:`Check` per requirement, each with what was measured."""
 
     def check(id_: str, level: str, title: str, fn: Callable[[], tuple[bool, str]]) -> None:
@@ -355,7 +397,7 @@ def judge(report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, max_inflight: 
         good = sum(h.user_agent == USER_AGENT for h in hits)
         return bool(hits) and good == len(hits), f"{good}/{len(hits)} requests"
 
-    all_hits = r1.hits + r2.hits + r3.hits
+    all_hits = r1.hits + r2.hits + r3.hits + r4.hits
     site_hits = [h for h in all_hits if h.host != OPERATOR]
     targets = [h for h in site_hits if h.path not in ("/robots.txt", "/llms.txt")]
     check("R1", "MUST", "exact User-Agent on target requests", lambda: ua(targets))
@@ -514,6 +556,18 @@ def judge(report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, max_inflight: 
             f"rejected {rejected}x; record {o(r3, 'www.blocked.test', '/page')}",
         ),
     )
+    garbage = r4.stats.get("walsh/blocklist/rejected", 0)
+    check(
+        "R3c",
+        "MUST",
+        "garbage schema and blocklist after a good list: nothing adopted, opt-outs kept",
+        lambda: (
+            garbage >= 1
+            and o(r4, "www.blocked.test", "/page") == "denied/R3"
+            and n(r4, "www.blocked.test") == 0,
+            f"rejected {garbage}x; record {o(r4, 'www.blocked.test', '/page')}",
+        ),
+    )
     check(
         "R4",
         "MUST",
@@ -554,9 +608,32 @@ def judge(report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, max_inflight: 
         "MUST",
         "Retry-After beyond the maximum: give up at once",
         lambda: (
-            n(r1, "limit.test", "/huge") == 1 and o(r1, "limit.test", "/huge") == "failed/-",
-            f"{n(r1, 'limit.test', '/huge')} request(s); {o(r1, 'limit.test', '/huge')}",
+            n(r1, "giveup.test", "/huge") == 1 and o(r1, "giveup.test", "/huge") == "failed/-",
+            f"{n(r1, 'giveup.test', '/huge')} request(s); {o(r1, 'giveup.test', '/huge')}",
         ),
+    )
+    check(
+        "R5",
+        "MUST",
+        "Retry-After on give-up still binds the host: its other target skipped, not sent",
+        lambda: (
+            n(r1, "giveup.test", "/after") == 0 and o(r1, "giveup.test", "/after") == "skipped/R5",
+            f"/after requested {n(r1, 'giveup.test', '/after')}x; "
+            f"record {o(r1, 'giveup.test', '/after')}",
+        ),
+    )
+
+    def dropped() -> tuple[bool, str]:
+        sent = [h.t for h in r1.hits_for("drop.test", "/page")]
+        gap = min((b - a for a, b in itertools.pairwise(sent)), default=0.0)
+        ok = len(sent) >= 2 and gap >= 1.0 and o(r1, "drop.test", "/page") == "fetched/-"
+        return ok, f"{len(sent)} attempts, closest {gap:.3f} s apart"
+
+    check(
+        "R4",
+        "MUST",
+        "connection closed after the request was read: not re-sent at once",
+        dropped,
     )
 
     def in_scope() -> tuple[bool, str]:
@@ -582,6 +659,17 @@ def judge(report: Report, s: Scenario, r1: Run, r2: Run, r3: Run, max_inflight: 
         ),
     )
     leaks = sum(BODY_MARKER in json.dumps(r) for r in r1.records)
+    forged = [f"{h}{p}" for h, p, _ in FORGED if r1.hits_for(h, p)]
+    check(
+        "R6",
+        "MUST",
+        "a forged internal marker gets no exemption (injected requests denied)",
+        lambda: (
+            not forged and r1.stats.get("walsh/internal/forged", 0) >= 2,
+            f"{len(forged)}/{len(FORGED)} forged requests reached the origin; "
+            f"{r1.stats.get('walsh/internal/forged', 0)} forged markers seen",
+        ),
+    )
     check(
         "R6",
         "MUST",
