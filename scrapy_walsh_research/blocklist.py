@@ -33,7 +33,7 @@ from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.urls import is_ip, normalize_host, url_host
+from scrapy_walsh_research.urls import host_variants, is_ip, normalize_host, url_host
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -62,16 +62,28 @@ CLOCK_TOLERANCE = 5.0
 REQUIRED_FORMATS = frozenset({"date-time", "date", "email", "uri"})
 
 
+def _entry_host(raw: str) -> str:
+    text = raw.strip()
+    if "://" in text:
+        try:
+            text = urlsplit(text).netloc
+        except ValueError:  # bad brackets: read the authority loosely
+            text = text.partition("://")[2]
+    text = text.split("/", 1)[0]
+    text = text.rsplit("@", 1)[-1]
+    return text.lstrip("*").lstrip(".")
+
+
 def normalize_entry(raw: str) -> str:
     """Read a blocklist ``domain`` leniently: a URL, ``*.`` prefix or port
     still names a host. An opt-out is never dropped for its spelling."""
-    text = raw.strip()
-    if "://" in text:
-        text = urlsplit(text).netloc
-    text = text.split("/", 1)[0]
-    text = text.rsplit("@", 1)[-1]
-    text = text.lstrip("*").lstrip(".")
-    return normalize_host(text)
+    return normalize_host(_entry_host(raw))
+
+
+def entry_hosts(raw: str) -> set[str]:
+    """Every normalised host an entry names: usually one, several for a name
+    IDNA 2003 and UTS #46 encode differently (see :func:`host_variants`)."""
+    return host_variants(_entry_host(raw))
 
 
 class DomainSet:
@@ -88,13 +100,14 @@ class DomainSet:
     def from_entries(cls, entries: list[dict[str, Any]], source: str) -> DomainSet:
         out: dict[str, dict[str, Any]] = {}
         for entry in entries:
-            domain = normalize_entry(str(entry.get("domain", "")))
-            if not domain:
+            domains = entry_hosts(str(entry.get("domain", "")))
+            if not domains:
                 logger.error(
                     "Blocklist entry with no usable domain ignored (%s): %r", source, entry
                 )
                 continue
-            out.setdefault(domain, {**entry, "source": source})
+            for domain in sorted(domains):
+                out.setdefault(domain, {**entry, "source": source})
         return cls(out)
 
     def __len__(self) -> int:

@@ -59,6 +59,10 @@ MATCH_TABLE = [
     ("blocked.test:8080", "blocked.test", True),
     ("192.0.2.7", "192.0.2.7", True),
     ("2.7", "192.0.2.7", False),
+    # every spelling of an address is that address (more in tests/test_hosts.py)
+    ("127.0.0.1", "2130706433", True),
+    ("2130706433", "[::ffff:7f00:1]", True),
+    ("faß.test", "fass.test", True),  # what Scrapy contacts for http://faß.test/
 ]
 
 
