@@ -4,7 +4,9 @@
 number of workers running ``scrapy crawl targets -a redis_key=targets`` on a
 list pushed by ``scrapy walsh-enqueue urls.txt``. Blank lines and ``#``
 comments are skipped; every other line yields exactly one record, whatever
-happens to it.
+happens to it: a body no parser can read, or a parser that fails, still
+gives the line its record with the reason.
+Bodies are parsed in a worker thread, so a slow parse never holds the reactor.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import scrapy
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.errors import WalshDenied
@@ -28,7 +32,7 @@ from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metad
 from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from scrapy.http import Response
     from twisted.python.failure import Failure
@@ -38,11 +42,14 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SEEN_NAMESPACE = "seen"
 #: how often a worker fed through Redis looks whether it has room for a line
 FEED_POLL_S = 0.02
 LLMS_RECORD_META = "walsh_llms_record"
+#: Longest exception text kept in a record.
+MAX_ERROR_TEXT = 200
 
 
 class TargetsSpider(scrapy.Spider):
@@ -159,9 +166,14 @@ class TargetsSpider(scrapy.Spider):
 
     async def parse_target(self, response: Response) -> AsyncIterator[Any]:
         target = response.meta[TARGET_META]
-        record = new_record(**target, outcome="fetched", **response_metadata(response))
-        record.update(extract(response))
-        await self._first_seen(record, target["canonical_url"])
+        base = new_record(**target, outcome="fetched", **response_metadata(response))
+        try:
+            record = {**base, **await self._in_thread(extract, response)}
+            await self._first_seen(record, target["canonical_url"])
+        except Exception as exc:  # a parser or state-store failure must not cost the record
+            record = {**base, "structured": None, "reason": self._not_read(response.url, exc)}
+        else:
+            self._count_reading(record, response.url)
         if record["structured"] is None and media_type(response) in HTML_TYPES and self.probe_llms:
             origin = origin_of(response.url)
             if origin not in self._llms_probed:
@@ -184,12 +196,17 @@ class TargetsSpider(scrapy.Spider):
 
     async def parse_llms(self, response: Response) -> AsyncIterator[Any]:
         record = response.meta[LLMS_RECORD_META]
-        info = {"url": response.url, "status": response.status}
+        info: dict[str, Any] = {"url": response.url, "status": response.status}
         if media_type(response) in HTML_TYPES:
             info["note"] = "answered HTML, not markdown: not parsed"
         else:
-            info.update(markdown_metadata(response.body, response.url))
-            await self._first_seen(info, record["canonical_url"])
+            try:
+                found = await self._in_thread(markdown_metadata, response.body, response.url)
+                stamped = {**info, **found}
+                await self._first_seen(stamped, record["canonical_url"])
+                info = stamped
+            except Exception as exc:  # the target's record is kept whatever happens
+                info["error"] = self._not_read(response.url, exc)
         record["llms_txt"] = info
         yield self._emit(record)
 
@@ -251,6 +268,33 @@ class TargetsSpider(scrapy.Spider):
                 final_url=final_url,
                 reason=f"{type(exc).__name__}: {exc}",
             )
+
+    @staticmethod
+    async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+        """*fn(args)* in the reactor's thread pool: a parse of a large or
+        hostile body (a lenient feed parse of junk takes about 5 s per MiB)
+        must not hold the reactor. Twisted's pool works under any reactor."""
+        return await maybe_deferred_to_future(deferToThread(fn, *args))
+
+    def _not_read(self, url: str, exc: Exception) -> str:
+        """Reason for metadata that could not be read: logged, counted, kept."""
+        reason = f"metadata not read: {type(exc).__name__}: {str(exc)[:MAX_ERROR_TEXT]}"
+        logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": url}, exc_info=exc)
+        self.crawler.stats.inc_value("walsh/structured/failed")
+        return reason
+
+    def _count_reading(self, record: dict[str, Any], url: str) -> None:
+        """Count and log a body that claimed a structured format and was not
+        read (``failed``), or read with problems (``partial``)."""
+        reason = record.get("reason")
+        if not reason:
+            return
+        if record["structured"] is None:
+            self.crawler.stats.inc_value("walsh/structured/failed")
+            logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": url})
+        else:
+            self.crawler.stats.inc_value("walsh/structured/partial")
+            logger.info("%(reason)s: %(url)s", {"reason": reason, "url": url})
 
     def _record(self, **fields: Any) -> dict[str, Any]:
         return self._emit(new_record(**fields))
