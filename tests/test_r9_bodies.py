@@ -1,13 +1,14 @@
 """Response bodies (R6, R9): one record per line, whatever the server sends.
 
 Malformed feeds, bodies that name local files, XML that asks for external
-entities: each line still gets exactly one
+entities, and bodies past the size cap: each line still gets exactly one
 record saying what happened, nothing is read from the file system or the
 network, and nothing of the body is kept.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import threading
@@ -213,6 +214,72 @@ async def test_no_feed_format_reaches_the_file_system_or_the_network(server, tmp
     assert all(r["outcome"] == "fetched" for r in res.items)
     assert MARKER not in json.dumps(res.items)
     assert server.origin.hits_for("127.0.0.1") == []
+
+
+SMALL_CAP = 64 * 1024
+TOO_LARGE = f"response larger than DOWNLOAD_MAXSIZE ({SMALL_CAP} bytes): not read"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_response_past_the_size_cap_gets_a_clear_failed_record(server, tmp_path, caplog):
+    big = b"<rss>" + b" " * 100_000 + b"</rss>"
+    cases = {
+        "announced": Reply(200, big, {**RSS_TYPE, "Content-Length": str(len(big))}),
+        "chunked": Reply(200, big, RSS_TYPE),  # no Content-Length: Twisted sends it chunked
+        "gzip": Reply(200, gzip.compress(big), {**RSS_TYPE, "Content-Encoding": "gzip"}),
+        "small": Reply(200, big[:1000], RSS_TYPE),
+    }
+    urls = {}
+    for name, reply in cases.items():
+        host(server, f"{name}.test")
+        server.origin.route(f"{name}.test", "/feed", reply)
+        urls[name] = server.url(f"{name}.test", "/feed")
+    host(server, "html.test")
+    server.origin.route(
+        "html.test", "/", Reply(200, "<html></html>", {"Content-Type": "text/html"})
+    )
+    server.origin.route("html.test", "/llms.txt", Reply(200, big, {"Content-Type": "text/plain"}))
+    settings = base_settings(
+        server,
+        tmp_path / "s",
+        DOWNLOAD_MAXSIZE=SMALL_CAP,
+        DOWNLOAD_WARNSIZE=0,
+        WALSH_LLMS_PROBE=True,
+    )
+    with caplog.at_level(logging.WARNING):
+        res = await crawl(settings, [*urls.values(), server.url("html.test")], tmp_path)
+    assert len(res.items) == len(cases) + 1
+    announced, chunked, gz, small = (record_for(res, urls[n]) for n in cases)
+    assert (announced["outcome"], announced["reason"]) == (
+        "failed",
+        f"{TOO_LARGE} (Content-Length: {len(big)})",
+    )
+    assert (chunked["outcome"], chunked["reason"]) == (
+        "failed",
+        f"{TOO_LARGE} (no Content-Length; stopped when the body grew past it)",
+    )
+    assert (gz["outcome"], gz["reason"]) == (
+        "failed",
+        f"{TOO_LARGE} (once decompressed)",
+    )
+    for rec, name in ((announced, "announced"), (chunked, "chunked"), (gz, "gzip")):
+        assert rec["final_url"] == urls[name] and rec["sha256"] is None
+    assert small["outcome"] == "fetched"
+    llms = record_for(res, server.url("html.test"))["llms_txt"]
+    assert llms["error"] == f"{TOO_LARGE} (no Content-Length; stopped when the body grew past it)"
+    assert res.stats["walsh/structured/too_large"] == 4
+    assert f"{TOO_LARGE} (Content-Length: {len(big)}): {urls['announced']}" in caplog.text
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_addon_caps_bodies_at_a_size_that_suits_metadata(server, tmp_path):
+    res = await crawl(base_settings(server, tmp_path / "s"), ["not a url"], tmp_path)
+    assert res.crawler.settings.getint("DOWNLOAD_MAXSIZE") == 16 * 1024 * 1024
+    assert res.crawler.settings.getint("DOWNLOAD_WARNSIZE") == 4 * 1024 * 1024
+    own = await crawl(
+        base_settings(server, tmp_path / "s2", DOWNLOAD_MAXSIZE=123), ["not a url"], tmp_path
+    )
+    assert own.crawler.settings.getint("DOWNLOAD_MAXSIZE") == 123
 
 
 @pytest_twisted.ensureDeferred

@@ -4,8 +4,8 @@
 number of workers running ``scrapy crawl targets -a redis_key=targets`` on a
 list pushed by ``scrapy walsh-enqueue urls.txt``. Blank lines and ``#``
 comments are skipped; every other line yields exactly one record, whatever
-happens to it: a body no parser can read, or a parser that fails, still
-gives the line its record with the reason.
+happens to it: a body no parser can read, a parser that fails, a response
+past ``DOWNLOAD_MAXSIZE`` each give the line its record with the reason.
 Bodies are parsed in a worker thread, so a slow parse never holds the reactor.
 """
 
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import scrapy
+from scrapy import signals
+from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
@@ -34,7 +36,8 @@ from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from scrapy.http import Response
+    from scrapy import Request
+    from scrapy.http import Headers, Response
     from twisted.python.failure import Failure
     from typing_extensions import Self
 
@@ -48,6 +51,10 @@ SEEN_NAMESPACE = "seen"
 #: how often a worker fed through Redis looks whether it has room for a line
 FEED_POLL_S = 0.02
 LLMS_RECORD_META = "walsh_llms_record"
+#: Content-Length the server announced, and body bytes received so far, of a
+#: target or llms.txt response: they tell a size-cap cancellation from others.
+ANNOUNCED_META = "walsh_announced_length"
+RECEIVED_META = "walsh_received_bytes"
 #: Longest exception text kept in a record.
 MAX_ERROR_TEXT = 200
 
@@ -80,6 +87,8 @@ class TargetsSpider(scrapy.Spider):
         spider.store = state_for(crawler)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        crawler.signals.connect(spider._headers_received, signal=signals.headers_received)
+        crawler.signals.connect(spider._bytes_received, signal=signals.bytes_received)
         if spider.redis_key:
             if not crawler.settings.get("WALSH_REDIS_URL"):
                 raise ValueError(
@@ -219,6 +228,8 @@ class TargetsSpider(scrapy.Spider):
             info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason)
         elif isinstance(exc, HttpError):
             info["status"] = exc.response.status
+        elif (too_large := self._too_large(request, exc)) is not None:
+            info["error"] = too_large
         else:
             info["error"] = f"{type(exc).__name__}: {exc}"
         record["llms_txt"] = info
@@ -261,6 +272,8 @@ class TargetsSpider(scrapy.Spider):
             if outcome != "not_modified":
                 reason = request.meta.get(GAVE_UP_META) or f"HTTP {exc.response.status}"
             yield self._record(**target, outcome=outcome, reason=reason, **meta)
+        elif (too_large := self._too_large(request, exc)) is not None:
+            yield self._record(**target, outcome="failed", final_url=final_url, reason=too_large)
         else:
             yield self._record(
                 **target,
@@ -295,6 +308,57 @@ class TargetsSpider(scrapy.Spider):
         else:
             self.crawler.stats.inc_value("walsh/structured/partial")
             logger.info("%(reason)s: %(url)s", {"reason": reason, "url": url})
+
+    def _headers_received(
+        self, headers: Headers, body_length: object, request: Request, **kwargs: Any
+    ) -> None:
+        if TARGET_META in request.meta or LLMS_RECORD_META in request.meta:
+            announced = body_length if isinstance(body_length, int) else None
+            request.meta[ANNOUNCED_META] = announced
+            request.meta[RECEIVED_META] = 0
+
+    def _bytes_received(self, data: bytes, request: Request, **kwargs: Any) -> None:
+        if RECEIVED_META in request.meta:
+            request.meta[RECEIVED_META] += len(data)
+
+    def _too_large(self, request: Request, exc: BaseException) -> str | None:
+        """The reason, counted and logged, when Scrapy dropped a response for
+        exceeding DOWNLOAD_MAXSIZE; None for any other failure.
+
+        Scrapy 2.19 reports it three ways: a Content-Length above the cap
+        cancels before the body is read, and a body without one is cancelled
+        once it grows past the cap (both ``DownloadCancelledError``; the
+        announced and received sizes, noted from the ``headers_received`` and
+        ``bytes_received`` signals, tell them from any other cancellation); a
+        compressed body that inflates past the cap is dropped by
+        ``HttpCompressionMiddleware`` with an ``IgnoreRequest`` naming
+        DOWNLOAD_MAXSIZE (its wording is all that tells; checked by
+        ``tests/test_r9_bodies.py``).
+        """
+        limit = request.meta.get(
+            "download_maxsize", self.crawler.settings.getint("DOWNLOAD_MAXSIZE")
+        )
+        if not limit:
+            return None
+        head = f"response larger than DOWNLOAD_MAXSIZE ({limit} bytes): not read"
+        reason = None
+        if isinstance(exc, DownloadCancelledError):
+            announced = request.meta.get(ANNOUNCED_META)
+            if announced is not None and announced > limit:
+                reason = f"{head} (Content-Length: {announced})"
+            elif request.meta.get(RECEIVED_META, 0) > limit:
+                reason = f"{head} (no Content-Length; stopped when the body grew past it)"
+        elif (
+            isinstance(exc, IgnoreRequest)
+            and not isinstance(exc, WalshDenied)
+            and "DOWNLOAD_MAXSIZE" in str(exc)
+            and "decompression" in str(exc)
+        ):
+            reason = f"{head} (once decompressed)"
+        if reason is not None:
+            self.crawler.stats.inc_value("walsh/structured/too_large")
+            logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": request.url})
+        return reason
 
     def _record(self, **fields: Any) -> dict[str, Any]:
         return self._emit(new_record(**fields))
