@@ -37,6 +37,15 @@ DEFAULTS: dict[str, object] = {
     "SCHEDULER": FRONTIER,
     "REDIRECT_MAX_TIMES": 5,
     "METAREFRESH_ENABLED": False,  # R6: meta refresh is not followed
+    # R6 (metadata, not content): Scrapy's 1 GiB default buffers a body only
+    # for it to be hashed and read for metadata. Feeds, markdown and llms.txt
+    # are far smaller; the largest feeds in the wild (podcast RSS with years of
+    # episodes) run to a few MiB, so 16 MiB keeps them with room to spare while
+    # bounding memory and parse time (a lenient feed parse of 16 MiB of junk
+    # takes over a minute of CPU). Past it the line's record says so; warn at a
+    # quarter of the cap to show which sources come near it.
+    "DOWNLOAD_MAXSIZE": 16 * 1024 * 1024,
+    "DOWNLOAD_WARNSIZE": 4 * 1024 * 1024,
 }
 
 

@@ -4,7 +4,9 @@
 number of workers running ``scrapy crawl targets -a redis_key=targets`` on a
 list pushed by ``scrapy walsh-enqueue urls.txt``. Blank lines and ``#``
 comments are skipped; every other line yields exactly one record, whatever
-happens to it.
+happens to it: a body no parser can read, a parser that fails, a response
+past ``DOWNLOAD_MAXSIZE`` each give the line its record with the reason.
+Bodies are parsed in a worker thread, so a slow parse never holds the reactor.
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import scrapy
+from scrapy import signals
+from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.errors import WalshDenied
@@ -28,9 +34,10 @@ from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metad
 from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
-    from scrapy.http import Response
+    from scrapy import Request
+    from scrapy.http import Headers, Response
     from twisted.python.failure import Failure
     from typing_extensions import Self
 
@@ -38,11 +45,18 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SEEN_NAMESPACE = "seen"
 #: how often a worker fed through Redis looks whether it has room for a line
 FEED_POLL_S = 0.02
 LLMS_RECORD_META = "walsh_llms_record"
+#: Content-Length the server announced, and body bytes received so far, of a
+#: target or llms.txt response: they tell a size-cap cancellation from others.
+ANNOUNCED_META = "walsh_announced_length"
+RECEIVED_META = "walsh_received_bytes"
+#: Longest exception text kept in a record.
+MAX_ERROR_TEXT = 200
 
 
 class TargetsSpider(scrapy.Spider):
@@ -73,6 +87,8 @@ class TargetsSpider(scrapy.Spider):
         spider.store = state_for(crawler)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        crawler.signals.connect(spider._headers_received, signal=signals.headers_received)
+        crawler.signals.connect(spider._bytes_received, signal=signals.bytes_received)
         if spider.redis_key:
             if not crawler.settings.get("WALSH_REDIS_URL"):
                 raise ValueError(
@@ -159,9 +175,14 @@ class TargetsSpider(scrapy.Spider):
 
     async def parse_target(self, response: Response) -> AsyncIterator[Any]:
         target = response.meta[TARGET_META]
-        record = new_record(**target, outcome="fetched", **response_metadata(response))
-        record.update(extract(response))
-        await self._first_seen(record, target["canonical_url"])
+        base = new_record(**target, outcome="fetched", **response_metadata(response))
+        try:
+            record = {**base, **await self._in_thread(extract, response)}
+            await self._first_seen(record, target["canonical_url"])
+        except Exception as exc:  # a parser or state-store failure must not cost the record
+            record = {**base, "structured": None, "reason": self._not_read(response.url, exc)}
+        else:
+            self._count_reading(record, response.url)
         if record["structured"] is None and media_type(response) in HTML_TYPES and self.probe_llms:
             origin = origin_of(response.url)
             if origin not in self._llms_probed:
@@ -187,12 +208,17 @@ class TargetsSpider(scrapy.Spider):
 
     async def parse_llms(self, response: Response) -> AsyncIterator[Any]:
         record = response.meta[LLMS_RECORD_META]
-        info = {"url": response.url, "status": response.status}
+        info: dict[str, Any] = {"url": response.url, "status": response.status}
         if media_type(response) in HTML_TYPES:
             info["note"] = "answered HTML, not markdown: not parsed"
         else:
-            info.update(markdown_metadata(response.body, response.url))
-            await self._first_seen(info, record["canonical_url"])
+            try:
+                found = await self._in_thread(markdown_metadata, response.body, response.url)
+                stamped = {**info, **found}
+                await self._first_seen(stamped, record["canonical_url"])
+                info = stamped
+            except Exception as exc:  # the target's record is kept whatever happens
+                info["error"] = self._not_read(response.url, exc)
         record["llms_txt"] = info
         yield self._emit(record)
 
@@ -205,6 +231,8 @@ class TargetsSpider(scrapy.Spider):
             info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason)
         elif isinstance(exc, HttpError):
             info["status"] = exc.response.status
+        elif (too_large := self._too_large(request, exc)) is not None:
+            info["error"] = too_large
         else:
             info["error"] = f"{type(exc).__name__}: {exc}"
         record["llms_txt"] = info
@@ -247,6 +275,8 @@ class TargetsSpider(scrapy.Spider):
             if outcome != "not_modified":
                 reason = request.meta.get(GAVE_UP_META) or f"HTTP {exc.response.status}"
             yield self._record(**target, outcome=outcome, reason=reason, **meta)
+        elif (too_large := self._too_large(request, exc)) is not None:
+            yield self._record(**target, outcome="failed", final_url=final_url, reason=too_large)
         else:
             yield self._record(
                 **target,
@@ -254,6 +284,84 @@ class TargetsSpider(scrapy.Spider):
                 final_url=final_url,
                 reason=f"{type(exc).__name__}: {exc}",
             )
+
+    @staticmethod
+    async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+        """*fn(args)* in the reactor's thread pool: a parse of a large or
+        hostile body (a lenient feed parse of junk takes about 5 s per MiB)
+        must not hold the reactor. Twisted's pool works under any reactor."""
+        return await maybe_deferred_to_future(deferToThread(fn, *args))
+
+    def _not_read(self, url: str, exc: Exception) -> str:
+        """Reason for metadata that could not be read: logged, counted, kept."""
+        reason = f"metadata not read: {type(exc).__name__}: {str(exc)[:MAX_ERROR_TEXT]}"
+        logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": url}, exc_info=exc)
+        self.crawler.stats.inc_value("walsh/structured/failed")
+        return reason
+
+    def _count_reading(self, record: dict[str, Any], url: str) -> None:
+        """Count and log a body that claimed a structured format and was not
+        read (``failed``), or read with problems (``partial``)."""
+        reason = record.get("reason")
+        if not reason:
+            return
+        if record["structured"] is None:
+            self.crawler.stats.inc_value("walsh/structured/failed")
+            logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": url})
+        else:
+            self.crawler.stats.inc_value("walsh/structured/partial")
+            logger.info("%(reason)s: %(url)s", {"reason": reason, "url": url})
+
+    def _headers_received(
+        self, headers: Headers, body_length: object, request: Request, **kwargs: Any
+    ) -> None:
+        if TARGET_META in request.meta or LLMS_RECORD_META in request.meta:
+            announced = body_length if isinstance(body_length, int) else None
+            request.meta[ANNOUNCED_META] = announced
+            request.meta[RECEIVED_META] = 0
+
+    def _bytes_received(self, data: bytes, request: Request, **kwargs: Any) -> None:
+        if RECEIVED_META in request.meta:
+            request.meta[RECEIVED_META] += len(data)
+
+    def _too_large(self, request: Request, exc: BaseException) -> str | None:
+        """The reason, counted and logged, when Scrapy dropped a response for
+        exceeding DOWNLOAD_MAXSIZE; None for any other failure.
+
+        Scrapy 2.19 reports it three ways: a Content-Length above the cap
+        cancels before the body is read, and a body without one is cancelled
+        once it grows past the cap (both ``DownloadCancelledError``; the
+        announced and received sizes, noted from the ``headers_received`` and
+        ``bytes_received`` signals, tell them from any other cancellation); a
+        compressed body that inflates past the cap is dropped by
+        ``HttpCompressionMiddleware`` with an ``IgnoreRequest`` naming
+        DOWNLOAD_MAXSIZE (its wording is all that tells; checked by
+        ``tests/test_r9_bodies.py``).
+        """
+        limit = request.meta.get(
+            "download_maxsize", self.crawler.settings.getint("DOWNLOAD_MAXSIZE")
+        )
+        if not limit:
+            return None
+        head = f"response larger than DOWNLOAD_MAXSIZE ({limit} bytes): not read"
+        reason = None
+        if isinstance(exc, DownloadCancelledError):
+            announced = request.meta.get(ANNOUNCED_META)
+            if announced is not None and announced > limit:
+                reason = f"{head} (Content-Length: {announced})"
+            elif request.meta.get(RECEIVED_META, 0) > limit:
+                reason = f"{head} (no Content-Length; stopped when the body grew past it)"
+        elif (
+            isinstance(exc, IgnoreRequest)
+            and not isinstance(exc, WalshDenied)
+            and "DOWNLOAD_MAXSIZE" in str(exc)
+            and "decompression" in str(exc)
+        ):
+            reason = f"{head} (once decompressed)"
+        if reason is not None:
+            self.crawler.stats.inc_value("walsh/structured/too_large")
+            logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": request.url})
+        return reason
 
     def _record(self, **fields: Any) -> dict[str, Any]:
         return self._emit(new_record(**fields))
