@@ -21,6 +21,7 @@ from scrapy_walsh_research.preflight import (
     ROBOTS_MW,
     SCOPE_MW,
     USERAGENT_MW,
+    apply_addons,
 )
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
@@ -88,7 +89,7 @@ async def test_a_refused_configuration_fails_every_row_with_the_reason(tmp_path)
 
 def effective(settings: Settings) -> Settings:
     crawler = Crawler(TargetsSpider, settings)
-    crawler.addons.load_settings(crawler.settings)
+    apply_addons(crawler)
     return crawler.settings
 
 
