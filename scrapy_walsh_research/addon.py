@@ -1,8 +1,10 @@
 """The add-on: ``ADDONS = {"scrapy_walsh_research.Addon": 0}``.
 
-It supplies defaults at add-on priority and wires the gate chain; the
-start-up check (:mod:`scrapy_walsh_research.preflight`) then verifies the
-settings that are actually in effect, whoever set them.
+It supplies defaults at add-on priority, wires the gate chain and the
+start-up-check extension, then runs the start-up check
+(:mod:`scrapy_walsh_research.preflight`) itself: a project that disables
+every gate component and the extension is still refused, before any request.
+The extension repeats the check once every add-on has run.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from scrapy_walsh_research.preflight import (
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
     SPIDER_MIDDLEWARES,
+    STARTUP_CHECK,
+    STARTUP_CHECK_ORDER,
     WIRE_HANDLER,
+    check_settings,
 )
 
 if TYPE_CHECKING:
@@ -61,8 +66,11 @@ class Addon:
             if not any(load_object(k) is replaced for k in explicit):
                 settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", replaced, None)
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
-        if not {"http", "https"} & set(handlers):
-            handlers.update(http=WIRE_HANDLER, https=WIRE_HANDLER)
+        missing = {"http", "https"} - set(handlers)
+        if missing:
+            # A scheme the project sets itself is left alone: the check
+            # refuses any handler but the wire-timed one, naming it.
+            handlers.update(dict.fromkeys(missing, WIRE_HANDLER))
             priority = settings.getpriority("DOWNLOAD_HANDLERS") or 0
             settings.set("DOWNLOAD_HANDLERS", handlers, max(priority, 15))
         for path, order in SPIDER_MIDDLEWARES.items():
@@ -73,3 +81,8 @@ class Addon:
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", load_object(path), order
             )
+        settings.setdefault_in_component_priority_dict(
+            "EXTENSIONS", load_object(STARTUP_CHECK), STARTUP_CHECK_ORDER
+        )
+        # Here too, not only in components a project can switch off.
+        check_settings(settings)

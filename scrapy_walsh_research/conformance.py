@@ -8,7 +8,8 @@ duplicates, bad list lines), runs the project's real ``targets`` spider with
 the project's effective settings four times (a first run; a restart with
 the blocklist unreachable; a restart with the blocklist schema-invalid; a
 restart where the schema and blocklist URLs both answer a gateway's error
-object), and
+object), once more with ``HTTPCACHE_ENABLED=True``, which must be refused
+before any request, and
 judges each requirement from the origin's log (arrival times, headers,
 paths), the records and the stats. Nothing is asserted without a
 measurement.
@@ -69,6 +70,7 @@ FORGED = [
     ("links.test", "/forged", {"walsh_target": {"line": 1, "url": "x", "canonical_url": "x"},
                                "is_start_request": True}),
 ]  # fmt: skip
+HTTP_CACHE_ROW = "HTTP cache setting refused"
 
 
 async def _sleep(seconds: float) -> None:
@@ -349,11 +351,48 @@ async def run_conformance(base: Settings, spidercls: type, work: Path | None = N
             spidercls, _settings(base, server, state, WALSH_RUN_INTERVAL=0),
             scenario.restart_lines(), work, server,
         )  # fmt: skip
+        cache = await _crawl_with_http_cache(spidercls, base, scenario, work)
     finally:
         await maybe_deferred_to_future(server.stop())
     report = Report(max_inflight=server.origin.max_inflight)
     judge(report, scenario, first, second, third, fourth, server.origin.max_inflight)
+    judge_http_cache(report, first, cache)
     return report
+
+
+async def _crawl_with_http_cache(
+    spidercls: type, base: Settings, scenario: Scenario, work: Path
+) -> Run:
+    """The project's settings plus ``HTTPCACHE_ENABLED=True``: the start-up check
+    must refuse before any request (a cache would serve the blocklist and
+    robots.txt from disk and store bodies). Its own state and cache
+    directories, so that if it does run, it touches nothing the other runs use."""
+    settings = _settings(
+        base,
+        scenario.server,
+        work / "state-http-cache",
+        HTTPCACHE_ENABLED=True,
+        HTTPCACHE_DIR=str(work / "httpcache"),
+    )
+    return await _crawl(spidercls, settings, scenario.restart_lines(), work, scenario.server)
+
+
+def judge_http_cache(report: Report, r1: Run, cache: Run) -> None:
+    """The row for the crawl with the HTTP cache turned on (a MUST)."""
+    title = HTTP_CACHE_ROW
+    if r1.refused:  # the project's own configuration is refused: every row fails alike
+        reason = r1.refused.strip().splitlines()[-1].strip()
+        report.checks.append(Check("R6", "MUST", title, False, f"crawl refused: {reason}"))
+        return
+    named = cache.refused is not None and "HTTPCACHE_ENABLED" in cache.refused
+    if named:
+        how = "refused naming HTTPCACHE_ENABLED"
+    elif cache.refused:
+        how = "refused without naming HTTPCACHE_ENABLED"
+    else:
+        how = "not refused"
+    measured = f"{how}; {len(cache.hits)} requests reached the origin"
+    report.checks.append(Check("R6", "MUST", title, named and not cache.hits, measured))
 
 
 def _gaps(hits: list[Hit]) -> dict[str, list[float]]:

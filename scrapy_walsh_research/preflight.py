@@ -1,11 +1,25 @@
 """Start-up check: refuse to crawl when the effective configuration is not conformant.
 
 The add-on only supplies defaults (add-on priority < project < spider), so a
-project or spider setting can still undo a gate. Every gate calls
-:func:`check_configuration` from ``from_crawler``; the first call checks the
-settings actually in effect and raises :class:`WalshConfigurationError`
-with the setting to change. It never raises ``NotConfigured``: Scrapy would
-log "Disabled" and crawl without the gate.
+project or spider setting can still undo a gate, or turn on a Scrapy feature
+that routes around one (the HTTP cache, meta refresh, a media pipeline,
+another download handler). :func:`problems` lists every such setting with
+what to change; the audit behind it is in ``docs/readings.rst``.
+
+The check runs at three points, so it runs whenever the add-on is installed,
+even when a project disables every gate component:
+
+* :meth:`scrapy_walsh_research.Addon.update_settings`, right after the
+  add-on applied its defaults (it sees project, spider and command-line
+  settings and the add-ons loaded before it);
+* :class:`StartupCheck`, an extension the add-on enables: Scrapy builds
+  extensions after every add-on has run, so it sees the final settings;
+* every gate's ``from_crawler`` (:func:`check_configuration`), after the
+  settings are frozen; this is the check of the explicit-middlewares route.
+
+Each raises :class:`WalshConfigurationError` naming the setting to change,
+before the engine exists, so no request is sent. None raises
+``NotConfigured``: Scrapy would log "Disabled" and crawl without the gate.
 """
 
 from __future__ import annotations
@@ -53,19 +67,37 @@ SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
 WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
+ADDON = f"{PACKAGE}.Addon"
+#: The start-up check as an extension, built after every add-on has run.
+STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
+#: Its order in EXTENSIONS: late, so extensions built before it are seen too.
+STARTUP_CHECK_ORDER = 1000
+SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
+SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
 
+#: Crawlers whose frozen settings passed the check (the gates need not repeat it).
 _checked: weakref.WeakSet[Crawler] = weakref.WeakSet()
+#: Crawlers whose advice was logged once already.
+_advised: weakref.WeakSet[Crawler] = weakref.WeakSet()
 
 
 def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
     """Enabled downloader middlewares, class -> order, as Scrapy will build them."""
-    merged = settings.get_component_priority_dict_with_base("DOWNLOADER_MIDDLEWARES")
-    out: dict[Any, int] = {}
-    for key, order in merged.items():
-        if order is None:
-            continue
-        out[load_object(key) if isinstance(key, str) else key] = order
-    return out
+    return _enabled(settings, "DOWNLOADER_MIDDLEWARES")
+
+
+def _enabled(settings: BaseSettings, name: str) -> dict[Any, int]:
+    """Enabled components of the component priority dict *name*, class -> order."""
+    merged = settings.get_component_priority_dict_with_base(name)
+    return {
+        load_object(key) if isinstance(key, str) else key: order
+        for key, order in merged.items()
+        if order is not None
+    }
+
+
+def _subclass(cls: Any, path: str) -> bool:
+    return isinstance(cls, type) and issubclass(cls, load_object(path))
 
 
 def uses_frontier(settings: BaseSettings) -> bool:
@@ -98,16 +130,27 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"with order {DOWNLOADER_MIDDLEWARES[path]} (or use the "
                 f"{PACKAGE}.Addon add-on)."
             )
-    spider_mws = {
-        _name(load_object(k) if isinstance(k, str) else k)
-        for k, v in settings.get_component_priority_dict_with_base("SPIDER_MIDDLEWARES").items()
-        if v is not None
-    }
+    spider_mws = {_name(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
     if SCOPE_SPIDER_MW not in spider_mws:
         found.append(
             f"R6 guard {SCOPE_SPIDER_MW} is not enabled: add it to SPIDER_MIDDLEWARES with "
             f"order {SPIDER_MIDDLEWARES[SCOPE_SPIDER_MW]} so followed links are dropped."
         )
+    else:
+        # A callback's output passes spider middlewares from the highest order
+        # down: one at or below the guard would see it after the guard.
+        guard = spider_mws[SCOPE_SPIDER_MW]
+        after = sorted(
+            f"{name} ({prio})"
+            for name, prio in spider_mws.items()
+            if prio <= guard and name != SCOPE_SPIDER_MW
+        )
+        if after:
+            found.append(
+                f"SPIDER_MIDDLEWARES runs {', '.join(after)} at or after the R6 guard "
+                f"({SCOPE_SPIDER_MW}, {guard}) on a callback's output, where a request it "
+                "yields is not dropped: give it a higher number."
+            )
     if BLOCKLIST_MW in order and ROBOTS_MW in order and order[BLOCKLIST_MW] >= order[ROBOTS_MW]:
         found.append(
             f"DOWNLOADER_MIDDLEWARES orders the blocklist gate ({order[BLOCKLIST_MW]}) at or "
@@ -160,7 +203,99 @@ def problems(settings: BaseSettings) -> list[str]:
             f"REDIRECT_MAX_TIMES={settings.getint('REDIRECT_MAX_TIMES')}: at most 5 redirect "
             "hops are followed. Set REDIRECT_MAX_TIMES=5 or lower."
         )
+    found.extend(_bypass_problems(settings))
     return found
+
+
+def _bypass_problems(settings: BaseSettings) -> list[str]:
+    """Scrapy features that issue requests, retarget them, store bodies or parse HTML.
+
+    The table of every Scrapy 2.19 setting and component and why each is
+    refused, allowed or only advised against is in ``docs/readings.rst``.
+    """
+    found: list[str] = []
+    # Refused whether or not the middleware is listed: a subclass under
+    # another name, or the project's own cache, reads the same setting.
+    if settings.getbool("HTTPCACHE_ENABLED"):
+        found.append(
+            "HTTPCACHE_ENABLED=True: Scrapy's HttpCacheMiddleware answers from disk, so the "
+            "blocklist, its schema and robots.txt are not fetched again (with the default "
+            "policy, never: new opt-outs go unseen), and it stores whole bodies. R3 requires "
+            "the live blocklist and R6 requires that content is not stored. "
+            "Set HTTPCACHE_ENABLED=False."
+        )
+    if settings.getbool("METAREFRESH_ENABLED"):
+        found.append(
+            "METAREFRESH_ENABLED=True: Scrapy's MetaRefreshMiddleware parses every HTML answer "
+            "and requests the target of its <meta http-equiv=refresh>, on any host. R9 "
+            "requires that HTML is never parsed and R6 requires that nothing is followed. "
+            "Set METAREFRESH_ENABLED=False."
+        )
+    if settings.getbool("AJAXCRAWL_ENABLED"):
+        found.append(
+            "AJAXCRAWL_ENABLED=True: Scrapy's AjaxCrawlMiddleware (in Scrapy releases that "
+            "still ship it) parses HTML answers for <meta name=fragment> and requests their "
+            "?_escaped_fragment_= variant. R9 requires that HTML is never parsed and R6 "
+            "requires that nothing is followed. Set AJAXCRAWL_ENABLED=False."
+        )
+    media = sorted(
+        _name(cls)
+        for cls in _enabled(settings, "ITEM_PIPELINES")
+        if _subclass(cls, SCRAPY_MEDIA_PIPELINE)
+    )
+    if media:
+        found.append(
+            f"ITEM_PIPELINES enables {', '.join(media)}: a media pipeline downloads the files "
+            "and images an item points to and stores them. R6 requires no sub-resources and "
+            "no stored content. Set it to None in ITEM_PIPELINES."
+        )
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    for scheme in ("http", "https"):
+        handler = handlers.get(scheme)
+        if handler is None:
+            continue  # no handler: nothing is sent for this scheme
+        cls = load_object(handler) if isinstance(handler, str) else handler
+        if not _subclass(cls, WIRE_HANDLER):
+            found.append(
+                f"DOWNLOAD_HANDLERS[{scheme!r}] is {_name(cls)}: only {WIRE_HANDLER} (or a "
+                "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
+                "Twisted's connection pool send a request again by itself when a reused "
+                "connection fails after the write, a request no gate sees, and R4 requires "
+                f"every request to be paced. Set DOWNLOAD_HANDLERS[{scheme!r}] to "
+                f"{WIRE_HANDLER!r}, or leave the entry out and let the add-on set it."
+            )
+    if not settings.getbool("TWISTED_REACTOR_ENABLED", True):
+        found.append(
+            "TWISTED_REACTOR_ENABLED=False: the gates run on the Twisted reactor (the pacing "
+            "gate's waits, the robots.txt and blocklist fetches, the wire-timed download "
+            "handler), and R4 requires the pacing gate. Set TWISTED_REACTOR_ENABLED=True."
+        )
+    downloader = settings["DOWNLOADER"]
+    downloader_cls = load_object(downloader) if isinstance(downloader, str) else downloader
+    if not _subclass(downloader_cls, SCRAPY_DOWNLOADER):
+        found.append(
+            f"DOWNLOADER={_name(downloader_cls)} is not {SCRAPY_DOWNLOADER} or a subclass: "
+            "every gate is a downloader middleware that Scrapy's downloader calls, and another "
+            f"one need not call them. Set DOWNLOADER={SCRAPY_DOWNLOADER!r}."
+        )
+    if _addon_installed(settings) and not any(
+        _name(cls) == STARTUP_CHECK for cls in _enabled(settings, "EXTENSIONS")
+    ):
+        found.append(
+            f"EXTENSIONS disables {STARTUP_CHECK} while the {ADDON} add-on is installed: it "
+            "repeats this check after every add-on has run. Remove its entry from EXTENSIONS."
+        )
+    return found
+
+
+def _addon_installed(settings: BaseSettings) -> bool:
+    from scrapy_walsh_research.addon import Addon
+
+    for key, order in settings.getdict("ADDONS").items():
+        cls = load_object(key) if isinstance(key, str) else key
+        if order is not None and isinstance(cls, type) and issubclass(cls, Addon):
+            return True
+    return False
 
 
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
@@ -208,26 +343,70 @@ def advice(settings: BaseSettings) -> list[str]:
             f"SCHEDULER is {settings['SCHEDULER']}: pacing still holds, but without {FRONTIER} "
             "the single download slot waits on a busy host while another is ready."
         )
-    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
-    for scheme in ("http", "https"):
-        if handlers.get(scheme) and load_object(handlers[scheme]) is not load_object(WIRE_HANDLER):
-            found.append(
-                f"DOWNLOAD_HANDLERS[{scheme!r}] is not {WIRE_HANDLER}: pacing counts from the "
-                "response instead of from when the request went out (safe, but slower)."
-            )
+    slow_slots = sorted(
+        slot
+        for slot, conf in settings.getdict("DOWNLOAD_SLOTS").items()
+        if isinstance(conf, dict) and float(conf.get("delay") or 0) > 0
+    )
+    if slow_slots:
+        found.append(
+            f"DOWNLOAD_SLOTS gives {', '.join(slow_slots)} a delay: Scrapy's slot delay adds "
+            "to Walsh pacing, which already spaces requests per host. Drop the 'delay' keys "
+            "for full speed."
+        )
     return found
 
 
-def check_configuration(crawler: Crawler) -> None:
-    """Raise :class:`WalshConfigurationError` listing every non-conformance."""
-    if crawler in _checked:
-        return
-    for line in advice(crawler.settings):
-        logger.warning("Walsh-Research: %s", line)
-    found = problems(crawler.settings)
+def check_settings(settings: BaseSettings) -> None:
+    """Raise :class:`WalshConfigurationError` listing every non-conformance in *settings*."""
+    found = problems(settings)
     if found:
         raise WalshConfigurationError(
             "The Walsh-Research configuration is not conformant; refusing to crawl:\n  - "
             + "\n  - ".join(found)
         )
-    _checked.add(crawler)
+
+
+def apply_addons(crawler: Crawler) -> str | None:
+    """Apply the add-ons to ``crawler.settings`` as a crawl would, without crawling.
+
+    For the attestation, which reports on a refused configuration instead of
+    stopping: returns the add-on's refusal, if any. The settings then hold
+    every add-on up to ours, with our defaults applied.
+    """
+    try:
+        crawler.addons.load_settings(crawler.settings)
+    except WalshConfigurationError as exc:
+        return str(exc)
+    return None
+
+
+def check_configuration(crawler: Crawler) -> None:
+    """Check the crawler's settings; log the advice once.
+
+    Called again once the settings are frozen (by the gates), since an
+    extension built after :class:`StartupCheck` could still change them.
+    """
+    if crawler in _checked:
+        return
+    if crawler not in _advised:
+        _advised.add(crawler)
+        for line in advice(crawler.settings):
+            logger.warning("Walsh-Research: %s", line)
+    check_settings(crawler.settings)
+    if crawler.settings.frozen:
+        _checked.add(crawler)
+
+
+class StartupCheck:
+    """Extension: the start-up check on the settings every add-on has shaped.
+
+    Scrapy builds extensions after it has run every add-on and before it
+    builds the engine, so this runs even when a project disables every gate
+    component, and before any request.
+    """
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> StartupCheck:
+        check_configuration(crawler)
+        return cls()

@@ -12,7 +12,7 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.attestation import REQUIREMENTS, attest
-from scrapy_walsh_research.conformance import Report, run_conformance
+from scrapy_walsh_research.conformance import HTTP_CACHE_ROW, Report, run_conformance
 from scrapy_walsh_research.preflight import (
     BLOCKLIST_MW,
     CADENCE_MW,
@@ -21,6 +21,7 @@ from scrapy_walsh_research.preflight import (
     ROBOTS_MW,
     SCOPE_MW,
     USERAGENT_MW,
+    apply_addons,
 )
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
@@ -73,7 +74,20 @@ BROKEN = {
 @pytest_twisted.ensureDeferred
 async def test_breaking_a_gate_turns_its_rows_to_fail(tmp_path, rule, without_preflight):
     report = await conformance(project(**BROKEN[rule]), tmp_path)
-    assert rule in failing(report), report.table()
+    # the HTTP cache row fails too (the check is off): look at the gate's own rows
+    gate_rows = {c.id for c in report.checks if not c.passed and c.title != HTTP_CACHE_ROW}
+    assert rule in gate_rows, report.table()
+    assert not report.must_pass
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_http_cache_row_fails_when_the_setting_is_not_refused(
+    tmp_path, without_preflight
+):
+    report = await conformance(project(), tmp_path)
+    assert [c.title for c in report.checks if not c.passed] == [HTTP_CACHE_ROW], report.table()
+    row = next(c for c in report.checks if c.title == HTTP_CACHE_ROW)
+    assert row.level == "MUST" and row.measured.startswith("not refused")
     assert not report.must_pass
 
 
@@ -88,7 +102,7 @@ async def test_a_refused_configuration_fails_every_row_with_the_reason(tmp_path)
 
 def effective(settings: Settings) -> Settings:
     crawler = Crawler(TargetsSpider, settings)
-    crawler.addons.load_settings(crawler.settings)
+    apply_addons(crawler)
     return crawler.settings
 
 

@@ -1,10 +1,12 @@
 """The add-on, the explicit-middlewares route, and the start-up check that
-refuses a non-conformant configuration before any request is sent."""
+refuses a non-conformant configuration before any request is sent, whoever
+set it: the project, a spider, or another add-on."""
 
 from __future__ import annotations
 
 import pytest
 import pytest_twisted
+from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
@@ -18,6 +20,7 @@ from scrapy_walsh_research.preflight import (
     SCOPE_MW,
     SCOPE_SPIDER_MW,
     SPIDER_MIDDLEWARES,
+    STARTUP_CHECK,
     USERAGENT_MW,
     WIRE_HANDLER,
 )
@@ -33,6 +36,11 @@ from tests.conftest import (
 
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
+SCRAPY_HTTP11 = "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"
+
+
+class BareDownloader:
+    """A DOWNLOADER that is not Scrapy's: nothing says it calls the middlewares."""
 
 
 def world(server):
@@ -87,10 +95,12 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
         SPIDER_MIDDLEWARES=SPIDER_MIDDLEWARES,
         SCHEDULER=FRONTIER,
         DOWNLOAD_HANDLERS={"http": WIRE_HANDLER, "https": WIRE_HANDLER},
+        EXTENSIONS={STARTUP_CHECK: 1000},
         CONCURRENT_REQUESTS=1,
         DOWNLOAD_DELAY=0,
         DOWNLOAD_DELAY_JITTER=0,
         REDIRECT_MAX_TIMES=5,
+        METAREFRESH_ENABLED=False,  # Scrapy's default is True
     )
     await assert_obeys_r1_to_r3(server, settings, tmp_path)
 
@@ -127,6 +137,39 @@ REFUSALS = {
         {"SPIDER_MIDDLEWARES": {SCOPE_SPIDER_MW: None}},
         "SPIDER_MIDDLEWARES",
     ),
+    # Settings that route around the gates (docs/readings.rst has the audit)
+    "http cache": ({"HTTPCACHE_ENABLED": True}, "Set HTTPCACHE_ENABLED=False"),
+    "meta refresh": ({"METAREFRESH_ENABLED": True}, "Set METAREFRESH_ENABLED=False"),
+    "ajax crawl": ({"AJAXCRAWL_ENABLED": True}, "Set AJAXCRAWL_ENABLED=False"),
+    "files pipeline": (
+        {"ITEM_PIPELINES": {"scrapy.pipelines.files.FilesPipeline": 1}},
+        "ITEM_PIPELINES enables scrapy.pipelines.files.FilesPipeline",
+    ),
+    "images pipeline": (
+        {"ITEM_PIPELINES": {"scrapy.pipelines.images.ImagesPipeline": 1}},
+        "ITEM_PIPELINES enables scrapy.pipelines.images.ImagesPipeline",
+    ),
+    "stock http handler": (
+        {"DOWNLOAD_HANDLERS": {"http": SCRAPY_HTTP11}},
+        f"DOWNLOAD_HANDLERS['http'] is {SCRAPY_HTTP11}",
+    ),
+    "stock https handler": (
+        {"DOWNLOAD_HANDLERS": {"https": SCRAPY_HTTP11}},
+        f"Set DOWNLOAD_HANDLERS['https'] to '{WIRE_HANDLER}'",
+    ),
+    "reactorless": ({"TWISTED_REACTOR_ENABLED": False}, "Set TWISTED_REACTOR_ENABLED=True"),
+    "another downloader": (
+        {"DOWNLOADER": f"{__name__}.BareDownloader"},
+        f"DOWNLOADER={__name__}.BareDownloader",
+    ),
+    "start-up check extension disabled": (
+        {"EXTENSIONS": {STARTUP_CHECK: None}},
+        f"EXTENSIONS disables {STARTUP_CHECK}",
+    ),
+    "spider middleware after the link guard": (
+        {"SPIDER_MIDDLEWARES": {"scrapy.spidermiddlewares.depth.DepthMiddleware": 1}},
+        "DepthMiddleware (1) at or after the R6 guard",
+    ),
 }
 
 
@@ -134,8 +177,106 @@ REFUSALS = {
 @pytest_twisted.ensureDeferred
 async def test_a_non_conformant_configuration_is_refused_before_any_request(server, tmp_path, case):
     overrides, names = REFUSALS[case]
-    settings = base_settings(server, tmp_path / "s", **overrides)
+    # where a cache or a media pipeline would write if the check let them run
+    stores = {"HTTPCACHE_DIR": str(tmp_path / "cache"), "FILES_STORE": str(tmp_path / "files")}
+    settings = base_settings(server, tmp_path / "s", **stores, **overrides)
     with pytest.raises(WalshConfigurationError, match="refusing to crawl") as info:
         await crawl(settings, world(server), tmp_path)
     assert names in str(info.value)
+    assert server.origin.hits == []
+
+
+EVERY_GATE_OFF = {
+    "DOWNLOADER_MIDDLEWARES": dict.fromkeys(DOWNLOADER_MIDDLEWARES),
+    "SPIDER_MIDDLEWARES": dict.fromkeys(SPIDER_MIDDLEWARES),
+}
+
+
+async def refusal(server, settings, tmp_path) -> str:
+    """The start-up refusal's message, after asserting that the origin received nothing."""
+    try:
+        await crawl(settings, world(server), tmp_path)
+    except WalshConfigurationError as exc:
+        refused = str(exc)
+    else:
+        refused = ""
+    assert [(h.host, h.path, h.user_agent) for h in server.origin.hits] == []
+    assert "refusing to crawl" in refused
+    return refused
+
+
+@pytest.mark.parametrize("extension", ["enabled", "disabled"])
+@pytest_twisted.ensureDeferred
+async def test_the_addon_with_every_gate_component_disabled_is_refused(server, tmp_path, extension):
+    # No gate is built, so none can run the check: the add-on and its
+    # extension must, or the crawl goes out with the project's User-Agent.
+    settings = base_settings(
+        server,
+        tmp_path / "s",
+        USER_AGENT="myproject (+http://www.yourdomain.com)",
+        **EVERY_GATE_OFF,
+    )
+    if extension == "disabled":
+        settings["EXTENSIONS"] = {STARTUP_CHECK: None}
+    refused = await refusal(server, settings, tmp_path)
+    for rule in ("R1", "R2", "R3", "R4", "R5", "R6"):
+        assert f"{rule} gate" in refused
+    assert "SPIDER_MIDDLEWARES" in refused
+
+
+class LateAddon:
+    """Another add-on, loaded after ours: it turns the HTTP cache on and every gate off."""
+
+    def update_settings(self, settings):
+        settings.set("HTTPCACHE_ENABLED", True, "addon")
+        for name, paths in (
+            ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
+            ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
+        ):
+            for path in paths:
+                settings.set_in_component_priority_dict(name, load_object(path), None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_settings_an_addon_changes_after_ours_are_checked_too(server, tmp_path):
+    # Our add-on's own check has passed by then; the start-up-check extension,
+    # built after every add-on, is what refuses.
+    settings = base_settings(server, tmp_path / "s", HTTPCACHE_DIR=str(tmp_path / "cache"))
+    settings["ADDONS"] = {**settings["ADDONS"], f"{__name__}.LateAddon": 10}
+    refused = await refusal(server, settings, tmp_path)
+    assert "Set HTTPCACHE_ENABLED=False" in refused
+    assert "R3 gate" in refused
+
+
+def meta_refresh_world(server):
+    landing = server.url("elsewhere.test", "/landing")
+    server.origin.route(
+        "a.test",
+        "/page",
+        Reply(
+            200,
+            f'<html><head><meta http-equiv="refresh" content="0; url={landing}"></head></html>',
+            {"Content-Type": "text/html"},
+        ),
+    )
+    server.origin.route("elsewhere.test", "/landing", Reply(200, "landed"))
+    return [server.url("a.test", "/page")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_meta_refresh_would_parse_html_and_fetch_another_host(
+    server, tmp_path, without_preflight
+):
+    # What the refusal prevents: with the check off, the page's HTML is parsed
+    # and its refresh target, on a host nobody declared, is requested.
+    settings = base_settings(server, tmp_path / "s", METAREFRESH_ENABLED=True)
+    await crawl(settings, meta_refresh_world(server), tmp_path)
+    assert [h.path for h in server.origin.hits_for("elsewhere.test")][-1] == "/landing"
+
+
+@pytest_twisted.ensureDeferred
+async def test_meta_refresh_is_refused_before_any_request(server, tmp_path):
+    settings = base_settings(server, tmp_path / "s", METAREFRESH_ENABLED=True)
+    with pytest.raises(WalshConfigurationError, match="METAREFRESH_ENABLED=True"):
+        await crawl(settings, meta_refresh_world(server), tmp_path)
     assert server.origin.hits == []

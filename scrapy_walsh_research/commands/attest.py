@@ -13,6 +13,7 @@ from scrapy_walsh_research.commands._runner import (
     project_targets_spider,
     run_conformance_blocking,
 )
+from scrapy_walsh_research.preflight import apply_addons
 
 if TYPE_CHECKING:
     import argparse
@@ -36,7 +37,7 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         # The settings in effect: the project's, the spider's, then its add-ons.
         crawler = Crawler(project_targets_spider(self.settings), self.settings)
-        crawler.addons.load_settings(crawler.settings)
+        apply_addons(crawler)  # a refused configuration is reported, not raised
         report = run_conformance_blocking(self.settings) if opts.conformance else None
         doc = attest(crawler.settings, report)
         print(json.dumps(doc, indent=2))
