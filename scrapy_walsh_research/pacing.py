@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CRAWL_DELAY = 30.0
+DEFAULT_MARGIN = 0.005
 #: set on a request the pacing gate gave back: it keeps its place in its host's queue
 REQUEUED_META = "walsh_requeued"
 
@@ -75,6 +76,15 @@ class Pacer:
                 "per host. Set WALSH_MIN_DELAY to 1.0 or more."
             )
         self.max_crawl_delay = settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY)
+        #: added to every interval: spacing is counted from when the bytes left,
+        #: but the origin stamps arrival after its own accept/parse, which can
+        #: take longer for one request (a new connection) than for the next
+        self.margin = settings.getfloat("WALSH_PACING_MARGIN", DEFAULT_MARGIN)
+        if self.margin < 0:
+            raise WalshConfigurationError(
+                f"WALSH_PACING_MARGIN={self.margin}: it is added to every interval and "
+                "cannot be negative."
+            )
         self.retry_max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", 600.0)
         self.clock: HostClock = clock or clock_for(crawler)
         #: moving average of dispatch-to-response time, for the frontier's planning
@@ -122,7 +132,7 @@ class Pacer:
         await self.clock.note_interval(url_host(origin), origin, max(delays, default=0.0), expires)
 
     def interval(self, host: str) -> float:
-        return max(self.min_delay, self.clock.robots_interval(host)[0])
+        return max(self.min_delay, self.clock.robots_interval(host)[0]) + self.margin
 
     def skip_reason(self, host: str) -> tuple[str, str] | None:
         """(rule, reason) when *host* must not be contacted at all in this run

@@ -1,10 +1,14 @@
-"""When a request actually goes onto a connection, for pacing "as the origin sees it".
+"""When a request actually leaves, for pacing "as the origin sees it".
 
 Scrapy's slot delay runs from dispatch; a first request that spends 20 ms
 opening a connection is followed by one that reuses it, and the origin sees a
 gap 20 ms short (stock Scrapy: 0.982 s for a 1 s delay). This handler stamps
-``meta["walsh_wire_time"]`` when the connection is handed to the request,
-just before its bytes are written, and pacing counts from that.
+``meta["walsh_wire_time"]`` when the connection is handed to the request and
+again each time the connection's socket accepts bytes of it, and pacing
+counts from the last stamp. Handing over is not leaving: Twisted buffers the
+request and sends it on a later reactor turn, so on a busy reactor the bytes
+left up to a hundred milliseconds after the handover, and the next request,
+paced from the handover, reached the origin less than a second after them.
 
 It also turns off the pool's ``retryAutomatically``: Twisted's connection
 pool otherwise re-sends a request on a new connection, at once and unseen by
@@ -22,6 +26,7 @@ falls back to counting from the response, a safe upper bound.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
@@ -59,6 +64,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             def stamp(connection: Any) -> Any:
                 if request is not None:
                     request.meta[WIRE_TIME_META] = time.monotonic()
+                    _stamp_sends(connection, request)
                 return connection
 
             return d.addCallback(stamp)
@@ -70,3 +76,32 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         # downloaded is the one that asks the pool for a connection next.
         self._current = request
         return await super().download_request(request)
+
+
+def _stamp_sends(connection: Any, request: Request) -> None:
+    """Stamp *request* each time the socket under *connection* accepts bytes.
+
+    The socket is the innermost transport with ``writeSomeData`` (under TLS,
+    the TCP connection below the TLS protocol). Its ``writeSomeData`` is
+    wrapped once per connection; the wrapper stamps whichever request holds
+    the connection now. Without such a transport the handover stamp stands.
+    """
+    transport = getattr(connection, "transport", None)
+    while transport is not None and not hasattr(transport, "writeSomeData"):
+        transport = getattr(transport, "transport", None)
+    if transport is None:
+        return
+    if not getattr(transport, "_walsh_stamps_sends", False):
+        original = transport.writeSomeData
+
+        def write_some_data(data: Any) -> Any:
+            sent = original(data)
+            ref = getattr(transport, "_walsh_request", None)
+            holder = ref() if ref is not None else None
+            if holder is not None and isinstance(sent, int) and sent > 0:
+                holder.meta[WIRE_TIME_META] = time.monotonic()
+            return sent
+
+        transport.writeSomeData = write_some_data
+        transport._walsh_stamps_sends = True
+    transport._walsh_request = weakref.ref(request)
