@@ -57,6 +57,7 @@ TARGET_META = "walsh_target"
 MAX_WAIT_META = "walsh_max_wait"
 _CAP_META = "walsh_max_bytes"
 _SEEN_META = "_walsh_bytes_seen"
+VERIFIED_CACHE = 4096
 _SECRET_NAMESPACE = "internal"
 _SECRET_KEY = "mark-secret"
 
@@ -80,6 +81,8 @@ class Marks:
         self.crawler = crawler
         self._secret: bytes | None = None
         self._forged_logged = False
+        #: tokens verified lately: every gate asks about every request
+        self._verified: dict[str, str] = {}
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> Marks:
@@ -117,9 +120,15 @@ class Marks:
         if token is None:
             return None
         if isinstance(token, str) and self._secret is not None:
+            known = self._verified.get(token)
+            if known is not None:
+                return known
             parts = token.split(".")
             if len(parts) == 3 and parts[0] in PURPOSES:
                 if hmac.compare_digest(parts[2], self._mac(parts[0], parts[1])):
+                    if len(self._verified) >= VERIFIED_CACHE:
+                        self._verified.clear()
+                    self._verified[token] = parts[0]
                     return parts[0]
         self._forged(request)
         return None

@@ -51,6 +51,9 @@ SEEN_NAMESPACE = "seen"
 #: how often a worker fed through Redis looks whether it has room for a line
 FEED_POLL_S = 0.02
 LLMS_RECORD_META = "walsh_llms_record"
+#: bodies up to this size are read on the reactor: at about 5 s per MiB in
+#: the worst case (junk read leniently), 8 KiB stays near 40 ms
+INLINE_PARSE_BYTES = 8 * 1024
 #: Content-Length the server announced, and body bytes received so far, of a
 #: target or llms.txt response: they tell a size-cap cancellation from others.
 ANNOUNCED_META = "walsh_announced_length"
@@ -177,7 +180,7 @@ class TargetsSpider(scrapy.Spider):
         target = response.meta[TARGET_META]
         base = new_record(**target, outcome="fetched", **response_metadata(response))
         try:
-            record = {**base, **await self._in_thread(extract, response)}
+            record = {**base, **await self._in_thread(len(response.body), extract, response)}
             await self._first_seen(record, target["canonical_url"])
         except Exception as exc:  # a parser or state-store failure must not cost the record
             record = {**base, "structured": None, "reason": self._not_read(response.url, exc)}
@@ -213,7 +216,9 @@ class TargetsSpider(scrapy.Spider):
             info["note"] = "answered HTML, not markdown: not parsed"
         else:
             try:
-                found = await self._in_thread(markdown_metadata, response.body, response.url)
+                found = await self._in_thread(
+                    len(response.body), markdown_metadata, response.body, response.url
+                )
                 stamped = {**info, **found}
                 await self._first_seen(stamped, record["canonical_url"])
                 info = stamped
@@ -286,10 +291,14 @@ class TargetsSpider(scrapy.Spider):
             )
 
     @staticmethod
-    async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-        """*fn(args)* in the reactor's thread pool: a parse of a large or
-        hostile body (a lenient feed parse of junk takes about 5 s per MiB)
-        must not hold the reactor. Twisted's pool works under any reactor."""
+    async def _in_thread(size: int, fn: Callable[..., T], *args: Any) -> T:
+        """*fn(args)* in the reactor's thread pool when the body is larger than
+        :data:`INLINE_PARSE_BYTES`: a parse of a large or hostile body (a
+        lenient feed parse of junk takes about 5 s per MiB) must not hold the
+        reactor. A small body is read inline: handing it to a thread costs
+        more than reading it. Twisted's pool works under any reactor."""
+        if size <= INLINE_PARSE_BYTES:
+            return fn(*args)
         return await maybe_deferred_to_future(deferToThread(fn, *args))
 
     def _not_read(self, url: str, exc: Exception) -> str:

@@ -74,16 +74,21 @@ class RobotsIntervals:
     def __init__(self) -> None:
         #: host -> origin -> (seconds, expires as wall time)
         self._intervals: dict[str, dict[str, tuple[float, float]]] = {}
+        #: host -> the strictest of those: asked on every scheduling decision
+        self._strictest: dict[str, tuple[float, str, float]] = {}
 
     def robots_interval(self, host: str) -> tuple[float, str | None, bool]:
-        readings = self._intervals.get(host)
-        if not readings:
+        strictest = self._strictest.get(host)
+        if strictest is None:
             return 0.0, None, False
-        origin, (seconds, expires) = max(readings.items(), key=lambda kv: kv[1][0])
+        seconds, origin, expires = strictest
         return seconds, origin, expires > time.time()
 
     def _note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
-        self._intervals.setdefault(host, {})[origin] = (seconds, expires)
+        readings = self._intervals.setdefault(host, {})
+        readings[origin] = (seconds, expires)
+        origin, (seconds, expires) = max(readings.items(), key=lambda kv: kv[1][0])
+        self._strictest[host] = (seconds, origin, expires)
 
     async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
         self._note_interval(host, origin, seconds, expires)
