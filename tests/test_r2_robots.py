@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 import scrapy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scrapy_walsh_research.preflight import ROBOTS_MW
 from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
@@ -406,3 +408,78 @@ async def test_robots_is_refetched_after_its_ttl(server, tmp_path):
     res = await crawl(base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=2.5), urls, tmp_path)
     assert results(res) == [("fetched", None)] * 3
     assert len(server.origin.hits_for("ttl.test", "/robots.txt")) == 2
+
+
+# -- property-based: any robots.txt a server sends ----------------------------------
+
+AGENTS = ["Walsh-Research", "walsh-research", "WALSH-RESEARCH/1.0", "Walsh", "Walsh-Researcher",
+          "*", "Other", "Walsh-Research bot"]  # fmt: skip
+LINE = st.one_of(
+    st.sampled_from(AGENTS).map(lambda a: f"User-agent: {a}"),
+    st.sampled_from(
+        [
+            "Disallow: /",
+            "Allow: /",
+            "Disallow:",
+            "Crawl-delay: 5",
+            "Foo: bar",
+            "Sitemap: http://x.test/s",
+            "",
+            "# c",
+            "Request-rate: 1/9s",
+        ]
+    ),
+    st.text(max_size=40),
+)
+
+
+def reference_selection(groups: list[tuple[list[str], str]]) -> set[str]:
+    """RFC 9309 §2.2.1 in a few lines: the paths of every group naming our
+    product token exactly (case-insensitive), else of every * group."""
+
+    def token(agent: str) -> str:
+        agent = agent.strip()
+        if agent.startswith("*"):
+            return "*"
+        run = ""
+        for ch in agent:
+            if not (ch.isascii() and (ch.isalpha() or ch in "-_")):
+                break
+            run += ch
+        return run.lower()
+
+    named = {path for agents, path in groups if "walsh-research" in map(token, agents)}
+    return named or {path for agents, path in groups if "*" in map(token, agents)}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.lists(st.sampled_from(AGENTS), min_size=1, max_size=3),
+                          st.booleans()), max_size=6))  # fmt: skip
+def test_group_selection_agrees_with_a_reference(spec):
+    groups = [(agents, f"/g{i}") for i, (agents, _) in enumerate(spec)]
+    text = "".join(
+        "".join(f"User-agent: {a}\n" for a in agents)
+        + f"Disallow: {path}\n"
+        + ("\n" if blank else "")
+        for (agents, path), (_, blank) in zip(groups, spec, strict=True)
+    )
+    policy = RobotsPolicy.parse(text, TOKEN)
+    expected = reference_selection(groups)
+    for _, path in groups:
+        assert policy.allows(f"http://site.test{path}") is (path not in expected), text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(LINE, max_size=30), st.text(max_size=60))
+def test_no_robots_txt_raises_and_every_interval_is_a_finite_non_negative_number(lines, path):
+    policy = RobotsPolicy.parse("\n".join(lines), TOKEN)
+    assert isinstance(policy.allows("http://site.test/" + path), bool)
+    for value in (policy.crawl_delay, policy.request_rate_interval):
+        assert value is None or 0 <= value < float("inf")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000))
+def test_any_bytes_decode_and_parse(body):
+    text, _ = decode_robots(body)
+    RobotsPolicy.parse(text, TOKEN).allows("http://site.test/x")

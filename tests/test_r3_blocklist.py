@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from scrapy_walsh_research.blocklist import (
     BlocklistError,
@@ -476,3 +478,93 @@ async def test_an_https_document_redirected_to_http_is_not_followed(server, tmp_
     assert len(moved) == 1 and moved[0].headers["host"].endswith(f":{server.tls_port}")
     assert server.origin.hits_for(BLOCKLIST_HOST, "/plain.json") == []
     assert res.stats["walsh/denied/R3"] == 1
+
+
+# -- property-based: any document the blocklist URL serves ---------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+FIELDS = ["contract", "updated", "operator", "contact", "policy", "refresh", "blocked"]
+
+
+@st.composite
+def near_documents(draw: Any) -> Any:
+    """A valid document with some fields dropped or replaced by any JSON."""
+    doc: dict[str, Any] = blocklist_doc("a.test", "b.test")
+    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=3, unique=True)):
+        if draw(st.booleans()):
+            doc.pop(name)
+        else:
+            doc[name] = draw(JSON)
+    if draw(st.booleans()) and isinstance(doc.get("blocked"), list) and doc["blocked"]:
+        doc["blocked"][0] = draw(
+            st.dictionaries(st.sampled_from(["domain", "added", "reason"]), JSON)
+        )
+    return doc
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: Any) -> Any:
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_walsh_research.blocklist import BlocklistMiddleware
+
+    state = tmp_path_factory.mktemp("state")
+    return BlocklistMiddleware(get_crawler(settings_dict={"WALSH_STATE_DIR": str(state)}))
+
+
+def reference_valid(doc: Any) -> bool:
+    from jsonschema import Draft202012Validator
+
+    from scrapy_walsh_research.schemas import bundled_schema
+
+    validator = Draft202012Validator(
+        bundled_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+    return validator.is_valid(doc)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(near_documents(), JSON))
+def test_a_document_is_adopted_exactly_when_the_published_schema_accepts_it(gate, doc):
+    try:
+        adopted = gate.parse(doc, url="https://x.test/b.json", fetched_at=0.0)
+    except BlocklistError:
+        adopted = None
+    valid = reference_valid(doc)
+    if adopted is not None:
+        assert valid
+        assert 60 <= adopted.refresh <= 86400
+    elif valid:  # rejected although the schema accepts it: only an unreadable refresh
+        with pytest.raises(BlocklistError, match="refresh"):
+            refresh_seconds(doc.get("refresh"), 60.0, 86400.0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_any_bytes_are_adopted_or_rejected_never_raised(gate, body):
+    try:
+        gate.parse(body, url="https://x.test/b.json", fetched_at=0.0)
+    except BlocklistError:
+        pass
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.none(),
+        st.text(max_size=30),
+        st.from_regex(r"P(\d{1,15}[YMWD])*(T(\d{1,15}(\.\d{1,3})?[HMS])*)?", fullmatch=True),
+    )
+)
+def test_refresh_is_in_range_or_rejects_the_document(value):
+    try:
+        seconds, _ = refresh_seconds(value, 60.0, 86400.0)
+    except BlocklistError:
+        return
+    assert 60.0 <= seconds <= 86400.0

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scrapy_walsh_research.preflight import RETRY_MW
 from scrapy_walsh_research.retry import parse_retry_after
@@ -302,3 +304,27 @@ async def test_an_absurd_retry_after_does_not_break_the_crawl(server, tmp_path):
     assert len(res.items) == len(urls)  # one record each, no traceback lost a line
     huge = res.by_url()[urls[2]]
     assert (huge["outcome"], huge["status"]) == ("failed", 429)  # a Retry-After of "forever"
+
+
+# -- property-based: any Retry-After a server sends --------------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(max_size=60), st.binary(max_size=60)))
+def test_parse_retry_after_never_raises(value):
+    got = parse_retry_after(value, now=NOW)
+    assert got is None or 0 <= got <= MAX_RETRY_AFTER
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=10**30), st.sampled_from(["", " ", "  "]))
+def test_delta_seconds_agree_with_the_number(n, pad):
+    assert parse_retry_after(f"{pad}{n}{pad}", now=NOW) == min(float(n), MAX_RETRY_AFTER)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.datetimes(min_value=datetime(1900, 1, 1), max_value=datetime(9999, 12, 31)))
+def test_an_http_date_gives_the_seconds_until_it(when):
+    when = when.replace(microsecond=0, tzinfo=timezone.utc)
+    expected = min(max(0.0, (when - NOW).total_seconds()), MAX_RETRY_AFTER)
+    assert parse_retry_after(format_datetime(when, usegmt=True), now=NOW) == expected

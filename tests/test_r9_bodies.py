@@ -292,17 +292,23 @@ async def test_a_parser_failure_still_gives_the_line_its_record(
     on_reactor_thread = []
 
     def broken(*args: Any) -> Any:
-        # Parsing runs in a worker thread: a slow parse never holds the reactor.
+        # A body above INLINE_PARSE_BYTES is read in a worker thread: a slow
+        # parse never holds the reactor.
         on_reactor_thread.append(threading.current_thread() is threading.main_thread())
         raise RuntimeError("parser bug")
 
     monkeypatch.setattr(targets, "extract", broken)
     monkeypatch.setattr(targets, "markdown_metadata", broken)
     host(server, "bug.test")
-    server.origin.route("bug.test", "/feed", Reply(200, "<rss/>", RSS_TYPE))
+    pad = " " * targets.INLINE_PARSE_BYTES
+    server.origin.route("bug.test", "/feed", Reply(200, "<rss/>" + pad, RSS_TYPE))
     host(server, "page.test")
-    server.origin.route("page.test", "/", Reply(200, "<html/>", {"Content-Type": "text/html"}))
-    server.origin.route("page.test", "/llms.txt", Reply(200, "# x", {"Content-Type": "text/plain"}))
+    server.origin.route(
+        "page.test", "/", Reply(200, "<html/>" + pad, {"Content-Type": "text/html"})
+    )
+    server.origin.route(
+        "page.test", "/llms.txt", Reply(200, "# x" + pad, {"Content-Type": "text/plain"})
+    )
     urls = [server.url("bug.test", "/feed"), server.url("page.test")]
     settings = base_settings(server, tmp_path / "s", WALSH_LLMS_PROBE=True)
     with caplog.at_level(logging.WARNING):
