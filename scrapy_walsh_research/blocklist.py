@@ -294,7 +294,7 @@ class BlocklistMiddleware:
     # -- refresh ------------------------------------------------------------
 
     async def ensure_fresh(self) -> None:
-        if self._restored and time.time() < self._next_check:
+        if self._restored and self.store.time() < self._next_check:
             return
         if self._pending is None:
             self._pending = Deferred()
@@ -306,7 +306,7 @@ class BlocklistMiddleware:
                     # for the contract's refresh duration).
                     await self._restore()
                     self._restored = True
-                if time.time() >= self._next_check:
+                if self.store.time() >= self._next_check:
                     await self._refresh_once()
             finally:
                 pending, self._pending = self._pending, None
@@ -356,10 +356,10 @@ class BlocklistMiddleware:
             )
             if not 200 <= response.status < 300:
                 raise BlocklistError(f"HTTP {response.status}")
-            adopted = self.parse(response.body, url=self.url, fetched_at=time.time())
+            adopted = self.parse(response.body, url=self.url, fetched_at=self.store.time())
         except HostBusy as exc:
             self.stats.inc_value("walsh/blocklist/deferred")
-            self._next_check = time.time() + exc.ready_in
+            self._next_check = self.store.time() + exc.ready_in
             logger.info(
                 "Blocklist refresh deferred: the operator host %(host)s is not ready for "
                 "%(s).0f s; the list in force stays until then.",
@@ -383,7 +383,7 @@ class BlocklistMiddleware:
 
     def _failed(self, exc: Exception) -> None:
         self.stats.inc_value("walsh/blocklist/fetch_failed")
-        self._next_check = time.time() + self.retry_delay
+        self._next_check = self.store.time() + self.retry_delay
         if isinstance(exc, BlocklistError):
             self.stats.inc_value("walsh/blocklist/rejected")
         if self.adopted is not None:
@@ -395,7 +395,7 @@ class BlocklistMiddleware:
                     "url": self.url,
                     "exc": exc,
                     "n": len(self.domains),
-                    "age": time.time() - self.adopted.fetched_at,
+                    "age": self.store.time() - self.adopted.fetched_at,
                     "src": self.adopted.url,
                     "d": self.retry_delay,
                 },
@@ -443,7 +443,7 @@ class BlocklistMiddleware:
         self.adopted = adopted
         self.domains = adopted.domains.union(self.extra)
         self.stats.set_value("walsh/blocklist/entries", len(self.domains))
-        now = time.time()
+        now = self.store.time()
         if adopted.url != self.url:
             self._next_check = 0.0  # a list persisted from another URL: kept, re-fetched at once
         elif adopted.fetched_at > now + CLOCK_TOLERANCE:

@@ -8,7 +8,6 @@ store, so the rule holds across runs, which is where it matters.
 from __future__ import annotations
 
 import logging
-import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -62,7 +61,7 @@ class CadenceMiddleware:
         if self.interval <= 0 or not self.marks.is_target(request):
             return None
         last = self._last.get(target_key(request))
-        if last is None or time.time() - last >= self.interval:
+        if last is None or self.store.time() - last >= self.interval:
             return None
         return last, last + self.interval
 
@@ -89,7 +88,7 @@ class CadenceMiddleware:
         if self.marks.is_target(request) and (
             200 <= response.status < 300 or response.status == 304
         ):
-            key, now = target_key(request), time.time()
+            key, now = target_key(request), self.store.time()
             await self.store.put(STATE_NAMESPACE, key, now)
             self._last[key] = now
         return response

@@ -171,6 +171,12 @@ class Pacer:
     async def hold(self, host: str, until: float) -> None:
         await self.clock.hold(host, until)
 
+    def grant_valid(self, host: str) -> bool:
+        """Whether the slot this process reserved for *host* is still its own
+        (a shared clock's lease can run out while Redis is unreachable)."""
+        check = getattr(self.clock, "grant_valid", None)
+        return True if check is None else bool(check(host))
+
     def note_duration(self, seconds: float) -> None:
         if self.mean_duration is None:
             self.mean_duration = seconds

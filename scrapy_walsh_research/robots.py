@@ -53,6 +53,9 @@ logger = logging.getLogger(__name__)
 STATE_NAMESPACE = "robots"
 #: the last 4xx answer per origin (no rules apply), reused the same way
 ABSENT_NAMESPACE = "robots_4xx"
+#: the last failed fetch per origin and when to try again, so a restart or
+#: another worker keeps the backoff instead of fetching at once
+UNREACHABLE_NAMESPACE = "robots_unreachable"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
 #: how long a robots.txt fetch may wait in place when its target can go back
 #: to the frontier instead (a stale view of a shared clock, another origin)
@@ -76,6 +79,8 @@ class RobotsTxtMiddleware:
         self.crawler = crawler
         self.stats = crawler.stats
         self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", 86400.0)
+        #: how long other workers wait for one worker's fetch of an origin's robots.txt
+        self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
         self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", 60.0)
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
@@ -118,7 +123,7 @@ class RobotsTxtMiddleware:
 
     def _fresh(self, origin: str) -> RobotsEntry | None:
         entry = self._cache.get(origin)
-        return entry if entry is not None and time.time() < entry.expires else None
+        return entry if entry is not None and self.store.time() < entry.expires else None
 
     def _cached_denial(self, request: Request) -> bool:
         if self.marks.is_direct(request):
@@ -141,14 +146,14 @@ class RobotsTxtMiddleware:
             await maybe_deferred_to_future(pending)  # then look again
         pending = self._pending[origin] = Deferred()
         try:
-            entry = await self._stored_fresh(origin) or await self._fetch(
+            entry = await self._stored_fresh(origin) or await self._fetch_once(
                 origin, self._cache.get(origin), max_wait
             )
             await self.pacer.note_robots(origin, entry.policy, entry.expires)
             # An answer outlives the wait its own fetch imposes on the host:
             # a TTL shorter than the Crawl-delay would otherwise re-fetch
             # robots.txt forever while the target waits for its turn.
-            usable = time.time() + 2 * self.pacer.interval(url_host(url))
+            usable = self.store.time() + 2 * self.pacer.interval(url_host(url))
             entry.expires = max(entry.expires, usable)
             self._cache[origin] = entry
         finally:
@@ -156,26 +161,59 @@ class RobotsTxtMiddleware:
             pending.callback(None)
         return entry
 
+    async def _fetch_once(
+        self, origin: str, previous: RobotsEntry | None, max_wait: float | None
+    ) -> RobotsEntry:
+        """Fetch, or, with shared state, let one worker of the fleet fetch while
+        the others wait and adopt what it stored: workers starting together
+        send an origin one robots.txt request, not one each."""
+        single_flight = getattr(self.store, "single_flight", None)
+        if single_flight is None:
+            return await self._fetch(origin, previous, max_wait)
+        for _ in range(3):
+            release = await single_flight(f"robots:{origin}", ttl=self.fetch_ttl)
+            if release is not None:
+                try:
+                    return await self._fetch(origin, previous, max_wait)
+                finally:
+                    await release()
+            stored = await self._stored_fresh(origin)
+            if stored is not None:
+                self.stats.inc_value("walsh/robots/adopted_from_worker")
+                return stored
+        return await self._fetch(origin, previous, max_wait)
+
     async def _stored_fresh(self, origin: str) -> RobotsEntry | None:
-        """The latest answer (2xx copy or 4xx) stored within the TTL by an
-        earlier run or another worker."""
+        """The latest answer stored by an earlier run or another worker and
+        still in force: a 2xx copy or a 4xx within the TTL, or a failed fetch
+        before its next try."""
         answers = [
             a
             for a in (
                 await self.store.get(STATE_NAMESPACE, origin),
                 await self.store.get(ABSENT_NAMESPACE, origin),
+                await self.store.get(UNREACHABLE_NAMESPACE, origin),
             )
-            if a
+            if isinstance(a, dict) and isinstance(a.get("fetched_at"), (int, float))
         ]
         if not answers:
             return None
         saved = max(answers, key=lambda a: float(a["fetched_at"]))
-        fetched_at, status = float(saved["fetched_at"]), int(saved.get("status", 200))
-        if not fetched_at <= time.time() < fetched_at + self.ttl:
+        fetched_at, status = float(saved["fetched_at"]), saved.get("status")
+        now = self.store.time()
+        if "retry_at" in saved:  # a failed fetch: its backoff still runs
+            retry_at = float(saved["retry_at"])
+            if not fetched_at <= now < retry_at:
+                return None
+            self.stats.inc_value("walsh/robots/stored_copy")
+            return await self._failed_entry(
+                origin, status, str(saved.get("why")), retry_at, int(saved.get("failures", 1))
+            )
+        if not fetched_at <= now < fetched_at + self.ttl:
             return None
         self.stats.inc_value("walsh/robots/stored_copy")
         if saved.get("text") is not None:
-            policy = RobotsPolicy.parse(saved["text"], PRODUCT_TOKEN)
+            policy = RobotsPolicy.parse(str(saved["text"]), PRODUCT_TOKEN)
         else:
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
         return RobotsEntry(policy, fetched_at + self.ttl, status)
@@ -205,7 +243,7 @@ class RobotsTxtMiddleware:
         status = response.status
         self.stats.inc_value("walsh/robots/fetch")
         self.stats.inc_value(f"walsh/robots/status/{status}")
-        now = time.time()
+        now = self.store.time()
         if 200 <= status < 300:
             text, truncated = decode_robots(response.body)
             if truncated:
@@ -226,11 +264,26 @@ class RobotsTxtMiddleware:
     async def _unreachable(
         self, origin: str, previous: RobotsEntry | None, status: int | None, why: str
     ) -> RobotsEntry:
-        """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good copy exists."""
+        """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good copy
+        exists. The failure is stored, so the backoff holds across restarts and
+        workers."""
         self.stats.inc_value("walsh/robots/unreachable")
         failures = (previous.failures if previous else 0) + 1
         delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
-        now = time.time()
+        now = self.store.time()
+        await self.store.put(
+            UNREACHABLE_NAMESPACE,
+            origin,
+            {"fetched_at": now, "retry_at": now + delay, "status": status, "why": why,
+             "failures": failures},
+        )  # fmt: skip
+        return await self._failed_entry(origin, status, why, now + delay, failures)
+
+    async def _failed_entry(
+        self, origin: str, status: int | None, why: str, retry_at: float, failures: int
+    ) -> RobotsEntry:
+        now = self.store.time()
+        delay = retry_at - now
         saved = await self.store.get(STATE_NAMESPACE, origin)
         if saved and now - float(saved["fetched_at"]) < LAST_GOOD_MAX_AGE:
             age_h = (now - float(saved["fetched_at"])) / 3600
@@ -241,10 +294,10 @@ class RobotsTxtMiddleware:
             )
             self.stats.inc_value("walsh/robots/last_good_used")
             policy = RobotsPolicy.parse(saved["text"], PRODUCT_TOKEN)
-            return RobotsEntry(policy, now + delay, status, failures)
+            return RobotsEntry(policy, retry_at, status, failures)
         reason = (
             f"{why}; host disallowed until robots.txt can be fetched "
             f"(RFC 9309 §2.3.1.4; next try in {delay:.0f} s)"
         )
         logger.warning("%(reason)s: %(origin)s", {"reason": reason, "origin": origin})
-        return RobotsEntry(RobotsPolicy.disallow_all(reason), now + delay, status, failures)
+        return RobotsEntry(RobotsPolicy.disallow_all(reason), retry_at, status, failures)

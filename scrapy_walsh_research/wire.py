@@ -30,6 +30,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+from twisted.internet.error import ConnectError
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 WIRE_TIME_META = "walsh_wire_time"
+
+
+class GrantExpired(ConnectError):
+    """The host's slot reserved for this request is no longer this worker's
+    (its lease on a shared clock ran out before a connection was ready):
+    nothing is sent; R5 retries it through pacing like a failed connect."""
 
 
 class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
@@ -55,6 +62,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             )
         pool.retryAutomatically = False
         self._current: Request | None = None
+        self._crawler = crawler
         original = pool.getConnection
 
         def get_connection(key: Any, endpoint: Any) -> Any:
@@ -62,6 +70,9 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             request = self._current
 
             def stamp(connection: Any) -> Any:
+                if request is not None and not self._grant_valid(request):
+                    connection.transport.loseConnection()
+                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
                 if request is not None:
                     request.meta[WIRE_TIME_META] = time.monotonic()
                     _stamp_sends(connection, request)
@@ -70,6 +81,12 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             return d.addCallback(stamp)
 
         pool.getConnection = get_connection
+
+    def _grant_valid(self, request: Request) -> bool:
+        from scrapy_walsh_research.pacing import Pacer
+        from scrapy_walsh_research.urls import url_host
+
+        return Pacer.for_crawler(self._crawler).grant_valid(url_host(request.url))
 
     async def download_request(self, request: Request) -> Response:
         # Requests are serial (start-up check), so the request being

@@ -187,6 +187,22 @@ def spawn_targets_crawl(
 ) -> ProcessCrawl:
     """Start the example project's ``targets`` spider on *list_file* in a child
     process, pointed at the sandbox; *settings* are passed with ``-s``."""
+    return _spawn(server, f"list={list_file}", state, settings)
+
+
+def spawn_worker(
+    server: SandboxServer, key: str, state: Path, log: Path | None = None, **settings: Any
+) -> ProcessCrawl:
+    """A worker process: the ``targets`` spider reading the Redis feed *key*;
+    with *log*, its records go to that JSON-lines file (``-o``)."""
+    if log is not None:
+        settings.setdefault("FEEDS", json.dumps({str(log): {"format": "jsonlines"}}))
+    return _spawn(server, f"redis_key={key}", state, settings)
+
+
+def _spawn(
+    server: SandboxServer, spider_arg: str, state: Path, settings: dict[str, Any]
+) -> ProcessCrawl:
     from twisted.internet import reactor
 
     project = Path(__file__).parent.parent / "example_project"
@@ -201,7 +217,7 @@ def spawn_targets_crawl(
         "TWISTED_DNS_RESOLVER": "scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
         **settings,
     }
-    args = [scrapy_bin, "crawl", "targets", "-a", f"list={list_file}"]
+    args = [scrapy_bin, "crawl", "targets", "-a", spider_arg]
     for name, value in options.items():
         args += ["-s", f"{name}={value}"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), *sys.path])}

@@ -483,3 +483,17 @@ def test_no_robots_txt_raises_and_every_interval_is_a_finite_non_negative_number
 def test_any_bytes_decode_and_parse(body):
     text, _ = decode_robots(body)
     RobotsPolicy.parse(text, TOKEN).allows("http://site.test/x")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failed_robots_fetch_keeps_its_backoff_across_a_restart(server, tmp_path):
+    """The next try after a 503 is stored with the answer: a restart (or another
+    worker) does not ask again before it."""
+    state = tmp_path / "s"
+    server.origin.route("flaky.test", "/robots.txt", Reply(503, "down"))
+    server.origin.route("flaky.test", "/x", Reply(200, "x"))
+    url = server.url("flaky.test", "/x")
+    for _ in range(2):
+        res = await crawl(base_settings(server, state), [url], tmp_path)
+        assert (res.items[0]["outcome"], res.items[0]["rule"]) == ("denied", "R2")
+    assert [h.path for h in server.origin.hits_for("flaky.test")] == ["/robots.txt"]

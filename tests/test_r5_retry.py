@@ -251,8 +251,10 @@ async def test_a_retry_after_on_robots_txt_holds_the_host(server, tmp_path):
     state = tmp_path / "s"
     server.origin.route("rb.test", "/robots.txt", once_then_ok(503, {"Retry-After": "4"}))
     server.origin.route("rb.test", "/a", Reply(200, "ok"))
-    first = await crawl(base_settings(server, state), [server.url("rb.test", "/a")], tmp_path)
-    second = await crawl(base_settings(server, state), [server.url("rb.test", "/a")], tmp_path)
+    # the failed fetch's own backoff (1 s) is shorter than the site's Retry-After
+    settings = base_settings(server, state, WALSH_ROBOTS_RETRY_DELAY=1)
+    first = await crawl(settings, [server.url("rb.test", "/a")], tmp_path)
+    second = await crawl(settings, [server.url("rb.test", "/a")], tmp_path)
     robots = server.origin.hits_for("rb.test", "/robots.txt")
     assert len(robots) == 2 and robots[1].t - robots[0].t >= 4.0
     assert (first.items[0]["outcome"], first.items[0]["rule"]) == ("denied", "R2")

@@ -40,6 +40,12 @@ class StateStore(Protocol):
 
     async def delete(self, namespace: str, key: str) -> None: ...
 
+    def time(self) -> float:
+        """Wall-clock now on the clock every user of this store shares (Redis's
+        for a fleet): timestamps written here are compared by other
+        processes, which must not depend on their clocks agreeing."""
+        ...
+
     async def close(self) -> None: ...
 
 

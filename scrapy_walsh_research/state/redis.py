@@ -26,6 +26,7 @@ the asyncio one (Scrapy's default).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import logging
@@ -33,11 +34,13 @@ import os
 import time
 import uuid
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from scrapy import signals
 
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
@@ -52,6 +55,10 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: how long a reservation is leased; renewed every third of it while its
+#: request is in flight, so a dead worker costs its host this long at most
+DEFAULT_LEASE = 15.0
+
 #: errors that mean "Redis is not there right now", as opposed to a bug
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
@@ -61,25 +68,50 @@ PRELUDE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local function f(x) return string.format('%.6f', x) end
+-- the strictest robots.txt interval of a host: {seconds, origin, seconds left}
+local function strictest(key)
+  local best, origin, left = 0, '', 0
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 3) == 'iv:' then
+      local sep = string.find(all[i + 1], '|', 1, true)
+      local s = tonumber(string.sub(all[i + 1], 1, sep - 1))
+      if s > best then
+        best, origin = s, string.sub(all[i], 4)
+        left = tonumber(string.sub(all[i + 1], sep + 1)) - now
+      end
+    end
+  end
+  return {f(best), origin, f(left)}
+end
 """
 
 RESERVE = (
     PRELUDE
     + """
--- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine
--- ARGV[1] interval s, ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner, ARGV[5] pause s
+-- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine, KEYS[4] generation
+-- ARGV[1] interval s (with margins), ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner,
+-- ARGV[5] pause s, ARGV[6] generation seen, ARGV[7] margins s
 local epoch = redis.call('GET', KEYS[2])
-if not epoch then
-  -- the state is gone: no one knows when hosts were last contacted
-  redis.call('SET', KEYS[2], ARGV[3])
-  redis.call('SET', KEYS[3], f(now + tonumber(ARGV[5])))
-  return {'lost', ARGV[3]}
+local gen = tonumber(redis.call('GET', KEYS[4]) or '0')
+if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
+  -- the state is gone or older than what this worker saw: no one knows when
+  -- hosts were last contacted. Quarantine every host, keep the epoch and
+  -- generation from going back, and let the worker log it.
+  local why = 'rollback'
+  if not epoch then why = 'lost' elseif epoch ~= ARGV[3] then why = 'replaced' end
+  if not epoch then redis.call('SET', KEYS[2], ARGV[3]); epoch = ARGV[3] end
+  local q = math.max(tonumber(redis.call('GET', KEYS[3]) or '0'), now + tonumber(ARGV[5]))
+  redis.call('SET', KEYS[3], f(q))
+  if gen < tonumber(ARGV[6]) then redis.call('SET', KEYS[4], ARGV[6]) end
+  return {why, epoch, redis.call('GET', KEYS[4]) or '0'}
 end
-if epoch ~= ARGV[3] then return {'epoch', epoch} end
 local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner')
-if h[4] and h[5] == ARGV[4] then return {'ok', h[1]} end  -- our own retried call
+local iv = strictest(KEYS[1])
+if h[4] and h[5] == ARGV[4] then return {'ok', h[1], tostring(gen), iv[1], iv[2], iv[3]} end
+local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]))
 local ready = tonumber(redis.call('GET', KEYS[3]) or '0')
-if h[1] then ready = math.max(ready, tonumber(h[1]) + tonumber(ARGV[1])) end
+if h[1] then ready = math.max(ready, tonumber(h[1]) + interval) end
 if h[2] then ready = math.max(ready, tonumber(h[2])) end
 if h[3] then ready = math.max(ready, tonumber(h[3])) end
 if h[4] and tonumber(h[4]) > now then
@@ -87,11 +119,23 @@ if h[4] and tonumber(h[4]) > now then
   -- asked again shortly after, since its response usually ends the lease
   ready = math.max(ready, now + math.min(tonumber(h[4]) - now, 0.25))
 end
-if ready > now then return {'wait', f(ready - now)} end
-redis.call('HSET', KEYS[1], 'last', f(now), 'lease', f(now + tonumber(ARGV[2])),
-           'owner', ARGV[4])
+if ready > now then return {'wait', f(ready - now), tostring(gen), iv[1], iv[2], iv[3]} end
+gen = redis.call('INCR', KEYS[4])
+redis.call('HSET', KEYS[1], 'last', f(now), 'next', f(now + interval),
+           'lease', f(now + tonumber(ARGV[2])), 'owner', ARGV[4])
 redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
-return {'ok', f(now)}
+return {'ok', f(now), tostring(gen), iv[1], iv[2], iv[3]}
+"""
+)
+
+RENEW = (
+    PRELUDE
+    + """
+-- KEYS[1] host hash; ARGV[1] owner, ARGV[2] lease s. Extends the lease of a
+-- request still in flight; 0 when it is no longer ours.
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'lease', f(now + tonumber(ARGV[2])))
+return 1
 """
 )
 
@@ -99,11 +143,14 @@ COMMIT = (
     PRELUDE
     + """
 -- KEYS[1] host hash; ARGV[1] seconds since the request went out, ARGV[2] interval,
--- ARGV[3] owner. The wire time is mapped onto the server clock late, never early.
+-- ARGV[3] owner, ARGV[4] margins. The wire time is mapped onto the server clock
+-- late, never early.
 local at = now - tonumber(ARGV[1])
 local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'owner')
+local iv = strictest(KEYS[1])
+local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]))
 local last = math.max(at, tonumber(h[1] or '0'))
-local nxt = math.max(at + tonumber(ARGV[2]), tonumber(h[2] or '0'))
+local nxt = math.max(at + interval, tonumber(h[2] or '0'))
 redis.call('HSET', KEYS[1], 'last', f(last), 'next', f(nxt))
 if h[3] == ARGV[3] then redis.call('HDEL', KEYS[1], 'lease', 'owner') end
 redis.call('EXPIRE', KEYS[1], 86400)
@@ -123,17 +170,65 @@ return f(hold - now)
 """
 )
 
+INTERVAL = (
+    PRELUDE
+    + """
+-- KEYS[1] host hash; ARGV[1] origin, ARGV[2] seconds, ARGV[3] seconds it stays current,
+-- ARGV[4] margins. One origin's robots.txt interval, where every reservation
+-- sees it; the host's next allowed time moves with it at once.
+redis.call('HSET', KEYS[1], 'iv:' .. ARGV[1], ARGV[2] .. '|' .. f(now + tonumber(ARGV[3])))
+local iv = strictest(KEYS[1])
+local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '')
+if last then
+  local nxt = math.max(tonumber(redis.call('HGET', KEYS[1], 'next') or '0'),
+                       last + tonumber(iv[1]) + tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[1], 'next', f(nxt))
+end
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(math.max(0, tonumber(ARGV[3]))))
+return iv
+"""
+)
+
 READY = (
     PRELUDE
     + """
 -- KEYS[1] host hash, KEYS[2] quarantine; ARGV[1] interval. Seconds until ready
 -- (a hint for the scheduler: a lease is ignored, the reservation checks it),
--- and seconds until the host's hold (Retry-After) ends.
+-- seconds until the host's hold (Retry-After) ends, and its strictest interval.
 local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease')
+local iv = strictest(KEYS[1])
 local ready = tonumber(redis.call('GET', KEYS[2]) or '0')
 if h[1] then ready = math.max(ready, tonumber(h[1]) + tonumber(ARGV[1])) end
 for i = 2, 3 do if h[i] then ready = math.max(ready, tonumber(h[i])) end end
-return {f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now))}
+return {f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now)),
+        iv[1], iv[2], iv[3]}
+"""
+)
+
+HELLO = (
+    PRELUDE
+    + """
+-- KEYS[1] epoch, KEYS[2] quarantine, KEYS[3] generation
+-- ARGV[1] epoch this worker knew ('' if none), ARGV[2] generation it saw,
+-- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
+-- worker left (or a new fleet), or was it lost or rolled back?
+local epoch = redis.call('GET', KEYS[1])
+local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
+local verdict = 'same'
+if not epoch then
+  if ARGV[1] == '' then verdict = 'new' else verdict = 'lost' end
+  epoch = ARGV[3]
+  redis.call('SET', KEYS[1], epoch)
+elseif ARGV[1] == '' then verdict = 'joined'
+elseif epoch ~= ARGV[1] then verdict = 'replaced'
+elseif gen < tonumber(ARGV[2]) then verdict = 'rollback'
+end
+if verdict == 'lost' or verdict == 'replaced' or verdict == 'rollback' then
+  local q = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now + tonumber(ARGV[4]))
+  redis.call('SET', KEYS[2], f(q))
+  if gen < tonumber(ARGV[2]) then redis.call('SET', KEYS[3], ARGV[2]); gen = tonumber(ARGV[2]) end
+end
+return {verdict, epoch, tostring(gen), f(now)}
 """
 )
 
@@ -169,6 +264,17 @@ class RedisConnection:
         self.crawler = crawler
         self.max_backoff = max_backoff
         self._down_since: float | None = None
+        #: Redis's clock minus ours, so timestamps this worker writes for
+        #: others to compare are on the fleet's one clock (see :meth:`time`)
+        self._offset = 0.0
+
+    def note_server_time(self, server_now: float) -> None:
+        self._offset = server_now - time.time()
+
+    def time(self) -> float:
+        """Now, on Redis's clock (as last measured): the time to write into
+        shared state, which other machines compare with their own now."""
+        return time.time() + self._offset
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> RedisConnection:
@@ -282,6 +388,9 @@ class RedisStateStore:
     async def delete(self, namespace: str, key: str) -> None:
         await self.conn.call(f"delete {namespace}", lambda r: r.hdel(self._hash(namespace), key))
 
+    def time(self) -> float:
+        return self.conn.time()
+
     async def single_flight(self, name: str, ttl: float) -> Callable[[], Awaitable[None]] | None:
         """Let one worker at a time do *name*: returns a release coroutine if
         this worker should do it now, or None after waiting (at most *ttl*
@@ -306,71 +415,197 @@ class RedisStateStore:
         await self.conn.close()
 
 
+class FleetJournal:
+    """What this worker last saw of the fleet's Redis (epoch, generation),
+    kept in its own ``WALSH_STATE_DIR`` so that a Redis that comes back
+    empty or older is noticed by any worker that ran before, whatever order
+    the workers start in. Written atomically (temp file, rename), at most
+    once a second while the crawl runs and once at its end."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.epoch = ""
+        self.gen = 0
+        self._written = (self.epoch, self.gen)
+        self._at = 0.0
+        try:
+            saved = json.loads(path.read_text())
+            self.epoch, self.gen = str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+        self._written = (self.epoch, self.gen)
+
+    def saw(self, epoch: str, gen: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.gen = epoch, gen
+        else:
+            self.gen = max(self.gen, gen)
+        if time.monotonic() - self._at >= 1.0:
+            self.flush()
+
+    def flush(self) -> None:
+        if (self.epoch, self.gen) == self._written or not self.epoch:
+            return
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"epoch": self.epoch, "gen": self.gen}))
+        os.replace(tmp, self.path)
+        self._written, self._at = (self.epoch, self.gen), time.monotonic()
+
+
 class RedisHostClock(RobotsIntervals):
     """The :class:`~scrapy_walsh_research.state.hostclock.HostClock` in Redis.
 
     Redis holds the truth, on its own clock; this process keeps a cache of
-    when each host is next ready (its own monotonic clock) for the
-    scheduler, fed by every answer.
+    when each host is next ready (its own monotonic clock), its hold and its
+    robots.txt interval, for the scheduler, fed by every answer.
 
     Intervals get ``WALSH_REDIS_MARGIN`` (50 ms) added: workers on different
     machines reach a host over paths of different length, so two requests
     spaced exactly one interval apart when sent can arrive closer than that.
+    A host's robots.txt intervals live in its Redis record, so every worker's
+    reservation keeps the strictest, whoever read it.
+
+    A reservation is leased for ``WALSH_REDIS_LEASE`` seconds and renewed
+    while its request is in flight; a worker that dies frees the host when
+    its lease runs out. A grant this worker cannot keep renewing (Redis
+    unreachable) must not be used: :meth:`grant_valid` says so, and the wire
+    handler refuses to send on an expired grant.
     """
 
     def __init__(
-        self, conn: RedisConnection, *, lease: float, pause_on_loss: float, margin: float = 0.05
+        self,
+        conn: RedisConnection,
+        *,
+        lease: float,
+        pause_on_loss: float,
+        margin: float = 0.05,
+        journal: FleetJournal | None = None,
     ) -> None:
         super().__init__()
         self.conn = conn
         self.lease = lease
         self.margin = margin
         self.pause_on_loss = pause_on_loss
+        self.journal = journal
         self._reserve = conn.client.register_script(RESERVE)
+        self._renew = conn.client.register_script(RENEW)
         self._commit = conn.client.register_script(COMMIT)
         self._hold = conn.client.register_script(HOLD)
+        self._interval = conn.client.register_script(INTERVAL)
         self._ready_script = conn.client.register_script(READY)
+        self._hello = conn.client.register_script(HELLO)
         self._epoch: str | None = None
+        self._gen = journal.gen if journal else 0
         self._owner_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
-        self._owner: dict[str, str] = {}
+        #: host -> (owner, local monotonic time until which the grant is ours)
+        self._grants: dict[str, tuple[str, float]] = {}
+        self._renewer: Any = None
         self._ready: dict[str, float] = {}
         self._last: dict[str, float] = {}
         self._held: dict[str, float] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
+        from scrapy_walsh_research.state.base import state_dir
+
         settings = crawler.settings
-        # A reservation is leased until its response is committed; a process
-        # that dies mid-request frees the host once its download must have ended.
-        lease = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        return cls(
-            RedisConnection.for_crawler(crawler),
-            lease=lease,
+        conn = RedisConnection.for_crawler(crawler)
+        digest = hashlib.sha256(f"{conn.url}\x00{conn.prefix}".encode()).hexdigest()[:12]
+        clock = cls(
+            conn,
+            lease=settings.getfloat("WALSH_REDIS_LEASE", DEFAULT_LEASE),
             margin=settings.getfloat("WALSH_REDIS_MARGIN", 0.05),
             pause_on_loss=max(
                 settings.getfloat("WALSH_MIN_DELAY", 1.0),
                 settings.getfloat("WALSH_MAX_CRAWL_DELAY", 30.0),
             ),
+            journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
         )
+        crawler.signals.connect(clock.close, signal=signals.engine_stopped, weak=False)
+        return clock
 
     def _host_key(self, host: str) -> str:
         return self.conn.key("host", host)
 
+    def _margins(self) -> float:
+        return self.margin
+
+    # -- the fleet's state: new, the same, lost or rolled back -------------------
+
     async def _ensure_epoch(self) -> str:
-        if self._epoch is None:
-            key = self.conn.key("epoch")
-            fresh = uuid.uuid4().hex
+        if self._epoch is not None:
+            return self._epoch
+        known = self.journal.epoch if self.journal else ""
+        seen = self.journal.gen if self.journal else 0
+        keys = [self.conn.key("epoch"), self.conn.key("quarantine"), self.conn.key("gen")]
+        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss]
+        verdict, epoch, gen, server_now = await self.conn.call(
+            "start-up", lambda r: self._hello(keys=keys, args=args, client=r)
+        )
+        self.conn.note_server_time(float(server_now))
+        self._epoch, self._gen = epoch, max(int(gen), seen)
+        if self.journal:
+            self.journal.saw(epoch, self._gen)
+            self.journal.flush()
+        if verdict in ("lost", "replaced", "rollback"):
+            self._state_lost(verdict)
+        await self._describe_persistence()
+        return epoch
 
-            async def adopt(r: aioredis.Redis) -> str:
-                await r.set(key, fresh, nx=True)
-                return await r.get(key) or fresh
+    def _state_lost(self, why: str) -> None:
+        self.conn._inc("state_lost")
+        what = {
+            "lost": "came back empty (restarted without persistence, or flushed)",
+            "replaced": "holds another fleet's state than this worker last saw (it was emptied)",
+            "rollback": "went back in time (restored from an older snapshot)",
+        }[why]
+        logger.error(
+            "Redis at %(url)s %(what)s: no one knows when hosts were last contacted, so every "
+            "host waits %(p).0f s before its next request. Run Redis with appendonly yes.",
+            {"url": self.conn.url, "what": what, "p": self.pause_on_loss},
+        )
 
-            self._epoch = await self.conn.call("start-up", adopt)
-        return self._epoch
+    async def _describe_persistence(self) -> None:
+        """Say at start-up what a Redis crash would cost with this Redis."""
+        try:
+            info = await self.conn.client.info("persistence")
+            save = (await self.conn.client.config_get("save")).get("save", "")
+            fsync = (await self.conn.client.config_get("appendfsync")).get("appendfsync", "")
+        except Exception as exc:  # CONFIG may be disabled on a managed Redis
+            logger.info("Redis persistence unknown (%(exc)s)", {"exc": exc})
+            return
+        if int(info.get("aof_enabled", 0)):
+            logger.info(
+                "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
+                {"f": fsync, "loss": "nothing" if fsync == "always" else "about a second"},
+            )
+        elif save:
+            logger.warning(
+                "Redis persistence: RDB snapshots only (save %(s)s): a Redis crash rolls the "
+                "fleet's state back to the last snapshot; workers that remember a newer state "
+                "quarantine every host, but records, claims and cadence since the snapshot are "
+                "lost. Run Redis with appendonly yes.",
+                {"s": save},
+            )
+        else:
+            logger.warning(
+                "Redis persistence: none: a Redis restart loses every host clock, hold, record "
+                "and claim. Run Redis with appendonly yes."
+            )
+
+    # -- the scheduler's local view ----------------------------------------------
 
     def _note(self, host: str, wait: float) -> None:
         self._ready[host] = time.monotonic() + max(0.0, wait)
+
+    def _note_strictest(self, host: str, seconds: Any, origin: Any, left: Any) -> None:
+        if float(seconds) > 0 and origin:
+            self._intervals.setdefault(host, {})[str(origin)] = (
+                float(seconds),
+                time.time() + float(left),
+            )
+            self._strictest[host] = (float(seconds), str(origin), time.time() + float(left))
 
     def ready_at(self, host: str, interval: float) -> float:
         last = self._last.get(host)
@@ -380,7 +615,7 @@ class RedisHostClock(RobotsIntervals):
     async def warm(self, host: str) -> None:
         if host in self._ready:
             return
-        wait, held = await self.conn.call(
+        wait, held, *iv = await self.conn.call(
             "read host clock",
             lambda r: self._ready_script(
                 keys=[self._host_key(host), self.conn.key("quarantine")], args=[1.0], client=r
@@ -389,42 +624,100 @@ class RedisHostClock(RobotsIntervals):
         self._ready.setdefault(host, time.monotonic() + float(wait))
         if float(held) > 0:
             self._held.setdefault(host, time.monotonic() + float(held))
+        self._note_strictest(host, *iv)
+
+    # -- taking and releasing a slot ------------------------------------------------
 
     async def reserve(self, host: str, now: float, interval: float) -> float:
         owner = f"{self._owner_prefix}-{next(self._seq)}"
         while True:
             epoch = await self._ensure_epoch()
-            keys = [self._host_key(host), self.conn.key("epoch"), self.conn.key("quarantine")]
-            args = [interval + self.margin, self.lease, epoch, owner, self.pause_on_loss]
-            status, value = await self.conn.call(
+            keys = [
+                self._host_key(host),
+                self.conn.key("epoch"),
+                self.conn.key("quarantine"),
+                self.conn.key("gen"),
+            ]
+            args = [
+                interval + self.margin, self.lease, epoch, owner, self.pause_on_loss,
+                self._gen, self._margins(),
+            ]  # fmt: skip
+            asked = time.monotonic()
+            status, value, gen, *iv = await self.conn.call(
                 "reserve",
                 lambda r, keys=keys, args=args: self._reserve(keys=keys, args=args, client=r),
             )
-            if status == "ok":
-                self._owner[host] = owner
-                self._last[host] = time.monotonic()
-                self._note(host, interval)
-                return 0.0
+            answered = time.monotonic()
+            if status in ("lost", "replaced", "rollback"):
+                self._state_lost(status)
+                self._epoch, self._gen = value, max(self._gen, int(gen))
+                continue
+            self._gen = max(self._gen, int(gen))
+            if self.journal:
+                self.journal.saw(epoch, self._gen)
+            self._note_strictest(host, *iv)
             if status == "wait":
                 self._note(host, float(value))
                 return float(value)
-            if status == "lost":
-                self.conn._inc("state_lost")
-                logger.error(
-                    "Redis at %(url)s lost the Walsh state (restarted without persistence or "
-                    "flushed): no one knows when hosts were last contacted, so every host "
-                    "waits %(p).0f s. Run Redis with appendonly yes.",
-                    {"url": self.conn.url, "p": self.pause_on_loss},
-                )
-            self._epoch = None  # another process re-created the epoch: adopt it, retry
+            if answered - asked > self.lease / 3:
+                # The answer took so long that the lease may be nearly over
+                # by the time the request could leave: do not use it.
+                self.conn._inc("stale_grants")
+                await self._release(host, owner)
+                continue
+            self.conn.note_server_time(float(value))
+            self._grants[host] = (owner, asked + self.lease)
+            self._start_renewing()
+            self._last[host] = time.monotonic()
+            self._note(host, interval)
+            return 0.0
+
+    def grant_valid(self, host: str) -> bool:
+        """Whether this worker may still send the request it reserved for *host*."""
+        grant = self._grants.get(host)
+        return grant is None or time.monotonic() < grant[1]
+
+    def _start_renewing(self) -> None:
+        if self._renewer is None or not self._renewer.running:
+            from twisted.internet import task
+
+            self._renewer = task.LoopingCall(self._renew_all)
+            self._renewer.start(self.lease / 3, now=False).addErrback(
+                lambda f: logger.error("lease renewal stopped: %(f)s", {"f": f.getErrorMessage()})
+            )
+
+    async def _renew_all(self) -> None:
+        for host, (owner, _) in list(self._grants.items()):
+            asked = time.monotonic()
+            try:
+                ours = await self._renew(keys=[self._host_key(host)], args=[owner, self.lease])
+            except UNAVAILABLE:  # unreachable: the grant runs out on its own
+                continue
+            if ours and self._grants.get(host, ("",))[0] == owner:
+                self._grants[host] = (owner, asked + self.lease)
+        if not self._grants and self._renewer is not None and self._renewer.running:
+            self._renewer.stop()
+
+    async def _release(self, host: str, owner: str) -> None:
+        """Give back a grant that will not be used: as a commit at its own time."""
+        await self.conn.call(
+            "commit",
+            lambda r: self._commit(
+                keys=[self._host_key(host)],
+                args=[0.0, self.margin, owner, self._margins()],
+                client=r,
+            ),
+        )
 
     async def commit(self, host: str, at: float, interval: float) -> None:
-        owner = self._owner.pop(host, "")
+        owner, _ = self._grants.pop(host, ("", 0.0))
         age = max(0.0, time.monotonic() - at)
         wait = await self.conn.call(
             "commit",
             lambda r: self._commit(
-                keys=[self._host_key(host)], args=[age, interval + self.margin, owner], client=r
+                keys=[self._host_key(host)],
+                args=[age, interval + self.margin, owner, self._margins()],
+                client=r,
             ),
         )
         self._last[host] = at
@@ -440,3 +733,24 @@ class RedisHostClock(RobotsIntervals):
 
     def held_until(self, host: str) -> float:
         return self._held.get(host, 0.0)
+
+    async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
+        ttl = expires - self.conn.time()  # *expires* is on the fleet's clock
+        self._note_interval(host, origin, seconds, time.time() + ttl)
+        iv = await self.conn.call(
+            "note interval",
+            lambda r: self._interval(
+                keys=[self._host_key(host)],
+                args=[origin, seconds, ttl, self._margins()],
+                client=r,
+            ),
+        )
+        self._note_strictest(host, *iv)
+        self._ready.pop(host, None)  # its next allowed time may have moved: read it again
+        await self.warm(host)
+
+    async def close(self) -> None:
+        if self._renewer is not None and self._renewer.running:
+            self._renewer.stop()
+        if self.journal:
+            self.journal.flush()

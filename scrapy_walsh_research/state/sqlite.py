@@ -79,6 +79,9 @@ class SQLiteStateStore:
         )
         return await self.get(namespace, key)
 
+    def time(self) -> float:
+        return time.time()
+
     async def delete(self, namespace: str, key: str) -> None:
         self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
 
