@@ -32,7 +32,7 @@ from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, HostBusy, Marks, i
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
-from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state import local_state_for, state_for
 from scrapy_walsh_research.urls import host_variants, is_ip, normalize_host, url_host
 
 if TYPE_CHECKING:
@@ -40,10 +40,17 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
+    from scrapy_walsh_research.state import StateStore
+
 logger = logging.getLogger(__name__)
 
 STATE_NAMESPACE = "blocklist"
 STATE_KEY = "adopted"
+#: kept once a list was adopted: from then on "no list" means lost, not new
+EVER_KEY = "adopted_before"
+#: the outcome of the last refresh, so workers waiting on another's fetch
+#: share its failure (and its next try) instead of fetching in turn
+ATTEMPT_KEY = "attempt"
 #: the contract's example value, for a document without ``refresh``
 DEFAULT_REFRESH = 6 * 3600.0
 #: ``refresh`` is clamped to [MIN, MAX]: below a minute every request would
@@ -239,7 +246,12 @@ class BlocklistMiddleware:
         self._next_check = 0.0
         self._pending: Deferred[None] | None = None
         self.store = state_for(crawler)
+        #: with Redis, this worker's own copy of the list in force: a Redis that
+        #: loses its data must not un-block an opt-out this worker knew
+        self.local = local_state_for(crawler)
         self._restored = False
+        #: why every target is denied: a list was adopted before, none is left
+        self._lost: str | None = None
         Pacer.for_crawler(crawler).add_denial_check(
             lambda r: (
                 self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
@@ -270,6 +282,8 @@ class BlocklistMiddleware:
 
     def _deny_if_blocked(self, request: Request) -> None:
         host = url_host(request.url)
+        if self._lost is not None and host not in self._operator_hosts:
+            deny(self.crawler, logger, request, "R3", self._lost)
         hit = self.domains.match(host)
         if hit is None:
             return
@@ -323,6 +337,7 @@ class BlocklistMiddleware:
             await self.refresh()
             return
         before = self.adopted.fetched_at if self.adopted else None
+        waiting_since = self.store.time()
         release = await single_flight("blocklist", ttl=60.0)
         if release is not None:
             try:
@@ -330,12 +345,27 @@ class BlocklistMiddleware:
             finally:
                 await release()
             return
-        stored = await self._stored()
+        stored = await self._stored(self.store)
         if stored is not None and stored.url == self.url and stored.fetched_at != before:
             await self._adopt(stored, persist=False)
             self.stats.inc_value("walsh/blocklist/adopted_from_worker")
             return
-        await self.refresh()  # the other worker failed: try ourselves
+        attempt = await self.store.get(STATE_NAMESPACE, ATTEMPT_KEY)
+        if (
+            isinstance(attempt, dict)
+            and not attempt.get("ok")
+            and float(attempt.get("at", 0)) >= waiting_since - CLOCK_TOLERANCE
+        ):
+            # The worker we waited for failed: its next try is the fleet's.
+            self._next_check = float(attempt.get("next_check", 0))
+            self.stats.inc_value("walsh/blocklist/failed_by_worker")
+            logger.warning(
+                "Blocklist refresh by another worker failed (%(why)s); the list in force stays "
+                "until the fleet's next try in %(d).0f s.",
+                {"why": attempt.get("why"), "d": self._next_check - self.store.time()},
+            )
+            return
+        await self.refresh()  # nothing to adopt and no failure recorded: try ourselves
 
     def _max_wait(self) -> float | None:
         """How long a fetch of the operator's documents may hold the download
@@ -368,8 +398,10 @@ class BlocklistMiddleware:
             return
         except Exception as exc:
             self._failed(exc)
+            await self._share_attempt(ok=False, why=str(exc))
             return
         await self._adopt(adopted, persist=True)
+        await self._share_attempt(ok=True, why="")
         self.stats.inc_value("walsh/blocklist/adopted")
         logger.info(
             "Blocklist adopted from %(url)s: %(n)d entries, refresh %(r).0f s (schema: %(schema)s)",
@@ -381,12 +413,25 @@ class BlocklistMiddleware:
             },
         )
 
+    async def _share_attempt(self, *, ok: bool, why: str) -> None:
+        if getattr(self.store, "single_flight", None) is None:
+            return  # nobody to share with
+        attempt = {"at": self.store.time(), "ok": ok, "next_check": self._next_check, "why": why}
+        await self.store.put(STATE_NAMESPACE, ATTEMPT_KEY, attempt)
+
     def _failed(self, exc: Exception) -> None:
         self.stats.inc_value("walsh/blocklist/fetch_failed")
         self._next_check = self.store.time() + self.retry_delay
         if isinstance(exc, BlocklistError):
             self.stats.inc_value("walsh/blocklist/rejected")
-        if self.adopted is not None:
+        if self._lost is not None:
+            logger.error(
+                "Blocklist fetch from %(url)s failed (%(exc)s) and the list adopted before is "
+                "lost: every target stays denied (R3) until a list is adopted. "
+                "Next try in %(d).0f s.",
+                {"url": self.url, "exc": exc, "d": self.retry_delay},
+            )
+        elif self.adopted is not None:
             logger.warning(
                 "Blocklist refresh from %(url)s failed (%(exc)s); retaining the last adopted "
                 "list (%(n)d entries, fetched %(age).0f s ago from %(src)s). "
@@ -441,6 +486,7 @@ class BlocklistMiddleware:
 
     async def _adopt(self, adopted: Adopted, *, persist: bool) -> None:
         self.adopted = adopted
+        self._lost = None
         self.domains = adopted.domains.union(self.extra)
         self.stats.set_value("walsh/blocklist/entries", len(self.domains))
         now = self.store.time()
@@ -458,21 +504,19 @@ class BlocklistMiddleware:
             self._next_check = 0.0
         else:
             self._next_check = adopted.fetched_at + adopted.refresh
+        copy = {"url": adopted.url, "document": adopted.document, "fetched_at": adopted.fetched_at}
+        ever = {"at": adopted.fetched_at}
         if persist:
-            await self.store.put(
-                STATE_NAMESPACE,
-                STATE_KEY,
-                {
-                    "url": adopted.url,
-                    "document": adopted.document,
-                    "fetched_at": adopted.fetched_at,
-                },
-            )
+            await self.store.put_many(STATE_NAMESPACE, {STATE_KEY: copy, EVER_KEY: ever})
+        if self.local is not self.store:
+            local = await self._stored(self.local, quiet=True)
+            if local is None or local.fetched_at != adopted.fetched_at:
+                await self.local.put_many(STATE_NAMESPACE, {STATE_KEY: copy, EVER_KEY: ever})
 
-    async def _stored(self) -> Adopted | None:
-        """The stored list, validated like a fetched one; None if there is
-        none or it does not validate (it is then never adopted)."""
-        saved = await self.store.get(STATE_NAMESPACE, STATE_KEY)
+    async def _stored(self, store: StateStore, *, quiet: bool = False) -> Adopted | None:
+        """The list kept in *store*, validated like a fetched one; None if there
+        is none or it does not validate (it is then never adopted)."""
+        saved = await store.get(STATE_NAMESPACE, STATE_KEY)
         if not saved:
             return None
         try:
@@ -482,6 +526,8 @@ class BlocklistMiddleware:
                 fetched_at=float(saved.get("fetched_at", 0.0)),
             )
         except (BlocklistError, TypeError, ValueError, AttributeError) as exc:
+            if quiet:
+                return None
             self.stats.inc_value("walsh/blocklist/stored_rejected")
             logger.error(
                 "The stored blocklist (from %(url)s) does not validate (%(exc)s): not restored.",
@@ -490,11 +536,27 @@ class BlocklistMiddleware:
             return None
 
     async def _restore(self) -> None:
-        """The list adopted by an earlier run (or another process), before any request."""
-        stored = await self._stored()
-        if stored is None:
+        """The list adopted by an earlier run (or another process), before any
+        request: the newer valid one of the shared copy and this worker's own.
+        When neither is left but a list was adopted before, every target is
+        denied until a list is adopted again (a lost opt-out is not "new")."""
+        shared = await self._stored(self.store)
+        own = await self._stored(self.local) if self.local is not self.store else None
+        candidates = [a for a in (shared, own) if a is not None]
+        if not candidates:
+            for store in {id(s): s for s in (self.store, self.local)}.values():
+                if await store.get(STATE_NAMESPACE, EVER_KEY):
+                    self.stats.inc_value("walsh/blocklist/lost")
+                    self._lost = (
+                        "a blocklist was adopted before but no valid copy is left (the state was "
+                        "lost or damaged): every host is denied until the list is fetched again"
+                    )
+                    logger.error("Blocklist: %(why)s.", {"why": self._lost})
+                    return
             return
-        await self._adopt(stored, persist=False)
+        stored = max(candidates, key=lambda a: a.fetched_at)
+        # republish this worker's copy when the shared one is gone or older
+        await self._adopt(stored, persist=stored is not shared)
         logger.info(
             "Blocklist restored from state: %(n)d entries fetched from %(url)s at %(t)s",
             {"n": len(self.domains), "url": stored.url, "t": time.ctime(stored.fetched_at)},

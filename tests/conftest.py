@@ -191,17 +191,27 @@ def spawn_targets_crawl(
 
 
 def spawn_worker(
-    server: SandboxServer, key: str, state: Path, log: Path | None = None, **settings: Any
+    server: SandboxServer,
+    key: str,
+    state: Path,
+    log: Path | None = None,
+    extra_path: Path | None = None,
+    **settings: Any,
 ) -> ProcessCrawl:
     """A worker process: the ``targets`` spider reading the Redis feed *key*;
-    with *log*, its records go to that JSON-lines file (``-o``)."""
+    with *log*, its records go to that JSON-lines file (``-o``); *extra_path*
+    goes first on its PYTHONPATH (a ``sitecustomize`` to skew its clock)."""
     if log is not None:
         settings.setdefault("FEEDS", json.dumps({str(log): {"format": "jsonlines"}}))
-    return _spawn(server, f"redis_key={key}", state, settings)
+    return _spawn(server, f"redis_key={key}", state, settings, extra_path)
 
 
 def _spawn(
-    server: SandboxServer, spider_arg: str, state: Path, settings: dict[str, Any]
+    server: SandboxServer,
+    spider_arg: str,
+    state: Path,
+    settings: dict[str, Any],
+    extra_path: Path | None = None,
 ) -> ProcessCrawl:
     from twisted.internet import reactor
 
@@ -220,7 +230,8 @@ def _spawn(
     args = [scrapy_bin, "crawl", "targets", "-a", spider_arg]
     for name, value in options.items():
         args += ["-s", f"{name}={value}"]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), *sys.path])}
+    first = [str(extra_path)] if extra_path is not None else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*first, str(project), *sys.path])}
     proc = ProcessCrawl()
     proc.transport = reactor.spawnProcess(proc, scrapy_bin, args, env=env, path=str(project))
     return proc

@@ -21,6 +21,7 @@ from tests.conftest import (
     ProcessCrawl,
     gaps,
     redis_settings,
+    sleep,
     spawn_worker,
 )
 
@@ -88,3 +89,148 @@ async def test_workers_starting_together_fetch_robots_once_and_keep_its_crawl_de
     assert [h.path for h in cd].count("/robots.txt") == 1
     assert min(gaps(cd)) >= 2.0
     assert len(server.origin.hits_for("o.test", "/robots.txt")) == 1
+
+
+def own_redis(tmp: Path, persist: bool | str) -> Any:
+    from scrapy_walsh_research.sandbox.redis_server import RedisServer
+
+    return RedisServer(tmp / "redis", persist=persist).start()
+
+
+async def run(proc: ProcessCrawl) -> None:
+    await proc.ended
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_that_came_back_empty_is_noticed_by_a_worker_that_ran_before(
+    server, tmp_path
+):
+    """Redis restarted without its data; the first worker to start again is one
+    that ran before: it must not take the empty Redis for a new fleet."""
+    redis = own_redis(tmp_path, persist=False)
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=8)
+        push(redis, shared, urls[:1], tmp_path)
+        await run(spawn_worker(server, "targets", tmp_path / "w", **shared))
+        redis.kill()
+        redis.start()  # empty
+        push(redis, shared, urls[1:], tmp_path)
+        proc = spawn_worker(server, "targets", tmp_path / "w", log=tmp_path / "w.jl", **shared)
+        await run(proc)
+        pages = server.origin.hits_for("cd.test", "/p/0") + server.origin.hits_for(
+            "cd.test", "/p/1"
+        )
+        assert len(pages) == 2, proc.err.decode()[-2000:]
+        assert min(gaps(server.origin.hits_for("cd.test"))) >= 6.0
+        assert "came back empty" in proc.err.decode()
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_restored_from_an_older_snapshot_is_noticed(server, tmp_path):
+    redis = own_redis(tmp_path, persist="rdb")
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=8)
+        push(redis, shared, site(server, "o.test", 1), tmp_path, key="first")
+        await run(spawn_worker(server, "first", tmp_path / "w", **shared))
+        push(redis, shared, urls[1:], tmp_path, key="later")
+        redis.snapshot("before")  # the fleet has run; cd.test never contacted
+        push(redis, shared, urls[:1], tmp_path)
+        await run(spawn_worker(server, "targets", tmp_path / "w", **shared))
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        proc = spawn_worker(server, "later", tmp_path / "w", log=tmp_path / "w.jl", **shared)
+        await run(proc)
+        assert len(server.origin.hits_for("cd.test", "/p/1")) == 1, proc.err.decode()[-2000:]
+        assert min(gaps(server.origin.hits_for("cd.test"))) >= 6.0
+        assert "went back in time" in proc.err.decode()
+    finally:
+        redis.kill()
+
+
+# -- R3 across the fleet ----------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_opt_out_survives_redis_losing_its_data_while_the_blocklist_is_down(
+    server, tmp_path
+):
+    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+
+    redis = own_redis(tmp_path, persist=False)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
+        )
+        site(server, "blocked.test", 1)
+        shared = redis_settings(redis)
+        push(redis, shared, site(server, "fine.test", 1), tmp_path)
+        await run(spawn_worker(server, "targets", tmp_path / "w", **shared))
+        redis.kill()
+        redis.start()  # empty: the shared copy of the list is gone
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
+        proc = spawn_worker(server, "targets", tmp_path / "w", log=tmp_path / "w.jl", **shared)
+        await run(proc)
+        got = [json.loads(x) for x in (tmp_path / "w.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], proc.err.decode()[
+            -2000:
+        ]
+        assert server.origin.hits_for("blocked.test") == []
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_refresh_that_failed_for_one_worker_is_not_repeated_by_the_others(
+    server, redis_server, tmp_path
+):
+    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH
+
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down", delay=1.0))
+    urls = site(server, "a.test", 3) + site(server, "b.test", 3)
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, urls, tmp_path)
+    procs = workers(server, shared, tmp_path, 3)
+    await ended(*procs)
+    assert len(records(tmp_path, 3)) == 6
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
+
+
+FAST_CLOCK = """
+import time
+_real = time.time
+time.time = lambda: _real() + 3600.0
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_whose_clock_runs_an_hour_fast_does_not_stop_the_others_refreshing(
+    server, redis_server, tmp_path
+):
+    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+
+    fast = tmp_path / "fast-clock"
+    fast.mkdir()
+    (fast / "sitecustomize.py").write_text(FAST_CLOCK)
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc(refresh="PT2S")))
+    site(server, "new.test", 1)
+    shared = redis_settings(redis_server, WALSH_BLOCKLIST_MIN_REFRESH=1)
+    push(redis_server, shared, site(server, "fine.test", 1), tmp_path)
+    await run(spawn_worker(server, "targets", tmp_path / "fast", extra_path=fast, **shared))
+    # the operator blocks new.test; the list's refresh (2 s) passes
+    server.origin.route(
+        BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("new.test", refresh="PT2S"))
+    )
+    await sleep(3.0)
+    push(redis_server, shared, [server.url("new.test", "/p/0")], tmp_path)
+    proc = spawn_worker(server, "targets", tmp_path / "w", log=tmp_path / "w.jl", **shared)
+    await run(proc)
+    got = [json.loads(x) for x in (tmp_path / "w.jl").read_text().splitlines()]
+    assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], proc.err.decode()[-2000:]
+    assert server.origin.hits_for("new.test") == []
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 2

@@ -2,7 +2,10 @@
 started, killed, restarted.
 
 With ``persist`` it runs with AOF and ``appendfsync always``, as the docs tell
-operators to run it, so a SIGKILL loses nothing that was acknowledged.
+operators to run it, so a SIGKILL loses nothing that was acknowledged. With
+``persist="rdb"`` it keeps only snapshots taken by :meth:`snapshot`, which
+:meth:`restore` puts back before a start: Redis restarted from an older
+snapshot, as Debian's default persistence would after a crash.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, *, persist: bool = True) -> None:
+    def __init__(self, workdir: Path, *, persist: bool | str = True) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -45,7 +48,9 @@ class RedisServer:
             "--dir", str(self.workdir), "--save", "", "--daemonize", "no",
             "--logfile", str(self.workdir / "redis.log"),
         ]  # fmt: skip
-        if self.persist:
+        if self.persist == "rdb":
+            args += ["--appendonly", "no", "--dbfilename", "dump.rdb"]
+        elif self.persist:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
@@ -67,6 +72,17 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+    def snapshot(self, name: str) -> None:
+        """SAVE now and keep the snapshot as *name*."""
+        client = self.client()
+        client.save()
+        client.close()
+        shutil.copy(self.workdir / "dump.rdb", self.workdir / f"{name}.rdb")
+
+    def restore(self, name: str) -> None:
+        """Put snapshot *name* back as the one the next start loads (Redis stopped)."""
+        shutil.copy(self.workdir / f"{name}.rdb", self.workdir / "dump.rdb")
 
     def client(self) -> Any:
         """A synchronous client (redis.Redis), for checks from outside a crawl."""

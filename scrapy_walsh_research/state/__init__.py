@@ -8,7 +8,7 @@ SQLite one without touching the gates.
 
 from __future__ import annotations
 
-from scrapy_walsh_research.state.base import StateStore, clock_for, state_for
+from scrapy_walsh_research.state.base import StateStore, clock_for, local_state_for, state_for
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
-__all__ = ["SQLiteStateStore", "StateStore", "clock_for", "state_for"]
+__all__ = ["SQLiteStateStore", "StateStore", "clock_for", "local_state_for", "state_for"]

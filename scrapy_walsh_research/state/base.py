@@ -83,6 +83,24 @@ def state_for(crawler: Crawler) -> StateStore:
     return store
 
 
+_local: weakref.WeakKeyDictionary[Crawler, StateStore] = weakref.WeakKeyDictionary()
+
+
+def local_state_for(crawler: Crawler) -> StateStore:
+    """This process's own store under ``WALSH_STATE_DIR`` (SQLite): the same
+    object as :func:`state_for` without Redis; beside it with Redis, for what
+    a worker must not lose with the shared store (the blocklist in force)."""
+    if not redis_url(crawler):
+        return state_for(crawler)
+    store = _local.get(crawler)
+    if store is None:
+        from scrapy_walsh_research.state.sqlite import SQLiteStateStore
+
+        store = _local[crawler] = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
+        crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
+    return store
+
+
 def clock_for(crawler: Crawler) -> HostClock:
     """The per-host clock: shared through Redis when ``WALSH_REDIS_URL`` is set,
     else in memory and persisted in the embedded store."""
