@@ -19,6 +19,8 @@ from scrapy_walsh_research.identity import USER_AGENT
 from scrapy_walsh_research.preflight import (
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
+    RECORD_PIPELINE,
+    RECORD_PIPELINE_ORDER,
     SPIDER_MIDDLEWARES,
     STARTUP_CHECK,
     STARTUP_CHECK_ORDER,
@@ -77,6 +79,9 @@ class Addon:
             settings.setdefault_in_component_priority_dict(
                 "SPIDER_MIDDLEWARES", load_object(path), order
             )
+        settings.setdefault_in_component_priority_dict(
+            "ITEM_PIPELINES", load_object(RECORD_PIPELINE), RECORD_PIPELINE_ORDER
+        )
         for path, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict(
                 "DOWNLOADER_MIDDLEWARES", load_object(path), order

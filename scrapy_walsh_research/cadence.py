@@ -8,8 +8,9 @@ store, so the rule holds across runs, which is where it matters.
 from __future__ import annotations
 
 import logging
+import weakref
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
@@ -31,7 +32,41 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
+#: only one worker of a fleet fetches a target at a time: same URL, other batch
+CLAIM = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+-- KEYS[1] cadence hash, KEYS[2] claims hash
+-- ARGV[1] target, ARGV[2] interval s, ARGV[3] worker id, ARGV[4] heartbeat prefix
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
+if last and now - last < tonumber(ARGV[2]) and last <= now then
+  return {'recent', string.format('%.6f', last)}
+end
+local owner = redis.call('HGET', KEYS[2], ARGV[1])
+if owner and owner ~= ARGV[3] and redis.call('EXISTS', ARGV[4] .. owner) == 1 then
+  return {'taken', owner}
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return {'ok', ''}
+"""
+CLAIMS_NAMESPACE = "cadence_claims"
+_instances: weakref.WeakKeyDictionary[Crawler, CadenceMiddleware] = weakref.WeakKeyDictionary()
+
+
+def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
+    """The crawler's cadence gate, for the record pipeline that writes it."""
+    return _instances.get(crawler)
+
+
 class CadenceMiddleware:
+    """R8. With the ``targets`` spider, a target's fetch time is written with
+    its record (:class:`~scrapy_walsh_research.records.RecordPipeline`), so
+    a crash between the two never leaves a line skipped without a record;
+    other spiders have no records, and it is written when the response
+    arrives. With ``WALSH_REDIS_URL`` a target is also *claimed* while it is
+    fetched, so two workers never fetch one URL at once (the same list
+    enqueued twice)."""
+
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
@@ -45,6 +80,13 @@ class CadenceMiddleware:
         pacer = Pacer.for_crawler(crawler)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
         pacer.add_warmer(self._load)
+        self._redis: Any = None
+        if crawler.settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.state.redis import RedisConnection
+
+            self._redis = RedisConnection.for_crawler(crawler)
+            self._claim = self._redis.client.register_script(CLAIM)
+        _instances[crawler] = self
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -70,12 +112,19 @@ class CadenceMiddleware:
             key = target_key(request)
             if key not in self._last:
                 last = await self.store.get(STATE_NAMESPACE, key)
-                self._last.setdefault(key, last)
+                self._last.setdefault(key, float(last) if isinstance(last, (int, float)) else None)
 
     async def process_request(self, request: Request) -> None:
         await self._load(request)
         due = self._due_at(request)
         if due is None:
+            if (
+                self._redis is not None
+                and self.interval > 0
+                and self.marks.is_target(request)
+                and self._commits_with_records()
+            ):
+                await self._claim_for_fleet(request)
             return
         last, due_at = due
         reason = (
@@ -84,11 +133,45 @@ class CadenceMiddleware:
         )
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
+    def _commits_with_records(self) -> bool:
+        return bool(getattr(self.crawler.spider, "commits_cadence", False))
+
+    async def _claim_for_fleet(self, request: Request) -> None:
+        """Claim *request*'s target for this worker (its hops and retries claim
+        it again: a claim this worker holds is granted again)."""
+        key = target_key(request)
+        await self._redis.announce()
+        keys = [
+            self._redis.key("state", STATE_NAMESPACE),
+            self._redis.key("state", CLAIMS_NAMESPACE),
+        ]
+        args = [key, self.interval, self._redis.worker, self._redis.key("alive", "")]
+        status, value = await self._redis.call(
+            "claim cadence", lambda r: self._claim(keys=keys, args=args, client=r)
+        )
+        if status == "recent":
+            self._last[key] = float(value)
+            await self.process_request(request)  # denies, with the reason
+        if status == "taken":
+            reason = (
+                f"being fetched now by another worker ({value}) for another list line; "
+                "one fetch per WALSH_RUN_INTERVAL"
+            )
+            deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
+
+    async def stamp(self, key: str, at: float | None = None) -> None:
+        """The target *key* was fetched (or answered 304) now; with *at*, the
+        record pipeline already wrote it (in Redis, with the record)."""
+        if at is None:
+            at = self.store.time()
+            await self.store.put(STATE_NAMESPACE, key, at)
+        self._last[key] = at
+
     async def process_response(self, request: Request, response: Response) -> Response:
-        if self.marks.is_target(request) and (
-            200 <= response.status < 300 or response.status == 304
+        if (
+            not self._commits_with_records()
+            and self.marks.is_target(request)
+            and (200 <= response.status < 300 or response.status == 304)
         ):
-            key, now = target_key(request), self.store.time()
-            await self.store.put(STATE_NAMESPACE, key, now)
-            self._last[key] = now
+            await self.stamp(target_key(request))
         return response

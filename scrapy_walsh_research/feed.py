@@ -61,27 +61,124 @@ def enqueue(url: str, key: str, path: Path, *, prefix: str = "walsh") -> int:
     return len(items)
 
 
+#: LMOVE a line into this worker's in-flight list, after giving the lines of
+#: workers whose heartbeat ran out back to the head of the queue
+TAKE = """
+-- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
+-- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if id ~= ARGV[2] and redis.call('EXISTS', ARGV[3] .. id) == 0 then
+    local lost = ARGV[1] .. 'inflight:' .. id
+    local items = redis.call('LRANGE', lost, 0, -1)
+    for i = #items, 1, -1 do redis.call('LPUSH', KEYS[1], items[i]) end
+    redis.call('DEL', lost)
+    redis.call('SREM', KEYS[2], id)
+  end
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+local raw = redis.call('LMOVE', KEYS[1], KEYS[3], 'LEFT', 'RIGHT')
+if raw then return {raw, 0} end
+-- nothing queued: are lines still in flight somewhere (their worker may die)?
+local pending = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if id ~= ARGV[2] then pending = pending + redis.call('LLEN', ARGV[1] .. 'inflight:' .. id) end
+end
+return {false, pending}
+"""
+
+#: one record per line, the line acknowledged and its cadence written, in one step
+FINISH = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+-- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
+-- KEYS[3] cadence hash, KEYS[4] cadence claims
+-- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
+-- ARGV[4] cadence key ('' when the line was not fetched), ARGV[5] records TTL,
+-- ARGV[6] the cadence claim this line held ('' if none), ARGV[7] worker id
+local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('LREM', KEYS[2], 1, ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], string.format('%.6f', now)) end
+if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[7] then
+  redis.call('HDEL', KEYS[4], ARGV[6])
+end
+return {first, string.format('%.6f', now)}
+"""
+
+
 class RedisFeed:
-    """A worker's view of the shared list: pop the next line, claim a URL."""
+    """A worker's view of the shared list: take the next line, claim a URL,
+    finish a line.
+
+    Delivery is at least once, acknowledged after the record: a line taken
+    moves to this worker's in-flight list and leaves it only with its record
+    (:func:`finish`), written to ``<key>:records:<batch>`` once per line
+    whoever writes first. A worker that dies (its heartbeat runs out) gives
+    its in-flight lines back to the queue the next time any worker takes a
+    line; a worker that finds the queue empty waits while other workers
+    still hold lines in flight, so a line is never left behind.
+    """
 
     def __init__(self, conn: RedisConnection, key: str) -> None:
         self.conn = conn
         self.key = key
         self.queue = conn.key(key)
+        self.base = conn.key(key) + ":"
+        self.inflight = self.base + "inflight:" + conn.worker
+        self._take = conn.client.register_script(TAKE)
 
-    async def pop(self) -> dict[str, Any] | None:
-        raw = await self.conn.call("pop target", lambda r: r.lpop(self.queue))
-        return None if raw is None else json.loads(raw)
+    async def take(self) -> tuple[str | None, int]:
+        """(the next line as queued, or None; lines other workers hold in flight)."""
+        await self.conn.announce()
+        keys = [self.queue, self.base + "workers", self.inflight]
+        args = [self.base, self.conn.worker, self.conn.key("alive", "")]
+        raw, pending = await self.conn.call(
+            "take target", lambda r: self._take(keys=keys, args=args, client=r)
+        )
+        return raw or None, int(pending)
+
+    async def drop(self, raw: str) -> None:
+        """Acknowledge a queued item that is no line at all (logged by the caller)."""
+        await self.conn.call("drop item", lambda r: r.lrem(self.inflight, 1, raw))
+
+    def ticket(self, raw: str, batch: str) -> dict[str, str]:
+        """What the record of this line needs to acknowledge it (kept in the
+        request's meta, so another worker can finish it under scrapy-redis)."""
+        return {"raw": raw, "inflight": self.inflight, "records": self.base + "records:" + batch}
 
     async def claim(self, batch: str, canonical: str, line: int) -> int | None:
-        """None if this worker is first with *canonical* in *batch*, else the
-        line that was."""
+        """None if this line is first with *canonical* in *batch* (also when it
+        is delivered again after its worker died), else the line that was."""
         claims = self.conn.key(self.key, "canonical", batch)
 
         async def claim(r: Any) -> int | None:
             if await r.hsetnx(claims, canonical, line):
                 await r.expire(claims, CLAIMS_TTL_S)
                 return None
-            return int(await r.hget(claims, canonical))
+            first = int(await r.hget(claims, canonical))
+            return None if first == line else first
 
         return await self.conn.call("claim target", claim)
+
+
+async def finish(
+    conn: RedisConnection,
+    ticket: dict[str, str],
+    record: dict[str, Any],
+    cadence_key: str,
+    claim_key: str,
+) -> tuple[bool, float]:
+    """Write *record* as its line's one record, acknowledge the line and
+    write its cadence, atomically; (whether this was the line's first record,
+    Redis's time)."""
+    script = conn.client.register_script(FINISH)
+    keys = [
+        ticket["records"],
+        ticket["inflight"],
+        conn.key("state", "cadence"),
+        conn.key("state", "cadence_claims"),
+    ]
+    args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,
+            CLAIMS_TTL_S, claim_key, conn.worker]  # fmt: skip
+    first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
+    return bool(int(first)), float(now)

@@ -73,6 +73,9 @@ STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
 #: Its order in EXTENSIONS: late, so extensions built before it are seen too.
 STARTUP_CHECK_ORDER = 1000
 SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
+#: Commits each record (cadence with it; a fed line's acknowledgement).
+RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
+RECORD_PIPELINE_ORDER = 100
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
 
 #: Crawlers whose frozen settings passed the check (the gates need not repeat it).
@@ -131,6 +134,17 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"{PACKAGE}.Addon add-on)."
             )
     spider_mws = {_name(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
+    pipelines = {
+        _name(load_object(k) if isinstance(k, str) else k)
+        for k, v in settings.get_component_priority_dict_with_base("ITEM_PIPELINES").items()
+        if v is not None
+    }
+    if RECORD_PIPELINE not in pipelines:
+        found.append(
+            f"{RECORD_PIPELINE} is not enabled: add it to ITEM_PIPELINES with order "
+            f"{RECORD_PIPELINE_ORDER}; the targets spider's records write each target's "
+            "cadence (R8) and acknowledge lines fed through Redis with it."
+        )
     if SCOPE_SPIDER_MW not in spider_mws:
         found.append(
             f"R6 guard {SCOPE_SPIDER_MW} is not enabled: add it to SPIDER_MIDDLEWARES with "

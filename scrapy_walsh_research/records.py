@@ -1,17 +1,27 @@
 """The output record: exactly one per list line, metadata only (R6).
 
-The body is hashed and measured, never kept.
+The body is hashed and measured, never kept. :class:`RecordPipeline` commits
+each record before the exporters see it: the target's cadence (R8) is
+written with its record, and a line fed through Redis is acknowledged only
+once its record is stored, atomically, as that line's one record.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from typing_extensions import Self
 
+logger = logging.getLogger(__name__)
+
+#: key of a record's feed ticket on its way to :class:`RecordPipeline` (never exported)
+TICKET_KEY = "_walsh_ticket"
 OUTCOMES = ("fetched", "not_modified", "denied", "failed", "duplicate", "skipped", "invalid")
 RULES = ("R2", "R3", "R4", "R5", "R6", "R8")
 
@@ -67,3 +77,60 @@ def response_metadata(response: Response) -> dict[str, Any]:
         "last_modified": header(b"Last-Modified"),
         "fetched_at": now_iso(),
     }
+
+
+class RecordPipeline:
+    """Commit each record of the ``targets`` spider before any exporter:
+    cadence with the record, and for a fed line, the record, its
+    acknowledgement and its cadence in one Redis step, first record wins (a
+    line delivered twice after a worker died still has one record)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    async def process_item(self, item: Any) -> Any:
+        if not isinstance(item, dict) or "outcome" not in item or "line" not in item:
+            return item  # not a targets record: a project's own item
+        from scrapy_walsh_research.cadence import cadence_of
+
+        ticket = item.pop(TICKET_KEY, None)
+        key = str(item.get("canonical_url") or "")
+        fetched = bool(key) and item["outcome"] in ("fetched", "not_modified")
+        cadence = cadence_of(self.crawler)
+        if ticket is None:
+            if fetched and cadence is not None:
+                await cadence.stamp(key)
+            await self._release_claim(key)
+            return item
+        from scrapy_walsh_research.feed import finish
+        from scrapy_walsh_research.state.redis import RedisConnection
+
+        conn = RedisConnection.for_crawler(self.crawler)
+        first, now = await finish(conn, ticket, item, key if fetched else "", key)
+        if fetched and cadence is not None:
+            await cadence.stamp(key, at=now)
+        if not first:
+            from scrapy.exceptions import DropItem
+
+            self.stats.inc_value("walsh/records/already_recorded")
+            raise DropItem(f"line {item['line']} already has its record (delivered again)")
+        return item
+
+    async def _release_claim(self, key: str) -> None:
+        if not key or not self.crawler.settings.get("WALSH_REDIS_URL"):
+            return
+        from scrapy_walsh_research.state.redis import RedisConnection
+
+        conn = RedisConnection.for_crawler(self.crawler)
+        claims = conn.key("state", "cadence_claims")
+
+        async def release(r: Any) -> None:
+            if await r.hget(claims, key) == conn.worker:
+                await r.hdel(claims, key)
+
+        await conn.call("release claim", release)

@@ -15,6 +15,7 @@ from scrapy_walsh_research.preflight import (
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
     PACING_MW,
+    RECORD_PIPELINE,
     RETRY_MW,
     ROBOTS_MW,
     SCOPE_MW,
@@ -96,6 +97,7 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
         SCHEDULER=FRONTIER,
         DOWNLOAD_HANDLERS={"http": WIRE_HANDLER, "https": WIRE_HANDLER},
         EXTENSIONS={STARTUP_CHECK: 1000},
+        ITEM_PIPELINES={RECORD_PIPELINE: 100},
         CONCURRENT_REQUESTS=1,
         DOWNLOAD_DELAY=0,
         DOWNLOAD_DELAY_JITTER=0,
@@ -107,6 +109,7 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
 
 REFUSALS = {
     "not serial": ({"CONCURRENT_REQUESTS": 8}, "CONCURRENT_REQUESTS=8"),
+    "record pipeline missing": ({"ITEM_PIPELINES": {RECORD_PIPELINE: None}}, "RecordPipeline"),
     "blocklist after robots": ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: 150}}, "blocklist gate"),
     "blocklist gate missing": ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: None}}, "R3 gate"),
     "robots gate missing": ({"DOWNLOADER_MIDDLEWARES": {ROBOTS_MW: None}}, "R2 gate"),

@@ -234,3 +234,78 @@ async def test_a_worker_whose_clock_runs_an_hour_fast_does_not_stop_the_others_r
     assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], proc.err.decode()[-2000:]
     assert server.origin.hits_for("new.test") == []
     assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 2
+
+
+# -- one record per line across the fleet -------------------------------------------
+
+
+def durable_records(
+    redis: Any, shared: dict[str, Any], key: str = "targets"
+) -> list[dict[str, Any]]:
+    r = redis.client()
+    out = []
+    for name in r.scan_iter(f"{shared['WALSH_REDIS_PREFIX']}:{key}:records:*"):
+        out += [json.loads(v) for v in r.hgetall(name).values()]
+    r.close()
+    return out
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_killed_mid_crawl_loses_no_line(server, redis_server, tmp_path):
+    urls = [u for i in range(6) for u in site(server, f"h{i}.test", 5)]
+    shared = redis_settings(redis_server, WALSH_RUN_INTERVAL=3600)
+    push(redis_server, shared, urls, tmp_path)
+    victim, survivor = workers(server, shared, tmp_path, 2)
+    while len([h for h in server.origin.hits if h.path.startswith("/p/")]) < 8:
+        await sleep(0.05)
+    victim.transport.signalProcess("KILL")
+    await ended(victim, survivor)
+    got = durable_records(redis_server, shared)
+    assert sorted(r["line"] for r in got) == list(range(1, 31)), survivor.err.decode()[-2000:]
+    assert {r["outcome"] for r in got} == {"fetched"}
+    for i in range(6):
+        assert min(gaps(server.origin.hits_for(f"h{i}.test"))) >= 1.0
+    # the cadence was written with the records, never without one
+    r = redis_server.client()
+    cadence = set(r.hkeys(f"{shared['WALSH_REDIS_PREFIX']}:state:cadence"))
+    r.close()
+    assert cadence == {rec["canonical_url"] for rec in got}
+
+
+@pytest_twisted.ensureDeferred
+async def test_workers_take_a_line_only_when_about_to_send_it(server, redis_server, tmp_path):
+    """Lines stay in the shared queue until a worker is about to send them,
+    so the other workers can take them; they are not all popped at start."""
+    urls = site(server, "one.test", 12) + site(server, "two.test", 12)
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, urls, tmp_path)
+    procs = workers(server, shared, tmp_path, 2)
+    r = redis_server.client()
+    queue = f"{shared['WALSH_REDIS_PREFIX']}:targets"
+    queued_at_pages: list[int] = []
+    while not all(p.ended.called for p in procs):
+        pages = len([h for h in server.origin.hits if h.path.startswith("/p/")])
+        if pages and len(queued_at_pages) < pages:
+            queued_at_pages.append(r.llen(queue))
+        await sleep(0.02)
+    r.close()
+    assert len(records(tmp_path, 2)) == 24
+    # when the first page went out, at most FEED_LOOKAHEAD + 2 lines per worker were taken
+    assert queued_at_pages[0] >= 24 - 2 * 6, queued_at_pages
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_same_list_enqueued_twice_is_fetched_once_per_cadence(
+    server, redis_server, tmp_path
+):
+    urls = [site(server, f"c{i}.test", 1)[0] for i in range(6)]
+    shared = redis_settings(redis_server, WALSH_RUN_INTERVAL=3600)
+    push(redis_server, shared, urls, tmp_path)
+    push(redis_server, shared, [*urls, urls[0]], tmp_path)  # another batch, same URLs
+    procs = workers(server, shared, tmp_path, 2)
+    await ended(*procs)
+    got = records(tmp_path, 2)
+    assert len(got) == 13
+    for i in range(6):
+        assert len(server.origin.hits_for(f"c{i}.test", "/p/0")) == 1
+    assert sorted(r["outcome"] for r in got).count("fetched") == 6

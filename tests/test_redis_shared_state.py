@@ -165,8 +165,12 @@ async def test_validators_cadence_robots_and_blocklist_are_shared_between_worker
     res3 = await crawl(w3, [doc], tmp_path)
     assert res3.items[0]["outcome"] == "skipped" and res3.items[0]["rule"] == "R8"
     assert len(server.origin.hits_for("etag.test", "/p/0")) == 2
-    # nothing of it went to the embedded store
-    assert not (tmp_path / "w1" / "state.sqlite3").exists()
+    # of it all, only the worker's own copy of the blocklist is kept locally
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "w1" / "state.sqlite3")
+    assert {ns for (ns,) in db.execute("SELECT DISTINCT namespace FROM kv")} == {"blocklist"}
+    db.close()
 
 
 @pytest_twisted.ensureDeferred

@@ -12,6 +12,7 @@ Bodies are parsed in a worker thread, so a slow parse never holds the reactor.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,7 +28,7 @@ from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.feed import list_lines
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
-from scrapy_walsh_research.records import new_record, now_iso, response_metadata
+from scrapy_walsh_research.records import TICKET_KEY, new_record, now_iso, response_metadata
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
@@ -51,6 +52,14 @@ SEEN_NAMESPACE = "seen"
 #: how often a worker fed through Redis looks whether it has room for a line
 FEED_POLL_S = 0.02
 LLMS_RECORD_META = "walsh_llms_record"
+#: the feed ticket of a fed line (see :meth:`RedisFeed.ticket`)
+FEED_META = "walsh_feed_ticket"
+#: how often a worker with an empty feed looks again while other workers
+#: still hold lines in flight
+FEED_WAIT_S = 1.0
+#: lines a worker may hold waiting for their hosts (the frontier serves other
+#: hosts meanwhile); beyond it, it takes no line until one goes out
+FEED_LOOKAHEAD = 4
 #: bodies up to this size are read on the reactor: at about 5 s per MiB in
 #: the worst case (junk read leniently), 8 KiB stays near 40 ms
 INLINE_PARSE_BYTES = 8 * 1024
@@ -62,8 +71,15 @@ RECEIVED_META = "walsh_received_bytes"
 MAX_ERROR_TEXT = 200
 
 
+def _ticket(ticket: dict[str, str] | None) -> dict[str, Any]:
+    """The record field that carries a fed line's ticket to the pipeline."""
+    return {TICKET_KEY: ticket} if ticket is not None else {}
+
+
 class TargetsSpider(scrapy.Spider):
     name = "targets"
+    #: records carry the cadence (RecordPipeline), not the responses
+    commits_cadence = True
     store: StateStore
     probe_llms: bool
     only_new: bool
@@ -104,32 +120,49 @@ class TargetsSpider(scrapy.Spider):
             spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
         return spider
 
-    async def _lines(self) -> AsyncIterator[tuple[int, str, str, str]]:
-        """(line number, text, list name, dedup scope) of every declared line:
-        a fed line's scope is the batch it was enqueued in."""
+    async def _lines(self) -> AsyncIterator[tuple[int, str, str, str, dict[str, str] | None]]:
+        """(line number, text, list name, dedup scope, feed ticket) of every
+        declared line: a fed line's scope is the batch it was enqueued in, and
+        its ticket acknowledges it once its record is stored."""
         if self._feed is not None:
             while True:
                 await self._wait_for_room()
-                item = await self._feed.pop()
-                if item is None:
-                    return
+                raw, pending = await self._feed.take()
+                if raw is None:
+                    if not pending:
+                        return
+                    # Other workers hold lines in flight: if one dies, its
+                    # lines come back to the queue, and someone must be here.
+                    await asyncio.sleep(FEED_WAIT_S)
+                    continue
+                try:
+                    item = json.loads(raw)
+                    lineno, text = int(item["line"]), str(item["url"])
+                except (ValueError, TypeError, KeyError) as exc:
+                    logger.error("Unreadable item in the feed, dropped: %(raw)r (%(exc)s)",
+                                 {"raw": raw[:200], "exc": exc})  # fmt: skip
+                    await self._feed.drop(raw)
+                    continue
                 source = str(item.get("list") or "redis")
-                yield int(item["line"]), str(item["url"]), source, str(item.get("batch") or source)
+                batch = str(item.get("batch") or source)
+                yield lineno, text, source, batch, self._feed.ticket(raw, batch)
         assert self.list_path is not None
         for lineno, text in list_lines(self.list_path):
-            yield lineno, text, str(self.list_path), str(self.list_path)
+            yield lineno, text, str(self.list_path), str(self.list_path), None
 
     async def _wait_for_room(self) -> None:
-        """Take a line from a shared feed only when this worker has nothing
-        ready to send: Scrapy reads start() eagerly, and a worker that
-        hoarded lines would leave the others idle."""
+        """Take a line from a shared feed only when this worker is about to
+        send it: nothing in flight and nothing ready in its queue. Scrapy
+        reads start() eagerly, and lines a worker hoarded would wait for it
+        while the other workers idle."""
         while True:
             scheduler = scheduler_of(self.crawler)
-            if scheduler is None:
+            engine = self.crawler.engine
+            if scheduler is None or engine is None:
                 return
             ready = getattr(scheduler, "has_ready_request", None)
             busy = ready() if ready is not None else len(scheduler) > 0
-            if not busy:
+            if not busy and not engine.downloader.active and len(scheduler) < FEED_LOOKAHEAD:
                 return
             await asyncio.sleep(FEED_POLL_S)
 
@@ -143,7 +176,7 @@ class TargetsSpider(scrapy.Spider):
 
     async def start(self) -> AsyncIterator[Any]:
         seen: dict[str, int] = {}
-        async for lineno, text, source, scope in self._lines():
+        async for lineno, text, source, scope, ticket in self._lines():
             if not is_http_url(text):
                 logger.warning(
                     "%(file)s line %(line)d: not an http(s) URL, skipped: %(text)r",
@@ -155,6 +188,7 @@ class TargetsSpider(scrapy.Spider):
                     canonical_url=None,
                     outcome="invalid",
                     reason="not an absolute http(s) URL",
+                    **_ticket(ticket),
                 )
                 continue
             canon = canonical_url(text)
@@ -166,6 +200,7 @@ class TargetsSpider(scrapy.Spider):
                     canonical_url=canon,
                     outcome="duplicate",
                     reason=f"same canonical URL as line {first}",
+                    **_ticket(ticket),
                 )
                 continue
             yield scrapy.Request(
@@ -173,12 +208,18 @@ class TargetsSpider(scrapy.Spider):
                 callback=self.parse_target,
                 errback=self.target_failed,
                 dont_filter=True,  # dedup is by canonical URL, above
-                meta={TARGET_META: {"line": lineno, "url": text, "canonical_url": canon}},
+                meta={
+                    TARGET_META: {"line": lineno, "url": text, "canonical_url": canon},
+                    FEED_META: ticket,
+                },
             )
 
     async def parse_target(self, response: Response) -> AsyncIterator[Any]:
         target = response.meta[TARGET_META]
-        base = new_record(**target, outcome="fetched", **response_metadata(response))
+        base = new_record(
+            **target, outcome="fetched", **response_metadata(response),
+            **_ticket(response.meta.get(FEED_META)),
+        )  # fmt: skip
         try:
             record = {**base, **await self._in_thread(len(response.body), extract, response)}
             await self._first_seen(record, target["canonical_url"])
@@ -262,7 +303,7 @@ class TargetsSpider(scrapy.Spider):
 
     def target_failed(self, failure: Failure) -> Any:
         request = failure.request  # type: ignore[attr-defined]
-        target = request.meta[TARGET_META]
+        target = {**request.meta[TARGET_META], **_ticket(request.meta.get(FEED_META))}
         exc = failure.value
         final_url = request.url
         if isinstance(exc, WalshDenied):

@@ -58,6 +58,8 @@ T = TypeVar("T")
 #: how long a reservation is leased; renewed every third of it while its
 #: request is in flight, so a dead worker costs its host this long at most
 DEFAULT_LEASE = 15.0
+#: a worker's heartbeat lasts this long, renewed every third of it
+HEARTBEAT_S = 15.0
 
 #: errors that mean "Redis is not there right now", as opposed to a bug
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -267,6 +269,28 @@ class RedisConnection:
         #: Redis's clock minus ours, so timestamps this worker writes for
         #: others to compare are on the fleet's one clock (see :meth:`time`)
         self._offset = 0.0
+        #: this process in the fleet: what it holds (lines in flight, cadence
+        #: claims) is its own only while ``<prefix>:alive:<worker>`` exists
+        self.worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._beat: Any = None
+
+    async def announce(self) -> None:
+        """Start this worker's heartbeat (once): others may take back what it
+        holds once the heartbeat has been silent for HEARTBEAT_S."""
+        if self._beat is not None:
+            return
+        from scrapy.utils.defer import deferred_from_coro
+        from twisted.internet import task
+
+        await self._heartbeat()
+        self._beat = task.LoopingCall(lambda: deferred_from_coro(self._heartbeat()))
+        self._beat.start(HEARTBEAT_S / 3, now=False).addErrback(
+            lambda f: logger.error("heartbeat stopped: %(f)s", {"f": f.getErrorMessage()})
+        )
+
+    async def _heartbeat(self) -> None:
+        key = self.key("alive", self.worker)
+        await self.call("heartbeat", lambda r: r.set(key, "1", ex=int(HEARTBEAT_S)))
 
     def note_server_time(self, server_now: float) -> None:
         self._offset = server_now - time.time()
@@ -332,6 +356,8 @@ class RedisConnection:
             return result
 
     async def close(self) -> None:
+        if self._beat is not None and self._beat.running:
+            self._beat.stop()
         await self.client.aclose()
 
 
