@@ -57,6 +57,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_CRAWL_DELAY = 30.0
 DEFAULT_MARGIN = 0.005
+#: how long a target may wait in place for its host when the scheduler is not
+#: the frontier, before it goes back to the scheduler
+IN_PLACE_LIMIT = 1.0
 #: set on a request the pacing gate gave back: it keeps its place in its host's queue
 REQUEUED_META = "walsh_requeued"
 
@@ -89,6 +92,11 @@ class Pacer:
         self.clock: HostClock = clock or clock_for(crawler)
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
+        #: when a request last went back to the scheduler because its host was busy
+        self.last_requeue = float("-inf")
+        #: targets waiting in place for their host (counted in the downloader's
+        #: active requests, though nothing of theirs is being sent)
+        self.waiting_in_place = 0
         self._denial_checks: list[Callable[[Request], bool]] = [
             lambda r: self.skip_reason(url_host(r.url)) is not None
         ]
@@ -187,6 +195,7 @@ class Pacer:
         """*request* given back to the frontier: it keeps its place in its
         host's queue and comes back when the host is ready."""
         self.stats.inc_value("walsh/pacing/requeued")
+        self.last_requeue = time.monotonic()
         requeued = request.replace(dont_filter=True)
         requeued.meta[REQUEUED_META] = True
         return requeued
@@ -227,6 +236,7 @@ class PacingMiddleware:
                 deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
         from twisted.internet import reactor
 
+        spent = 0.0
         while True:
             now = time.monotonic()
             wait = await self.pacer.reserve(host, now)
@@ -243,11 +253,24 @@ class PacingMiddleware:
                 # Give the only download slot back: the frontier holds this
                 # request until its host is ready and serves other hosts now.
                 return self.pacer.requeue(request)
+            if not direct and spent >= IN_PLACE_LIMIT:
+                # Another scheduler (scrapy-redis's) hands a request back at
+                # once, so it waits here a little; past that, it goes back
+                # with a lower priority and the slot serves other hosts (a
+                # host leased by a dead worker costs that host, not the fleet).
+                requeued = self.pacer.requeue(request)
+                requeued.priority = request.priority - 1
+                return requeued
             # The bundle's own requests (robots.txt) come from inside another
             # request's middleware chain and cannot be requeued: wait here.
-            # So does every request when the scheduler is not the frontier.
+            step = wait if direct else min(wait, IN_PLACE_LIMIT - spent)
             self.stats.inc_value("walsh/pacing/waited")
-            await maybe_deferred_to_future(task.deferLater(reactor, wait, lambda: None))
+            self.pacer.waiting_in_place += not direct
+            try:
+                await maybe_deferred_to_future(task.deferLater(reactor, step, lambda: None))
+            finally:
+                self.pacer.waiting_in_place -= not direct
+            spent += step
 
     async def process_response(self, request: Request, response: Response) -> Response:
         await self._commit(request)

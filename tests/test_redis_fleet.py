@@ -309,3 +309,50 @@ async def test_the_same_list_enqueued_twice_is_fetched_once_per_cadence(
     for i in range(6):
         assert len(server.origin.hits_for(f"c{i}.test", "/p/0")) == 1
     assert sorted(r["outcome"] for r in got).count("fetched") == 6
+
+
+# -- liveness -------------------------------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_dead_worker_costs_its_host_not_the_fleet_under_scrapy_redis(
+    server, redis_server, tmp_path
+):
+    """A worker killed mid-request leaves its host leased; with scrapy-redis's
+    scheduler the other worker goes on with other hosts meanwhile, and the
+    leased host waits only for the lease (15 s), not DOWNLOAD_TIMEOUT."""
+    server.origin.route("slow.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route("slow.test", "/p/0", Reply(200, "late", delay=60))
+    for i in range(1, 3):
+        server.origin.route("slow.test", f"/p/{i}", Reply(200, "ok"))
+    prefix = redis_settings(redis_server)["WALSH_REDIS_PREFIX"]
+    shared = redis_settings(
+        redis_server,
+        WALSH_REDIS_PREFIX=prefix,
+        SCHEDULER="scrapy_redis.scheduler.Scheduler",
+        DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter",
+        SCHEDULER_PERSIST=True,
+        REDIS_URL=redis_server.url,
+        SCHEDULER_QUEUE_KEY=f"{prefix}:requests",
+        SCHEDULER_DUPEFILTER_KEY=f"{prefix}:dupefilter",
+        DOWNLOAD_TIMEOUT=90,
+    )
+    push(redis_server, shared, [server.url("slow.test", "/p/0")], tmp_path, key="slow")
+    rest = [server.url("slow.test", f"/p/{i}") for i in (1, 2)]
+    rest += [u for i in range(3) for u in site(server, f"f{i}.test", 3)]
+    push(redis_server, shared, rest, tmp_path)
+    first = spawn_worker(server, "slow", tmp_path / "w0", **shared)
+    while not server.origin.hits_for("slow.test", "/p/0"):
+        await sleep(0.05)
+    first.transport.signalProcess("KILL")  # mid-request: slow.test stays leased
+    await first.ended
+    killed_at = server.origin.hits_for("slow.test", "/p/0")[0].t
+    second = spawn_worker(server, "targets", tmp_path / "w1", log=tmp_path / "w1.jl", **shared)
+    await second.ended
+    assert len(records(tmp_path, 2)) == 11, second.err.decode()[-2000:]
+    others = [h.t for h in server.origin.hits if h.host.startswith("f") and h.path != "/robots.txt"]
+    # while slow.test was leased, the other hosts' pages went out
+    assert sum(t < killed_at + 14 for t in others) >= 4
+    slow = [h.t for h in server.origin.hits_for("slow.test") if h.path in ("/p/1", "/p/2")]
+    assert min(slow) - killed_at >= 14.0  # the dead worker's lease, then the host is free
+    assert max(slow) - killed_at < 40.0  # ... not DOWNLOAD_TIMEOUT + 30

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,7 @@ from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.feed import list_lines
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
+from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import TICKET_KEY, new_record, now_iso, response_metadata
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
@@ -160,9 +162,18 @@ class TargetsSpider(scrapy.Spider):
             engine = self.crawler.engine
             if scheduler is None or engine is None:
                 return
+            pacer = Pacer.for_crawler(self.crawler)
             ready = getattr(scheduler, "has_ready_request", None)
-            busy = ready() if ready is not None else len(scheduler) > 0
-            if not busy and not engine.downloader.active and len(scheduler) < FEED_LOOKAHEAD:
+            if ready is not None:  # the frontier: it knows which hosts are ready
+                busy = ready() or len(scheduler) >= FEED_LOOKAHEAD
+            else:
+                # A shared queue (scrapy-redis) may hold only requests for a
+                # host another worker holds: once they keep coming back
+                # unready, take a line for some other host.
+                waiting = time.monotonic() - pacer.last_requeue
+                busy = len(scheduler) > 0 and waiting > 2 * IN_PLACE_LIMIT
+            sending = len(engine.downloader.active) - pacer.waiting_in_place
+            if not busy and sending <= 0:
                 return
             await asyncio.sleep(FEED_POLL_S)
 
