@@ -48,6 +48,7 @@ class Origin(resource.Resource):
             "host": host,
             "path": path,
             "ua": request.getHeader("user-agent") or "",
+            "worker": request.getHeader("x-bench-worker") or "",
             "start": time.monotonic(),
         }
         st["hits"].append(entry)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -103,7 +104,11 @@ def measure(
                  "-s", f"WALSH_REDIS_PREFIX={prefix}"]  # fmt: skip
         started = time.monotonic()
         errs = [open(tmp / f"w{i}.err", "w") for i in range(workers)]
-        procs = [subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=e, cwd=tmp) for e in errs]
+        procs = [
+            subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=e, cwd=tmp,
+                             env={**os.environ, "BENCH_WORKER": str(i)})
+            for i, e in enumerate(errs)
+        ]  # fmt: skip
         rc = max(p.wait(timeout=timeout) for p in procs)
         for e in errs:
             e.close()
@@ -128,6 +133,9 @@ def measure(
     bound = max(len(hits) * latency, (busiest - 1) * interval + latency)
     wall = max(h.get("end", h["start"]) for h in hits) - min(h["start"] for h in hits)
     pages = {(h["host"], h["path"]) for h in hits if h["path"].startswith("/p/")}
+    per_worker: dict[str, list[dict]] = defaultdict(list)
+    for h in hits:
+        per_worker[h.get("worker", "")].append(h)
     return {
         "crawler": crawler, "workers": workers or 1, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
         "rc": rc, "requests": len(hits), "pages_fetched": len(pages),
@@ -137,7 +145,20 @@ def measure(
         "min_same_host_gap_s": round(min(gaps), 4) if gaps else None,
         "gaps": len(gaps), "gaps_under_interval": sum(g < interval for g in gaps),
         "max_inflight": data["max_inflight"], "bad_ua": sum(1 for h in hits if h["ua"] != UA),
+        "requests_per_worker": sorted((len(v) for v in per_worker.values()), reverse=True),
+        "max_inflight_per_worker": max((_inflight(v) for v in per_worker.values()), default=0),
     }  # fmt: skip
+
+
+def _inflight(hits: list[dict]) -> int:
+    """The most of *hits* in flight at once, from their arrival and end times."""
+    events = sorted([(h["start"], 1) for h in hits] + [(h.get("end", h["start"]), -1) for h in hits],
+                    key=lambda e: (e[0], e[1]))  # fmt: skip
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def main() -> int:
@@ -193,7 +214,7 @@ def multi(a: argparse.Namespace) -> int:
     finally:
         redis.kill()
     print(f"\nlatency {a.latency} s, interval 1 s; one Redis; process wall = launch to last exit\n")
-    head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'min gap s':>9} {'inflight':>8} {'bad UA':>6}"
+    head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'min gap s':>9} {'inflight':>8} {'per worker':>10} {'requests per worker':<20} {'bad UA':>6}"
     print(head)
     print("-" * len(head))
     one: dict[str, float] = {}
@@ -204,7 +225,8 @@ def multi(a: argparse.Namespace) -> int:
         print(
             f"{r['name']:<10} {r['workers']:>7} {r['pages_fetched']:>4}/{r['pages_expected']:<4} "
             f"{r['requests']:>8} {r['process_wall_s']:>9.2f} {r['crawl_wall_s']:>8.2f} {ratio:>6.3f} "
-            f"{r['min_same_host_gap_s']:>9.3f} {r['max_inflight']:>8} {r['bad_ua']:>6}"
+            f"{r['min_same_host_gap_s']:>9.3f} {r['max_inflight']:>8} {r['max_inflight_per_worker']:>10} "
+            f"{'/'.join(map(str, r['requests_per_worker'])):<20} {r['bad_ua']:>6}"
         )
     return 0
 

@@ -1,4 +1,8 @@
-"""This bundle: the targets spider with the one-line add-on and nothing else."""
+"""This bundle: the targets spider with the one-line add-on and nothing else
+(in the multi-process mode, each worker also names itself in a header, so the
+origin can count requests and in-flight requests per worker)."""
+
+import os
 
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
@@ -9,4 +13,7 @@ class Targets(TargetsSpider):
         "ADDONS": {"scrapy_walsh_research.Addon": 0},
         "LOG_LEVEL": "WARNING",
         "TELNETCONSOLE_ENABLED": False,
+        "DEFAULT_REQUEST_HEADERS": (
+            {"X-Bench-Worker": os.environ["BENCH_WORKER"]} if "BENCH_WORKER" in os.environ else {}
+        ),
     }

@@ -40,7 +40,9 @@ def list_lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield lineno, text
 
 
-def enqueue(url: str, key: str, path: Path, *, prefix: str = "walsh") -> int:
+def enqueue(
+    url: str, key: str, path: Path, *, prefix: str = "walsh", batch: str | None = None
+) -> int:
     """Push the list at *path* onto the Redis list *key*; returns the lines pushed.
 
     Synchronous on purpose: it runs from a command, with no reactor to block.
@@ -48,7 +50,7 @@ def enqueue(url: str, key: str, path: Path, *, prefix: str = "walsh") -> int:
     import redis
 
     client = redis.Redis.from_url(url)
-    batch = uuid.uuid4().hex
+    batch = batch or uuid.uuid4().hex
     items = [
         json.dumps({"line": n, "url": text, "list": str(path), "batch": batch})
         for n, text in list_lines(path)

@@ -63,6 +63,10 @@ class FrontierScheduler:
     def has_pending_requests(self) -> bool:
         return self._size > 0
 
+    def hosts_waiting(self) -> int:
+        """How many hosts have requests queued."""
+        return len(self._queues)
+
     def has_ready_request(self) -> bool:
         """Whether a queued request's host is ready now (no I/O)."""
         top = self._top()

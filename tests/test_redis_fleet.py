@@ -10,6 +10,8 @@ which judges them.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +252,17 @@ def durable_records(
     return out
 
 
+def walsh_records(redis: Any, shared: dict[str, Any]) -> list[dict[str, Any]]:
+    """``scrapy walsh-records`` run as an operator would (no crawl is running)."""
+    scrapy_bin = str(Path(sys.executable).parent / "scrapy")
+    out = subprocess.run(
+        [scrapy_bin, "walsh-records", "-s", f"WALSH_REDIS_URL={redis.url}",
+         "-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_worker_killed_mid_crawl_loses_no_line(server, redis_server, tmp_path):
     urls = [u for i in range(6) for u in site(server, f"h{i}.test", 5)]
@@ -270,6 +283,9 @@ async def test_a_worker_killed_mid_crawl_loses_no_line(server, redis_server, tmp
     cadence = set(r.hkeys(f"{shared['WALSH_REDIS_PREFIX']}:state:cadence"))
     r.close()
     assert cadence == {rec["canonical_url"] for rec in got}
+    # and the operator reads them back, one per line, with the command
+    printed = walsh_records(redis_server, shared)
+    assert [r["line"] for r in printed] == list(range(1, 31))
 
 
 @pytest_twisted.ensureDeferred

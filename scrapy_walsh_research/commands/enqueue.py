@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,8 +49,10 @@ class Command(ScrapyCommand):
             raise UsageError(f"URL list {args[0]!r} does not exist or is not a file")
         key = opts.key or self.settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY
         prefix = self.settings.get("WALSH_REDIS_PREFIX") or "walsh"
-        n = enqueue(url, key, path, prefix=prefix)
+        batch = uuid.uuid4().hex
+        n = enqueue(url, key, path, prefix=prefix, batch=batch)
         print(
-            f"{n} lines pushed to {prefix}:{key}; run workers with: "
-            f"scrapy crawl targets -a redis_key={key}"
+            f"{n} lines pushed to {prefix}:{key} as batch {batch}; run workers with: "
+            f"scrapy crawl targets -a redis_key={key}; their records, one per line: "
+            f"scrapy walsh-records --key {key} --batch {batch}"
         )

@@ -60,8 +60,10 @@ FEED_META = "walsh_feed_ticket"
 #: still hold lines in flight
 FEED_WAIT_S = 1.0
 #: lines a worker may hold waiting for their hosts (the frontier serves other
-#: hosts meanwhile); beyond it, it takes no line until one goes out
+#: hosts meanwhile): at least this many, more when requests are quick (one
+#: interval's worth of requests), never more than the maximum
 FEED_LOOKAHEAD = 4
+FEED_LOOKAHEAD_MAX = 32
 #: bodies up to this size are read on the reactor: at about 5 s per MiB in
 #: the worst case (junk read leniently), 8 KiB stays near 40 ms
 INLINE_PARSE_BYTES = 8 * 1024
@@ -164,18 +166,35 @@ class TargetsSpider(scrapy.Spider):
                 return
             pacer = Pacer.for_crawler(self.crawler)
             ready = getattr(scheduler, "has_ready_request", None)
-            if ready is not None:  # the frontier: it knows which hosts are ready
-                busy = ready() or len(scheduler) >= FEED_LOOKAHEAD
+            if ready is not None:
+                # The frontier knows which hosts are ready: take the next line
+                # while the current request is out, so it can follow at once,
+                # and keep one line per host waiting for its turn (up to one
+                # interval's worth); a second line for a waiting host means
+                # the list is host-bound here: take no more until one goes.
+                queued = len(scheduler)
+                busy = (
+                    ready()
+                    or queued > scheduler.hosts_waiting()
+                    or queued >= self._lookahead(pacer)
+                )
             else:
                 # A shared queue (scrapy-redis) may hold only requests for a
                 # host another worker holds: once they keep coming back
                 # unready, take a line for some other host.
                 waiting = time.monotonic() - pacer.last_requeue
-                busy = len(scheduler) > 0 and waiting > 2 * IN_PLACE_LIMIT
-            sending = len(engine.downloader.active) - pacer.waiting_in_place
-            if not busy and sending <= 0:
+                sending = len(engine.downloader.active) - pacer.waiting_in_place
+                busy = sending > 0 or (len(scheduler) > 0 and waiting > 2 * IN_PLACE_LIMIT)
+            if not busy:
                 return
             await asyncio.sleep(FEED_POLL_S)
+
+    @staticmethod
+    def _lookahead(pacer: Pacer) -> int:
+        """How many lines may wait for their hosts: enough to keep the slot busy
+        for one interval (interval / time per request), within bounds."""
+        per_request = pacer.mean_duration or 0.1
+        return int(min(FEED_LOOKAHEAD_MAX, max(FEED_LOOKAHEAD, pacer.min_delay / per_request + 1)))
 
     async def _claim(self, seen: dict[str, int], scope: str, canon: str, lineno: int) -> int | None:
         """The line in *scope* that already declared *canon* (in any worker),
