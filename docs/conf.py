@@ -2,7 +2,7 @@
 
 project = "scrapy-walsh-research"
 author = "Walsh-Research"
-copyright = "2026, Walsh-Research"  # noqa: A001
+copyright = "2026, Walsh-Research"
 release = "0.1.0"
 extensions: list[str] = []
 exclude_patterns = ["_build"]
