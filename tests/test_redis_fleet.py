@@ -10,15 +10,18 @@ which judges them.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.feed import enqueue
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
 from tests.conftest import (
     ProcessCrawl,
     gaps,
@@ -101,6 +104,86 @@ def own_redis(tmp: Path, persist: bool | str) -> Any:
 
 async def run(proc: ProcessCrawl) -> None:
     await proc.ended
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_grant_is_kept_while_renewed_and_never_used_once_its_lease_could_have_passed(
+    tmp_path,
+):
+    """A lease renewed while its request is out keeps the host; one this worker
+    could not renew (Redis stalled) is not used once another could hold it."""
+    redis = own_redis(tmp_path, persist=False)
+    conns = [RedisConnection(redis.url, "lease") for _ in range(2)]
+    mine, other = (RedisHostClock(c, lease=1.5, pause_on_loss=30.0) for c in conns)
+
+    def reserve(clock: RedisHostClock) -> Any:
+        return deferred_from_coro(clock.reserve("h.test", 0.0, 1.0))
+
+    try:
+        assert await reserve(mine) == 0.0
+        await sleep(4.0)  # well past the lease: renewed meanwhile
+        assert mine.grant_valid("h.test")
+        assert await reserve(other) > 0.0
+        redis.proc.send_signal(signal.SIGSTOP)  # no renewal gets through
+        try:
+            await sleep(1.6)
+            assert not mine.grant_valid("h.test")
+        finally:
+            redis.proc.send_signal(signal.SIGCONT)
+        # the late renewal revives nothing: the host is free for another worker
+        await sleep(0.5)
+        assert not mine.grant_valid("h.test")
+        assert await reserve(other) == 0.0
+    finally:
+        for c in conns:
+            await deferred_from_coro(c.close())
+        redis.kill()
+
+
+JOURNAL_WRITER = """
+import sys
+from pathlib import Path
+from scrapy_walsh_research.state.redis import FleetJournal
+
+journal = FleetJournal(Path(sys.argv[1]))
+for gen in range(int(sys.argv[2]), int(sys.argv[3])):
+    journal.saw("epoch-1", gen)
+    journal.flush()
+"""
+
+
+def test_workers_sharing_a_state_dir_keep_one_journal_with_the_highest_generation(tmp_path):
+    """Workers started from one project share its state directory: their
+    journal writes must neither fail (a failure after a reservation used to
+    leave the host leased to nobody) nor lower the generation another wrote."""
+    path = tmp_path / "redis-fleet-x.json"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", JOURNAL_WRITER, str(path), *span],
+                         stderr=subprocess.PIPE, text=True)
+        for span in (("1", "3001"), ("1", "1501"), ("1", "2001"))
+    ]  # fmt: skip
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errors
+    assert json.loads(path.read_text()) == {"epoch": "epoch-1", "gen": 3000}
+
+
+@pytest_twisted.ensureDeferred
+async def test_workers_started_from_one_project_share_its_state_dir_without_stalling_a_host(
+    server, redis_server, tmp_path
+):
+    pages = [site(server, f"s{i}.test", 8) for i in range(3)]
+    urls = [host[p] for p in range(8) for host in pages]
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, urls, tmp_path)
+    state = tmp_path / "project-state"  # one directory, as .scrapy/walsh would be
+    procs = [spawn_worker(server, "targets", state, **shared) for _ in range(4)]
+    await ended(*procs)
+    assert not any(b"Traceback" in p.err or b"FileNotFoundError" in p.err for p in procs)
+    for i in range(3):
+        hits = server.origin.hits_for(f"s{i}.test")
+        assert len([h for h in hits if h.path.startswith("/p/")]) == 8
+        # paced, and never held for a lease no request used
+        assert 1.0 <= min(gaps(hits)) and max(gaps(hits)) < 5.0, gaps(hits)
 
 
 @pytest_twisted.ensureDeferred

@@ -26,6 +26,7 @@ the asyncio one (Scrapy's default).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import json
@@ -46,7 +47,7 @@ from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
 
     from scrapy.crawler import Crawler
     from typing_extensions import Self
@@ -134,8 +135,10 @@ RENEW = (
     PRELUDE
     + """
 -- KEYS[1] host hash; ARGV[1] owner, ARGV[2] lease s. Extends the lease of a
--- request still in flight; 0 when it is no longer ours.
+-- request still in flight; 0 when it is no longer ours, or ran out (another
+-- worker could have taken the host meanwhile: a late renewal revives nothing).
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'lease') or '0') < now then return 0 end
 redis.call('HSET', KEYS[1], 'lease', f(now + tonumber(ARGV[2])))
 return 1
 """
@@ -443,23 +446,31 @@ class RedisStateStore:
 
 class FleetJournal:
     """What this worker last saw of the fleet's Redis (epoch, generation),
-    kept in its own ``WALSH_STATE_DIR`` so that a Redis that comes back
-    empty or older is noticed by any worker that ran before, whatever order
-    the workers start in. Written atomically (temp file, rename), at most
-    once a second while the crawl runs and once at its end."""
+    kept in its ``WALSH_STATE_DIR`` so that a Redis that comes back empty or
+    older is noticed by any worker that ran before, whatever order the
+    workers start in. Written at most once a second while the crawl runs and
+    once at its end.
+
+    Workers started from one project on one machine share that directory
+    (it defaults to the project's), so a write merges with the file under a
+    lock (the highest generation of the epoch wins) and goes through a temp
+    file of its own. A journal that cannot be written is logged, never
+    raised: it must not stop a request whose slot is already reserved.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.epoch = ""
-        self.gen = 0
+        self.epoch, self.gen = self._read()
         self._written = (self.epoch, self.gen)
         self._at = 0.0
+        self._warned = False
+
+    def _read(self) -> tuple[str, int]:
         try:
-            saved = json.loads(path.read_text())
-            self.epoch, self.gen = str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
+            saved = json.loads(self.path.read_text())
+            return str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
         except (OSError, ValueError, TypeError, AttributeError):
-            pass
-        self._written = (self.epoch, self.gen)
+            return "", 0
 
     def saw(self, epoch: str, gen: int) -> None:
         if epoch != self.epoch:
@@ -472,10 +483,41 @@ class FleetJournal:
     def flush(self) -> None:
         if (self.epoch, self.gen) == self._written or not self.epoch:
             return
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"epoch": self.epoch, "gen": self.gen}))
-        os.replace(tmp, self.path)
+        try:
+            with _locked(self.path.with_name(self.path.name + ".lock")):
+                epoch, gen = self._read()
+                if epoch == self.epoch:
+                    self.gen = max(self.gen, gen)
+                tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+                tmp.write_text(json.dumps({"epoch": self.epoch, "gen": self.gen}))
+                os.replace(tmp, self.path)
+        except OSError as exc:
+            if not self._warned:
+                self._warned = True
+                logger.warning(
+                    "Cannot write the fleet journal %(path)s (%(exc)s): if Redis loses its "
+                    "data, this worker will not notice it on its next start",
+                    {"path": self.path, "exc": exc},
+                )
+            return
         self._written, self._at = (self.epoch, self.gen), time.monotonic()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes on this machine (none where the
+    platform has no ``fcntl``: the per-process temp file still keeps writes whole)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class RedisHostClock(RobotsIntervals):
@@ -678,13 +720,16 @@ class RedisHostClock(RobotsIntervals):
                 self._state_lost(status)
                 self._epoch, self._gen = value, max(self._gen, int(gen))
                 continue
-            self._gen = max(self._gen, int(gen))
-            if self.journal:
-                self.journal.saw(epoch, self._gen)
-            self._note_strictest(host, *iv)
             if status == "wait":
+                self._after_answer(epoch, gen, host, iv)
                 self._note(host, float(value))
                 return float(value)
+            try:
+                self._after_answer(epoch, gen, host, iv)
+            except BaseException:
+                # The slot is ours in Redis: never leave it leased to nobody.
+                await self._release(host, owner)
+                raise
             if answered - asked > self.lease / 3:
                 # The answer took so long that the lease may be nearly over
                 # by the time the request could leave: do not use it.
@@ -698,6 +743,12 @@ class RedisHostClock(RobotsIntervals):
             self._note(host, interval)
             return 0.0
 
+    def _after_answer(self, epoch: str, gen: Any, host: str, iv: list[Any]) -> None:
+        self._gen = max(self._gen, int(gen))
+        if self.journal:
+            self.journal.saw(epoch, self._gen)
+        self._note_strictest(host, *iv)
+
     def grant_valid(self, host: str) -> bool:
         """Whether this worker may still send the request it reserved for *host*."""
         grant = self._grants.get(host)
@@ -705,9 +756,11 @@ class RedisHostClock(RobotsIntervals):
 
     def _start_renewing(self) -> None:
         if self._renewer is None or not self._renewer.running:
+            from scrapy.utils.defer import deferred_from_coro
             from twisted.internet import task
 
-            self._renewer = task.LoopingCall(self._renew_all)
+            # deferred_from_coro runs it as an asyncio task, as redis.asyncio needs
+            self._renewer = task.LoopingCall(lambda: deferred_from_coro(self._renew_all()))
             self._renewer.start(self.lease / 3, now=False).addErrback(
                 lambda f: logger.error("lease renewal stopped: %(f)s", {"f": f.getErrorMessage()})
             )
