@@ -218,7 +218,20 @@ def problems(settings: BaseSettings) -> list[str]:
             "hops are followed. Set REDIRECT_MAX_TIMES=5 or lower."
         )
     found.extend(_bypass_problems(settings))
+    found.extend(_signing_problems(settings))
     return found
+
+
+def _signing_problems(settings: BaseSettings) -> list[str]:
+    """With WALSH_SIGNING_KEY set, the key and the signature settings must
+    be usable now: a bot that meant to sign must not start unsigned."""
+    from scrapy_walsh_research.signing import Signer
+
+    try:
+        Signer.from_settings(settings)
+    except WalshConfigurationError as exc:
+        return [str(exc)]
+    return []
 
 
 def _bypass_problems(settings: BaseSettings) -> list[str]:

@@ -17,6 +17,12 @@ was written (the origin then receives it twice, a millisecond apart). With
 it off, that failure reaches the R5 gate as ``ResponseNeverReceived`` and a
 retry goes through pacing like any other.
 
+With ``WALSH_SIGNING_KEY`` set, the same moment is when each request is
+signed (:mod:`scrapy_walsh_research.signing`): the connection's ``request``
+is wrapped for that one call, so the signature's ``created`` is when the
+request goes onto the connection, after any pacing wait, and every hop and
+retry gets its own. A request that cannot be signed is not sent.
+
 It reaches into ``HTTP11DownloadHandler._pool`` (private; no public hook
 exists). That use is confined to this module, checked when the handler is
 built, and covered by ``tests/test_r4_pacing.py``; without the stamp, pacing
@@ -30,6 +36,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+from scrapy.exceptions import IgnoreRequest
 from twisted.internet.error import ConnectError
 
 if TYPE_CHECKING:
@@ -44,6 +51,11 @@ class GrantExpired(ConnectError):
     """The host's slot reserved for this request is no longer this worker's
     (its lease on a shared clock ran out before a connection was ready):
     nothing is sent; R5 retries it through pacing like a failed connect."""
+
+
+class SigningFailed(IgnoreRequest):
+    """Signing is on and this request could not be signed: it is not sent
+    (fail closed) and its line is recorded ``failed`` with the reason."""
 
 
 class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
@@ -63,6 +75,9 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         pool.retryAutomatically = False
         self._current: Request | None = None
         self._crawler = crawler
+        from scrapy_walsh_research.signing import Signer
+
+        self._signer = Signer.from_settings(crawler.settings)
         original = pool.getConnection
 
         def get_connection(key: Any, endpoint: Any) -> Any:
@@ -74,6 +89,8 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
                     connection.transport.loseConnection()
                     raise GrantExpired(string=f"the reserved slot for {request.url} expired")
                 if request is not None:
+                    if self._signer is not None:
+                        self._sign_on(connection, request)
                     request.meta[WIRE_TIME_META] = time.monotonic()
                     _stamp_sends(connection, request)
                 return connection
@@ -81,6 +98,35 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             return d.addCallback(stamp)
 
         pool.getConnection = get_connection
+
+    def _sign_on(self, connection: Any, request: Request) -> None:
+        """Sign *request* as the connection writes it (its next ``request``
+        call), replacing any ``Signature*`` headers it carried."""
+        from scrapy_walsh_research.signing import SIGNATURE_HEADERS
+
+        signer = self._signer
+        assert signer is not None
+
+        def request_once(tx_request: Any) -> Any:
+            del connection.request  # back to the class's method
+            headers: dict[str, str] = {}
+            try:
+                signer.sign(tx_request.method.decode("ascii"), request.url, headers)
+            except Exception as exc:
+                connection.transport.loseConnection()
+                self._crawler.stats.inc_value("walsh/signing/failed")
+                raise SigningFailed(
+                    f"not sent: signing is on (WALSH_SIGNING_KEY) and {request.url} could not "
+                    f"be signed ({type(exc).__name__}: {exc})"
+                ) from exc
+            for name in SIGNATURE_HEADERS:
+                tx_request.headers.removeHeader(name)
+            for name, value in headers.items():
+                tx_request.headers.setRawHeaders(name, [value])
+            self._crawler.stats.inc_value("walsh/signing/signed")
+            return connection.request(tx_request)
+
+        connection.request = request_once
 
     def _grant_valid(self, request: Request) -> bool:
         from scrapy_walsh_research.pacing import Pacer

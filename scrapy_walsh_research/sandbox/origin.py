@@ -55,6 +55,9 @@ class Hit:
     t: float  # time.monotonic() at arrival
     uri: str = ""
     wall: float = 0.0  # time.time() at arrival
+    #: the Web Bot Auth verdict, when the origin verifies signatures:
+    #: "verified", "unsigned" or "invalid: <why>"
+    signature: str = ""
 
     @property
     def user_agent(self) -> str | None:
@@ -70,6 +73,8 @@ class Origin(resource.Resource):
         self.hits: list[Hit] = []
         self.inflight = 0
         self.max_inflight = 0
+        #: set (a sandbox.verify.Verifier) to verify every request's signature
+        self.verifier: Any = None
 
     def route(self, host: str, path: str, reply: Reply | Handler) -> None:
         """Answer ``GET http://host/path`` (path includes any query) with *reply*."""
@@ -96,6 +101,11 @@ class Origin(resource.Resource):
         hit = Hit(
             host, full_path, request.method.decode(), headers, time.monotonic(), uri, time.time()
         )
+        if self.verifier is not None:
+            scheme = "https" if request.isSecure() else "http"
+            hit.signature = self.verifier.verify(
+                hit.method, scheme, host_header, full_path, headers, now=hit.wall
+            )
         self.hits.append(hit)
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)

@@ -1,0 +1,339 @@
+"""Signed identity (Web Bot Auth, RFC 9421): every request signed at the moment
+it goes onto its connection, verified at the origin by a verifier that shares
+no code with the signer; the published test vectors reproduced byte for byte;
+keys that would make the signature worthless refused at start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from scrapy.settings import Settings
+
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.preflight import check_settings
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.sandbox.verify import Verifier
+from scrapy_walsh_research.signing import (
+    Signer,
+    _b64url_decode,
+    generate_key,
+    load_key,
+    public_jwk,
+    sign_directory,
+)
+from tests.conftest import BLOCKLIST_HOST, base_settings, crawl
+
+VECTORS = json.loads((Path(__file__).parent / "data" / "webbotauth_vectors.json").read_text())
+TEST_KEY = Ed25519PrivateKey.from_private_bytes(_b64url_decode(VECTORS["key"]["d"]))
+
+
+# -- the published test vectors -----------------------------------------------
+
+
+@pytest.mark.parametrize("vector", VECTORS["requests"], ids=lambda v: v["name"])
+def test_the_drafts_request_vectors_are_reproduced_byte_for_byte(vector):
+    dictionary = vector["signature_agent_key"] is not None
+    signer = Signer(
+        TEST_KEY,
+        agent="https://signature-agent.test",
+        form="origin" if dictionary else "string",
+        ttl=vector["expires"] - vector["created"],
+        label=vector["label"],
+        agent_key=vector["signature_agent_key"],
+    )
+    headers: dict[str, str] = {}
+    signer.sign(
+        "GET", vector["target_url"], headers, created=vector["created"], nonce=vector["nonce"]
+    )
+    assert signer.keyid == VECTORS["key"]["thumbprint"]
+    assert headers == {
+        "Signature-Agent": vector["signature_agent"],
+        "Signature-Input": vector["signature_input"],
+        "Signature": vector["signature"],
+    }
+
+
+def test_the_drafts_signed_directory_response_is_reproduced_byte_for_byte():
+    d = VECTORS["directory_response"]
+    headers = sign_directory(
+        TEST_KEY, d["authority"], d["body"].encode(), created=1735689600, expires=4889289600,
+        label=d["label"], alg=False,
+    )  # fmt: skip
+    assert headers == {
+        "Content-Digest": d["content_digest"],
+        "Signature-Input": d["signature_input"],
+        "Signature": d["signature"],
+    }
+
+
+@pytest.mark.parametrize("vector", VECTORS["requests"], ids=lambda v: v["name"])
+def test_the_independent_verifier_accepts_the_published_vectors(vector):
+    verifier = Verifier({VECTORS["key"]["thumbprint"]: VECTORS["key"]["x"]})
+    headers = {
+        "signature-agent": vector["signature_agent"],
+        "signature-input": vector["signature_input"],
+        "signature": vector["signature"],
+    }
+    at = vector["created"] + 60
+    assert verifier.verify("GET", "https", "example.com", "/path/to/resource", headers, at) == (
+        "verified"
+    )
+
+
+# -- the verifier can fail ---------------------------------------------------------
+
+
+def signed(signer: Signer, url: str = "http://site.test:8080/p") -> dict[str, str]:
+    out: dict[str, str] = {}
+    signer.sign("GET", url, out)
+    return {k.lower(): v for k, v in out.items()}
+
+
+@pytest.fixture
+def pair() -> tuple[Signer, Verifier]:
+    key = Ed25519PrivateKey.generate()
+    jwk = public_jwk(key)
+    return Signer(key), Verifier({jwk["kid"]: jwk["x"]})
+
+
+def test_a_signature_verifies_once_for_its_own_authority(pair):
+    signer, verifier = pair
+    headers = signed(signer)
+    assert verifier.verify("GET", "http", "site.test:8080", "/p", headers) == "verified"
+    # the same request again (a replay) is refused: its nonce was seen
+    assert verifier.verify("GET", "http", "site.test:8080", "/p", headers) == (
+        "invalid: nonce repeated"
+    )
+
+
+def test_a_tampered_authority_fails(pair):
+    signer, verifier = pair
+    got = verifier.verify("GET", "http", "other.test:8080", "/p", signed(signer))
+    assert got == "invalid: signature does not verify"
+
+
+def test_an_expired_signature_fails(pair):
+    signer, verifier = pair
+    headers = signed(signer)
+    later = 10**10  # far beyond any expires
+    assert verifier.verify("GET", "http", "site.test:8080", "/p", headers, later) == (
+        "invalid: expired"
+    )
+
+
+def test_a_signature_created_in_the_future_fails(pair):
+    signer, verifier = pair
+    out: dict[str, str] = {}
+    import time
+
+    signer.sign("GET", "http://site.test:8080/p", out, created=int(time.time()) + 3600)
+    headers = {k.lower(): v for k, v in out.items()}
+    got = verifier.verify("GET", "http", "site.test:8080", "/p", headers)
+    assert got == "invalid: created in the future"
+
+
+def test_a_signature_not_covering_signature_agent_fails(pair):
+    signer, verifier = pair
+    signer.covered = ("@authority",)  # a signer that forgot the agent
+    got = verifier.verify("GET", "http", "site.test:8080", "/p", signed(signer))
+    assert got == "invalid: signature-agent not covered"
+
+
+def test_an_unsigned_request_is_reported_as_unsigned(pair):
+    _, verifier = pair
+    assert verifier.verify("GET", "http", "a.test", "/", {"user-agent": "x"}) == "unsigned"
+
+
+# -- keys refused at start-up, naming the setting -----------------------------------
+
+
+def write_key(tmp_path: Path, data: bytes, mode: int = 0o600, name: str = "key") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    path.chmod(mode)
+    return path
+
+
+def pem(key: Any) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def refused(path: Path | str, match: str) -> None:
+    settings = Settings({"ADDONS": {"scrapy_walsh_research.Addon": 0}})
+    settings.set("WALSH_SIGNING_KEY", str(path))
+    with pytest.raises(WalshConfigurationError, match=match) as info:
+        check_settings(settings)
+    assert "WALSH_SIGNING_KEY" in str(info.value)
+
+
+def test_a_missing_key_file_is_refused(tmp_path):
+    refused(tmp_path / "nope.pem", "cannot be read")
+
+
+def test_a_key_readable_by_others_is_refused(tmp_path):
+    path = write_key(tmp_path, pem(Ed25519PrivateKey.generate()), mode=0o644)
+    refused(path, "chmod 600")
+
+
+def test_a_key_that_is_not_ed25519_is_refused(tmp_path):
+    refused(write_key(tmp_path, pem(ec.generate_private_key(ec.SECP256R1()))), "not Ed25519")
+
+
+def test_the_rfc_9421_example_key_is_refused(tmp_path):
+    jwk = {k: VECTORS["key"][k] for k in ("kty", "crv", "d", "x")}
+    refused(write_key(tmp_path, json.dumps(jwk).encode()), "RFC 9421 example key")
+
+
+def test_a_public_jwk_is_refused(tmp_path):
+    jwk = public_jwk(Ed25519PrivateKey.generate())
+    refused(write_key(tmp_path, json.dumps(jwk).encode()), "no private part")
+
+
+def test_garbage_is_refused(tmp_path):
+    refused(write_key(tmp_path, b"hello"), "not an unencrypted PKCS#8 PEM")
+
+
+def test_a_generated_key_is_0600_and_loads_as_pem_and_as_jwk(tmp_path):
+    path = tmp_path / "walsh.pem"
+    key = generate_key(path)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert public_jwk(load_key(path)) == public_jwk(key)
+    raw = key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    jwk = {**public_jwk(key), "d": __import__("base64").urlsafe_b64encode(raw).decode().rstrip("=")}
+    assert public_jwk(load_key(write_key(tmp_path, json.dumps(jwk).encode(), name="k.jwk"))) == (
+        public_jwk(key)
+    )
+    with pytest.raises(FileExistsError):
+        generate_key(path)  # never overwrites a key
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("WALSH_SIGNATURE_AGENT_FORM", "header", "use one of dictionary, origin, string"),
+        ("WALSH_SIGNATURE_AGENT", "http://wal.sh/dir", "must be an https URL"),
+        ("WALSH_SIGNATURE_TTL", "0", "between 1 and 86400"),
+        ("WALSH_SIGNATURE_COMPONENTS", "@query", "not allowed"),
+    ],
+)
+def test_signature_settings_that_cannot_work_are_refused(tmp_path, name, value, match):
+    path = tmp_path / "k.pem"
+    generate_key(path)
+    settings = Settings({"ADDONS": {"scrapy_walsh_research.Addon": 0}})
+    settings.set("WALSH_SIGNING_KEY", str(path))
+    settings.set(name, value)
+    with pytest.raises(WalshConfigurationError, match=match):
+        check_settings(settings)
+
+
+# -- every request on the wire is signed ------------------------------------------------
+
+
+def signing_settings(server: Any, tmp_path: Path, **extra: Any) -> tuple[dict[str, Any], Signer]:
+    path = tmp_path / "walsh.pem"
+    key = generate_key(path)
+    jwk = public_jwk(key)
+    server.origin.verifier = Verifier({jwk["kid"]: jwk["x"]})
+    settings = base_settings(server, tmp_path / "s", WALSH_SIGNING_KEY=str(path), **extra)
+    return settings, Signer(key)
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_request_the_origin_receives_is_signed_and_verifies(server, tmp_path):
+    """Targets, robots.txt, the blocklist and its schema, a redirect hop and a
+    retry: each verified at the origin, each with its own nonce."""
+    server.origin.route("a.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route(
+        "a.test", "/old", Reply(301, "", {"Location": server.url("a.test", "/new")})
+    )
+    server.origin.route("a.test", "/new", Reply(200, "moved here"))
+    answers = iter([Reply(503, "busy", {"Retry-After": "1"}), Reply(200, "ok")])
+    server.origin.route("a.test", "/busy", lambda hit: next(answers))
+    settings, _ = signing_settings(server, tmp_path, DEFAULT_REQUEST_HEADERS={
+        "Signature": "sig1=:AAAA:", "Signature-Input": 'sig1=("@authority");created=1',
+    })  # fmt: skip
+    result = await crawl(
+        settings, [server.url("a.test", "/old"), server.url("a.test", "/busy")], tmp_path
+    )
+    assert {i["outcome"] for i in result.items} == {"fetched"}
+    hits = server.origin.hits
+    paths = [(h.host, h.path) for h in hits]
+    for needed in [("a.test", "/robots.txt"), ("a.test", "/old"), ("a.test", "/new"),
+                   (BLOCKLIST_HOST, "/.well-known/walsh-research/blocklist.json")]:  # fmt: skip
+        assert needed in paths
+    assert paths.count(("a.test", "/busy")) == 2
+    assert [h.signature for h in hits] == ["verified"] * len(hits), [
+        (h.path, h.signature) for h in hits
+    ]
+    assert len({h.headers["signature-input"] for h in hits}) == len(hits)
+    assert {h.headers["signature-agent"] for h in hits} == {
+        'sig1="https://wal.sh/.well-known/http-message-signatures-directory"'
+    }
+    assert result.stats["walsh/signing/signed"] == len(hits)
+
+
+@pytest.mark.parametrize(
+    ("form", "header"),
+    [
+        ("dictionary", 'sig1="https://wal.sh/.well-known/http-message-signatures-directory"'),
+        ("origin", 'sig1="https://wal.sh"'),
+        ("string", '"https://wal.sh"'),
+    ],
+)
+@pytest_twisted.ensureDeferred
+async def test_each_signature_agent_form_is_sent_covered_and_verifies(
+    server, tmp_path, form, header
+):
+    server.origin.route("f.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route("f.test", "/x", Reply(200, "x"))
+    settings, _ = signing_settings(
+        server, tmp_path, WALSH_SIGNATURE_AGENT_FORM=form,
+        WALSH_SIGNATURE_COMPONENTS=["@method", "@path"],
+    )  # fmt: skip
+    await crawl(settings, [server.url("f.test", "/x")], tmp_path)
+    hit = server.origin.hits_for("f.test", "/x")[0]
+    assert hit.headers["signature-agent"] == header
+    assert '"@method" "@path"' in hit.headers["signature-input"]
+    assert hit.signature == "verified"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_request_that_cannot_be_signed_is_not_sent(server, tmp_path, monkeypatch):
+    server.origin.route("n.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route("n.test", "/x", Reply(200, "x"))
+    settings, _ = signing_settings(server, tmp_path)
+    real = Signer.sign
+
+    def failing(self: Signer, method: str, url: str, headers: Any, **kw: Any) -> None:
+        if url.endswith("/x"):
+            raise ValueError("no key today")
+        real(self, method, url, headers, **kw)
+
+    monkeypatch.setattr(Signer, "sign", failing)
+    result = await crawl(settings, [server.url("n.test", "/x")], tmp_path)
+    assert server.origin.hits_for("n.test", "/x") == []
+    (record,) = result.items
+    assert record["outcome"] == "failed"
+    assert "could not be signed" in record["reason"]
+    assert result.stats["walsh/signing/failed"] == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_a_key_requests_are_unsigned(server, tmp_path):
+    server.origin.verifier = Verifier({})
+    server.origin.route("u.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    server.origin.route("u.test", "/x", Reply(200, "x"))
+    await crawl(base_settings(server, tmp_path / "s"), [server.url("u.test", "/x")], tmp_path)
+    assert {h.signature for h in server.origin.hits} == {"unsigned"}
