@@ -124,6 +124,29 @@ def attest(settings: BaseSettings, report: Report | None = None) -> dict[str, An
         "settings_sha256": settings_hash(settings),
         "requirements": requirements,
         "evidence": evidence,
+        "identity": _identity(settings),
+    }
+
+
+def _identity(settings: BaseSettings) -> dict[str, Any]:
+    """Whether requests are signed (Web Bot Auth), and as whom: from the key
+    itself, not from the setting alone."""
+    from scrapy_walsh_research.signing import Signer
+
+    if not settings.get("WALSH_SIGNING_KEY"):
+        return {"signed": False, "reason": "WALSH_SIGNING_KEY is not set: requests are unsigned"}
+    try:
+        signer = Signer.from_settings(settings)
+    except Exception as exc:  # reported, not raised: the attestation describes a refusal
+        return {"signed": False, "reason": str(exc)}
+    assert signer is not None
+    return {
+        "signed": True,
+        "keyid": signer.keyid,
+        "signature_agent": signer.agent,
+        "signature_agent_form": signer.form,
+        "covered": list(signer.covered),
+        "ttl_seconds": signer.ttl,
     }
 
 

@@ -5,8 +5,12 @@ keys that would make the signature worthless refused at start-up."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +18,13 @@ import pytest
 import pytest_twisted
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from scrapy.settings import Settings
 
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.preflight import check_settings
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.sandbox.verify import Verifier
+from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary
 from scrapy_walsh_research.signing import (
     Signer,
     _b64url_decode,
@@ -337,3 +341,100 @@ async def test_without_a_key_requests_are_unsigned(server, tmp_path):
     server.origin.route("u.test", "/x", Reply(200, "x"))
     await crawl(base_settings(server, tmp_path / "s"), [server.url("u.test", "/x")], tmp_path)
     assert {h.signature for h in server.origin.hits} == {"unsigned"}
+
+
+# -- what the operator publishes --------------------------------------------------------
+
+PROJECT = Path(__file__).parent.parent / "example_project"
+
+
+def scrapy(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "scrapy"), *args],
+        cwd=PROJECT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if ok:
+        assert run.returncode == 0, run.stderr[-2000:]
+    return run
+
+
+def test_walsh_keys_generate_writes_a_private_key_only_its_owner_reads(tmp_path):
+    run = scrapy("walsh-keys", "generate", str(tmp_path / "k.pem"))
+    key = load_key(tmp_path / "k.pem")
+    assert os.stat(tmp_path / "k.pem").st_mode & 0o777 == 0o600
+    assert public_jwk(key)["kid"] in run.stdout
+    again = scrapy("walsh-keys", "generate", str(tmp_path / "k.pem"), ok=False)
+    assert again.returncode != 0 and "never overwritten" in again.stderr
+
+
+def test_the_directory_publishes_public_keys_whose_kid_is_the_keyid_signed_by_each_key(tmp_path):
+    new, old = tmp_path / "new.pem", tmp_path / "old.pem"
+    generate_key(new), generate_key(old)
+    scrapy("walsh-keys", "directory", "--also", str(old), "--out", str(tmp_path / "pub"),
+           "-s", f"WALSH_SIGNING_KEY={new}")  # fmt: skip
+    body = (tmp_path / "pub" / "http-message-signatures-directory").read_bytes()
+    headers = dict(
+        line.split(": ", 1)
+        for line in (tmp_path / "pub" / "http-message-signatures-directory.headers")
+        .read_text()
+        .splitlines()
+    )
+    jwks = json.loads(body)
+    assert all("d" not in k for k in jwks["keys"])
+    assert [k["kid"] for k in jwks["keys"]] == [Signer(load_key(p)).keyid for p in (new, old)]
+    assert headers["Content-Type"] == "application/http-message-signatures-directory+json"
+    assert headers["Content-Digest"] == (
+        "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
+    )
+    # each key's possession signature verifies, checked here from the bytes sent
+    inputs = parse_dictionary(headers["Signature-Input"])
+    signatures = parse_dictionary(headers["Signature"])
+    assert len(inputs) == 2
+    for label, (_, params, raw) in inputs.items():
+        assert params["tag"] == "http-message-signatures-directory"
+        x = {k["kid"]: k["x"] for k in jwks["keys"]}[params["keyid"]]
+        base = (
+            f'"@authority";req: wal.sh\n"content-digest": {headers["Content-Digest"]}\n'
+            f'"@signature-params": {raw}'
+        )
+        Ed25519PublicKey.from_public_bytes(_b64url_decode(x)).verify(
+            signatures[label][0], base.encode()
+        )
+
+
+def test_a_signed_attestation_verifies_against_the_published_keys_and_fails_once_a_byte_changes(
+    tmp_path,
+):
+    signing, attesting = tmp_path / "s.pem", tmp_path / "a.pem"
+    generate_key(signing), generate_key(attesting)
+    keys = ("-s", f"WALSH_SIGNING_KEY={signing}", "-s", f"WALSH_ATTESTATION_KEY={attesting}")
+    token = scrapy("walsh-attest", "--sign", *keys).stdout.strip()
+    (tmp_path / "att.jws").write_text(token)
+    (tmp_path / "keys.json").write_text(scrapy("walsh-keys", "attestation-keys", *keys).stdout)
+    run = scrapy("walsh-attest", "--verify", str(tmp_path / "att.jws"),
+                 "--jwks", str(tmp_path / "keys.json"))  # fmt: skip
+    doc = json.loads(run.stdout)
+    assert doc["identity"]["signed"] is True
+    assert doc["identity"]["keyid"] == Signer(load_key(signing)).keyid
+    head, payload, sig = token.split(".")
+    changed = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)).replace(
+        b'"signed":true', b'"signed":fals'
+    )
+    forged = ".".join([head, base64.urlsafe_b64encode(changed).decode().rstrip("="), sig])
+    (tmp_path / "forged.jws").write_text(forged)
+    bad = scrapy("walsh-attest", "--verify", str(tmp_path / "forged.jws"),
+                 "--jwks", str(tmp_path / "keys.json"), ok=False)  # fmt: skip
+    assert bad.returncode == 1 and "NOT VERIFIED" in bad.stderr
+
+
+def test_the_attestation_key_must_not_be_the_request_signing_key(tmp_path):
+    generate_key(tmp_path / "k.pem")
+    run = scrapy("walsh-attest", "--sign", "-s", f"WALSH_SIGNING_KEY={tmp_path / 'k.pem'}",
+                 "-s", f"WALSH_ATTESTATION_KEY={tmp_path / 'k.pem'}", ok=False)  # fmt: skip
+    assert run.returncode != 0 and "not reused across purposes" in run.stderr
+
+
+def test_an_unsigned_configuration_is_attested_as_unsigned():
+    doc = json.loads(scrapy("walsh-attest").stdout)
+    assert doc["identity"]["signed"] is False
+    assert "WALSH_SIGNING_KEY" in doc["identity"]["reason"]

@@ -1,0 +1,123 @@
+"""``scrapy walsh-keys``: make a signing key, and what to publish for it.
+
+* ``generate PATH``: a new Ed25519 key, written 0600; prints its keyid.
+* ``directory [--out DIR] [--also OLD.pem ...]``: the key directory served at
+  ``WALSH_SIGNATURE_AGENT`` (the JWKS of ``WALSH_SIGNING_KEY``, plus older
+  keys while a rotation overlaps) and the response headers the web server
+  must send, one possession signature per key; with ``--out``, as files for
+  a static host.
+* ``attestation-keys``: the JWKS of ``WALSH_ATTESTATION_KEY``, published at
+  ``/.well-known/walsh-research/keys``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_walsh_research.signing import (
+    DEFAULT_AGENT,
+    DIRECTORY_MEDIA_TYPE,
+    generate_key,
+    load_key,
+    public_jwk,
+    sign_directory,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+#: how long the directory's possession signatures last: well beyond any
+#: republication interval (the draft: a short expiry buys nothing here)
+DIRECTORY_VALID_DAYS = 90
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "generate PATH | directory [--out DIR] [--also OLD.pem] | attestation-keys"
+
+    def short_desc(self) -> str:
+        return "Generate a Web Bot Auth signing key; print the key directory to publish"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        parser.add_argument("--out", help="directory: write the body and headers here")
+        parser.add_argument(
+            "--also", action="append", default=[], metavar="KEY",
+            help="directory: also publish this (older) key, while a rotation overlaps",
+        )  # fmt: skip
+        parser.add_argument(
+            "--valid-days", type=int, default=DIRECTORY_VALID_DAYS,
+            help="directory: days the possession signatures stay valid",
+        )  # fmt: skip
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        if not args:
+            raise UsageError("say what to do: generate PATH, directory or attestation-keys")
+        if args[0] == "generate" and len(args) == 2:
+            try:
+                key = generate_key(args[1])
+            except FileExistsError as exc:
+                raise UsageError(f"{args[1]} exists: a key is never overwritten") from exc
+            print(f"{args[1]}: new Ed25519 key (0600), keyid {public_jwk(key)['kid']}")
+            return
+        if args[0] == "directory" and len(args) == 1:
+            self._directory(opts)
+            return
+        if args[0] == "attestation-keys" and len(args) == 1:
+            path = self.settings.get("WALSH_ATTESTATION_KEY")
+            if not path:
+                raise UsageError("set WALSH_ATTESTATION_KEY (-s WALSH_ATTESTATION_KEY=PATH)")
+            jwks = {"keys": [{**public_jwk(load_key(path, "WALSH_ATTESTATION_KEY")), "use": "sig"}]}
+            print(json.dumps(jwks, separators=(",", ":")))
+            return
+        raise UsageError(f"unknown: {' '.join(args)}; see scrapy walsh-keys -h")
+
+    def _directory(self, opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        path = self.settings.get("WALSH_SIGNING_KEY")
+        if not path:
+            raise UsageError("set WALSH_SIGNING_KEY (-s WALSH_SIGNING_KEY=PATH)")
+        keys = [load_key(path)] + [load_key(p, "--also") for p in opts.also]
+        agent = self.settings.get("WALSH_SIGNATURE_AGENT") or DEFAULT_AGENT
+        authority = urlsplit(agent).netloc.lower().removesuffix(":443")
+        body = json.dumps(
+            {"keys": [{**public_jwk(k), "use": "sig"} for k in keys]}, separators=(",", ":")
+        ).encode()
+        created = int(time.time())
+        expires = created + opts.valid_days * 86400
+        inputs, signatures, digest = [], [], ""
+        for i, key in enumerate(keys):
+            headers = sign_directory(
+                key, authority, body, created=created, expires=expires, label=f"binding{i}"
+            )
+            digest = headers["Content-Digest"]
+            inputs.append(headers["Signature-Input"])
+            signatures.append(headers["Signature"])
+        lines = [
+            f"Content-Type: {DIRECTORY_MEDIA_TYPE}",
+            "Cache-Control: max-age=86400",
+            f"Content-Digest: {digest}",
+            f"Signature-Input: {', '.join(inputs)}",
+            f"Signature: {', '.join(signatures)}",
+        ]
+        if opts.out:
+            out = Path(opts.out)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "http-message-signatures-directory").write_bytes(body)
+            (out / "http-message-signatures-directory.headers").write_text("\n".join(lines) + "\n")
+        print(f"# serve at {agent}, with these response headers:")
+        print("\n".join(lines))
+        print("\n# body (exactly these bytes, no trailing newline):")
+        print(body.decode())

@@ -1,0 +1,102 @@
+"""The attestation, signed: a JWS (RFC 7515) over its RFC 8785 canonical JSON.
+
+Anyone holding the published attestation keys (a JWKS at
+``/.well-known/walsh-research/keys``) can check that the operator's
+attestation is the one the operator's key signed, byte for byte, without
+trusting whoever hands it over. The key is ``WALSH_ATTESTATION_KEY``, never
+the request-signing key: a key serves one purpose.
+
+``alg`` is ``EdDSA`` with an Ed25519 key (RFC 8037), what JOSE verifiers in
+the field accept today; RFC 9864's fully specified ``Ed25519`` is accepted
+when verifying too. JWS and canonical JSON are joserfc's and rfc8785's.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import rfc8785
+from cryptography.hazmat.primitives import serialization
+from joserfc import jws
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet, OKPKey
+
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.signing import load_key, public_jwk, public_x
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from scrapy.settings import BaseSettings
+
+TYP = "walsh-attestation+jws"
+ALGORITHMS = ["EdDSA", "Ed25519"]
+
+
+class AttestationInvalid(ValueError):
+    """The attestation does not verify against the published keys."""
+
+
+def attestation_key(settings: BaseSettings) -> Ed25519PrivateKey:
+    path = settings.get("WALSH_ATTESTATION_KEY")
+    if not path:
+        raise WalshConfigurationError(
+            "--sign needs WALSH_ATTESTATION_KEY: an Ed25519 key of its own (`scrapy walsh-keys "
+            "generate attestation.pem`), published at /.well-known/walsh-research/keys"
+        )
+    key = load_key(path, "WALSH_ATTESTATION_KEY")
+    signing = settings.get("WALSH_SIGNING_KEY")
+    if signing and public_x(load_key(signing)) == public_x(key):
+        raise WalshConfigurationError(
+            "WALSH_ATTESTATION_KEY is the request-signing key (WALSH_SIGNING_KEY): keys are "
+            "not reused across purposes; generate a second one for attestations"
+        )
+    return key
+
+
+def _jose_key(key: Ed25519PrivateKey) -> OKPKey:
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return OKPKey.import_key(pem)
+
+
+def sign(doc: dict[str, Any], key: Ed25519PrivateKey) -> str:
+    """The compact JWS of *doc*'s canonical JSON."""
+    header = {"alg": "EdDSA", "kid": public_jwk(key)["kid"], "typ": TYP}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # joserfc flags EdDSA per RFC 9864; see module doc
+        payload = rfc8785.dumps(doc)
+        return jws.serialize_compact(header, payload, _jose_key(key), algorithms=["EdDSA"])
+
+
+def load_jwks(source: str) -> dict[str, Any]:
+    """A JWKS from a file or an https URL (a command, not the crawl: blocking is fine)."""
+    if source.startswith("https://"):
+        with urllib.request.urlopen(source, timeout=30) as answer:
+            return json.loads(answer.read())
+    if source.startswith("http://"):
+        raise AttestationInvalid(f"{source}: the keys must come over https")
+    with open(source, "rb") as handle:
+        return json.loads(handle.read())
+
+
+def verify(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
+    """The attestation in *token* if a key of *jwks* signed it, else
+    :class:`AttestationInvalid` saying why."""
+    try:
+        keys = KeySet.import_key_set(jwks)
+    except (JoseError, ValueError, TypeError, KeyError) as exc:
+        raise AttestationInvalid(f"not a usable JWKS ({exc})") from exc
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = jws.deserialize_compact(token.strip(), keys, algorithms=ALGORITHMS)
+    except (JoseError, ValueError) as exc:
+        raise AttestationInvalid(f"the signature does not verify ({exc})") from exc
+    doc = json.loads(obj.payload)
+    if rfc8785.dumps(doc) != obj.payload:
+        raise AttestationInvalid("the signed payload is not canonical JSON (RFC 8785)")
+    return doc
