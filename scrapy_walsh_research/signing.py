@@ -326,3 +326,29 @@ def sign_directory(
         "Signature-Input": f"{label}={params}",
         "Signature": f"{label}=:{signature}:",
     }
+
+
+def directory_response(
+    keys: list[Ed25519PrivateKey], agent: str, *, created: int, expires: int
+) -> tuple[bytes, dict[str, str]]:
+    """The key directory to serve at *agent*: the JWKS body (public keys, each
+    ``kid`` its thumbprint) and the response headers, with one possession
+    signature per key (``binding0``, ``binding1``, ...)."""
+    authority = urlsplit(agent).netloc.lower().removesuffix(":443")
+    body = json.dumps(
+        {"keys": [{**public_jwk(k), "use": "sig"} for k in keys]}, separators=(",", ":")
+    ).encode()
+    inputs, signatures = [], []
+    for i, key in enumerate(keys):
+        signed = sign_directory(
+            key, authority, body, created=created, expires=expires, label=f"binding{i}"
+        )
+        inputs.append(signed["Signature-Input"])
+        signatures.append(signed["Signature"])
+    return body, {
+        "Content-Type": DIRECTORY_MEDIA_TYPE,
+        "Cache-Control": "max-age=86400",
+        "Content-Digest": content_digest(body),
+        "Signature-Input": ", ".join(inputs),
+        "Signature": ", ".join(signatures),
+    }

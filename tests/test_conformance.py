@@ -23,6 +23,7 @@ from scrapy_walsh_research.preflight import (
     USERAGENT_MW,
     apply_addons,
 )
+from scrapy_walsh_research.signing import generate_key
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 
@@ -53,6 +54,35 @@ async def test_a_conformant_project_passes_every_check(tmp_path):
     assert failing(report) == set(), report.table()
     assert report.must_pass
     assert all(c.measured for c in report.checks)  # every row shows what was measured
+    # unsigned, and said so: no identity rows, a note
+    assert "ID" not in {c.id for c in report.checks}
+    assert any("unsigned" in note for note in report.notes)
+    assert "Note: requests are unsigned" in report.table()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_signing_project_passes_every_identity_row(tmp_path):
+    key = tmp_path / "walsh.pem"
+    generate_key(key)
+    report = await conformance(project(WALSH_SIGNING_KEY=str(key)), tmp_path / "run")
+    identity = [c for c in report.checks if c.id == "ID"]
+    assert len(identity) == 6
+    assert failing(report) == set(), report.table()
+    assert not report.notes
+
+
+@pytest_twisted.ensureDeferred
+async def test_signatures_that_never_reach_the_wire_fail_the_identity_rows(tmp_path, monkeypatch):
+    from scrapy_walsh_research.wire import WireTimedHTTP11DownloadHandler
+
+    monkeypatch.setattr(WireTimedHTTP11DownloadHandler, "_sign_on", lambda self, c, r: None)
+    key = tmp_path / "walsh.pem"
+    generate_key(key)
+    report = await conformance(project(WALSH_SIGNING_KEY=str(key)), tmp_path / "run")
+    rows = {c.title: c for c in report.checks if c.id == "ID"}
+    verified = next(c for t, c in rows.items() if t.startswith("every request verified"))
+    assert not verified.passed and "unsigned" in verified.measured
+    assert not report.must_pass
 
 
 BROKEN = {

@@ -16,18 +16,16 @@ import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research.signing import (
     DEFAULT_AGENT,
-    DIRECTORY_MEDIA_TYPE,
+    directory_response,
     generate_key,
     load_key,
     public_jwk,
-    sign_directory,
 )
 
 if TYPE_CHECKING:
@@ -91,27 +89,11 @@ class Command(ScrapyCommand):
             raise UsageError("set WALSH_SIGNING_KEY (-s WALSH_SIGNING_KEY=PATH)")
         keys = [load_key(path)] + [load_key(p, "--also") for p in opts.also]
         agent = self.settings.get("WALSH_SIGNATURE_AGENT") or DEFAULT_AGENT
-        authority = urlsplit(agent).netloc.lower().removesuffix(":443")
-        body = json.dumps(
-            {"keys": [{**public_jwk(k), "use": "sig"} for k in keys]}, separators=(",", ":")
-        ).encode()
         created = int(time.time())
-        expires = created + opts.valid_days * 86400
-        inputs, signatures, digest = [], [], ""
-        for i, key in enumerate(keys):
-            headers = sign_directory(
-                key, authority, body, created=created, expires=expires, label=f"binding{i}"
-            )
-            digest = headers["Content-Digest"]
-            inputs.append(headers["Signature-Input"])
-            signatures.append(headers["Signature"])
-        lines = [
-            f"Content-Type: {DIRECTORY_MEDIA_TYPE}",
-            "Cache-Control: max-age=86400",
-            f"Content-Digest: {digest}",
-            f"Signature-Input: {', '.join(inputs)}",
-            f"Signature: {', '.join(signatures)}",
-        ]
+        body, headers = directory_response(
+            keys, agent, created=created, expires=created + opts.valid_days * 86400
+        )
+        lines = [f"{name}: {value}" for name, value in headers.items()]
         if opts.out:
             out = Path(opts.out)
             out.mkdir(parents=True, exist_ok=True)

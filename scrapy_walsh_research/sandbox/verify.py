@@ -222,3 +222,46 @@ class Verifier:
             return "invalid: signature does not verify"
         self.nonces.add(nonce)
         return "verified"
+
+
+def verify_directory(authority: str, body: bytes, headers: dict[str, str]) -> dict[str, str]:
+    """{kid: "verified" | "invalid: <why>"} for a key directory response: the
+    body's keys, the Content-Digest over the body, and each key's possession
+    signature over ``("@authority";req "content-digest")``."""
+    import hashlib
+    import json
+
+    lower = {k.lower(): v for k, v in headers.items()}
+    digest = "sha-256=:" + base64.b64encode(hashlib.sha256(body).digest()).decode() + ":"
+    keys = {k.get("kid"): k for k in json.loads(body).get("keys", [])}
+    out: dict[str, str] = {}
+    inputs = parse_dictionary(lower.get("signature-input", ""))
+    signatures = parse_dictionary(lower.get("signature", ""))
+    for kid, jwk in keys.items():
+        out[str(kid)] = "invalid: no possession signature"
+        if "d" in jwk:
+            out[str(kid)] = "invalid: the private key is published"
+            continue
+        for label, (covered, params, raw) in inputs.items():
+            if params.get("keyid") != kid:
+                continue
+            if lower.get("content-digest") != digest:
+                out[str(kid)] = "invalid: Content-Digest does not match the body"
+            elif params.get("tag") != "http-message-signatures-directory":
+                out[str(kid)] = f"invalid: tag {params.get('tag')!r}"
+            elif [(c, p) for c, p in covered] != [("@authority", {"req": True}),
+                                                  ("content-digest", {})]:  # fmt: skip
+                out[str(kid)] = "invalid: covers the wrong components"
+            else:
+                base = (
+                    f'"@authority";req: {authority.lower()}\n'
+                    f'"content-digest": {digest}\n"@signature-params": {raw}'
+                )
+                try:
+                    Ed25519PublicKey.from_public_bytes(_b64url(jwk["x"])).verify(
+                        signatures[label][0], base.encode()
+                    )
+                    out[str(kid)] = "verified"
+                except (InvalidSignature, KeyError, ValueError):
+                    out[str(kid)] = "invalid: signature does not verify"
+    return out
