@@ -49,6 +49,7 @@ class Origin(resource.Resource):
             "path": path,
             "ua": request.getHeader("user-agent") or "",
             "worker": request.getHeader("x-bench-worker") or "",
+            "signed": request.getHeader("signature") is not None,
             "start": time.monotonic(),
         }
         st["hits"].append(entry)

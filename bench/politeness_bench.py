@@ -63,12 +63,21 @@ def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
     if crawler == "stock":
         return [SCRAPY, "runspider", str(HERE / "baseline_spider.py"), "-a", f"list={urls}"]
     base = f"http://127.0.0.1:{port}/.well-known/walsh-research"
+    signing: list[str] = []
+    if crawler == "walsh-signed":  # the bundle, signing every request (issue #11)
+        from scrapy_walsh_research.signing import generate_key
+
+        key = tmp / "walsh.pem"
+        if not key.exists():
+            generate_key(key)
+        signing = ["-s", f"WALSH_SIGNING_KEY={key}"]
     return [
         SCRAPY, "runspider", str(HERE / "walsh_spider.py"), "-a", f"list={urls}",
         "-s", f"WALSH_BLOCKLIST_URL={base}/blocklist.json",
         "-s", f"WALSH_BLOCKLIST_SCHEMA_URL={base}/blocklist.schema.json",
         "-s", "WALSH_BLOCKLIST_ALLOW_HTTP=True",
         "-s", f"WALSH_STATE_DIR={tmp / 'state'}",
+        *signing,
     ]  # fmt: skip
 
 
@@ -145,6 +154,7 @@ def measure(
         "min_same_host_gap_s": round(min(gaps), 4) if gaps else None,
         "gaps": len(gaps), "gaps_under_interval": sum(g < interval for g in gaps),
         "max_inflight": data["max_inflight"], "bad_ua": sum(1 for h in hits if h["ua"] != UA),
+        "signed": sum(1 for h in hits if h.get("signed")),
         "requests_per_worker": sorted((len(v) for v in per_worker.values()), reverse=True),
         "max_inflight_per_worker": max((_inflight(v) for v in per_worker.values()), default=0),
     }  # fmt: skip
@@ -172,9 +182,15 @@ def main() -> int:
     ap.add_argument("--large", action="store_true", help="250 hosts x 40 pages (issue #10)")
     ap.add_argument("--crawlers", default="walsh,stock")
     ap.add_argument("--workers", type=int, default=0, help="multi-process mode: N workers vs 1")
+    ap.add_argument(
+        "--signing", action="store_true",
+        help="the bundle with and without Web Bot Auth signing, and the signing cost per request",
+    )  # fmt: skip
     a = ap.parse_args()
     if a.workers:
         return multi(a)
+    if a.signing:
+        a.crawlers = "walsh,walsh-signed"
     results = []
     for name, layout in (QUICK if a.quick else LARGE if a.large else LAYOUTS).items():
         for crawler in a.crawlers.split(","):
@@ -185,16 +201,45 @@ def main() -> int:
     print(
         f"\nlatency {a.latency} s, interval 1 s; wall = first arrival to last response at the origin\n"
     )
-    head = f"{'layout':<12} {'crawler':<7} {'pages':>11} {'requests':>8} {'wall s':>8} {'bound s':>8} {'ratio':>6} {'min gap s':>9} {'gaps < 1 s':>10} {'inflight':>8} {'bad UA':>6}"
+    head = f"{'layout':<12} {'crawler':<12} {'pages':>11} {'requests':>8} {'wall s':>8} {'bound s':>8} {'ratio':>6} {'min gap s':>9} {'gaps < 1 s':>10} {'inflight':>8} {'bad UA':>6} {'signed':>6}"
     print(head)
     print("-" * len(head))
     for r in results:
         print(
-            f"{r['name']:<12} {r['crawler']:<7} {r['pages_fetched']:>5}/{r['pages_expected']:<5} {r['requests']:>8} "
+            f"{r['name']:<12} {r['crawler']:<12} {r['pages_fetched']:>5}/{r['pages_expected']:<5} {r['requests']:>8} "
             f"{r['crawl_wall_s']:>8.2f} {r['lower_bound_s']:>8.2f} {r['ratio_to_bound']:>6.3f} "
-            f"{r['min_same_host_gap_s']:>9.4f} {r['gaps_under_interval']:>4}/{r['gaps']:<5} {r['max_inflight']:>8} {r['bad_ua']:>6}"
+            f"{r['min_same_host_gap_s']:>9.4f} {r['gaps_under_interval']:>4}/{r['gaps']:<5} {r['max_inflight']:>8} {r['bad_ua']:>6} {r['signed']:>6}"
         )
+    if a.signing:
+        signing_cost(results)
     return 0
+
+
+def signing_cost(results: list[dict]) -> None:
+    """What signing adds per request: the signer timed alone over the
+    layouts' URLs (the crawls' wall times differ by more than that in noise),
+    and the crawls side by side."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from scrapy_walsh_research.signing import Signer
+
+    signer = Signer(Ed25519PrivateKey.generate())
+    urls = [u for layout in LAYOUTS.values()
+            for u in url_list(layout["hosts"], layout["pages"], layout["order"], 8899)]  # fmt: skip
+    n = 20000
+    started = time.perf_counter()
+    for i in range(n):
+        signer.sign("GET", urls[i % len(urls)], {})
+    per = (time.perf_counter() - started) / n * 1000
+    print(f"\nsigning: {per:.3f} ms per request ({n} signatures, Ed25519, "
+          f"{'template' if signer._fast else 'library'} path)")  # fmt: skip
+    by = {(r["name"], r["crawler"]): r for r in results}
+    for name in {r["name"] for r in results}:
+        if (name, "walsh") in by and (name, "walsh-signed") in by:
+            a, b = by[(name, "walsh")], by[(name, "walsh-signed")]
+            delta = (b["crawl_wall_s"] - a["crawl_wall_s"]) / max(1, b["requests"]) * 1000
+            print(f"  {name}: wall {a['crawl_wall_s']:.2f} s unsigned, {b['crawl_wall_s']:.2f} s "
+                  f"signed ({delta:+.2f} ms per request of wall time)")  # fmt: skip
 
 
 def multi(a: argparse.Namespace) -> int:

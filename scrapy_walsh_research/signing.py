@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -213,6 +214,15 @@ class Signer:
             self.agent_header = f'"{origin}"'
             agent_component = '"signature-agent"'
         self.covered = ("@authority", agent_component, *extra)
+        self._components = " ".join(c if c.startswith('"') else f'"{c}"' for c in self.covered)
+        self._serialized = [c if c.startswith('"') else f'"{c}"' for c in self.covered]
+        # the covered Signature-Agent value: a dictionary member re-serialised
+        # as an sf-string, or the whole (string) field
+        self._agent_value = (
+            self.agent_header.split("=", 1)[1] if form != "string" else self.agent_header
+        )
+        #: whether the template signs (decided on first use, against the library)
+        self._fast: bool | None = None
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> Signer | None:
@@ -269,18 +279,78 @@ class Signer:
         for name in SIGNATURE_HEADERS:
             headers.pop(name, None)
         headers["Signature-Agent"] = self.agent_header
-        now = int(datetime.datetime.now(datetime.timezone.utc).timestamp())
-        at = now if created is None else created
+        at = int(time.time()) if created is None else created
+        nonce = nonce if nonce is not None else b64url(os.urandom(32))
+        if self._fast is None:
+            self._fast = self._fast_matches_library()
+        if self._fast:
+            signature_input, signature = self._fast_sign(method, url, at, nonce)
+            headers["Signature-Input"] = signature_input
+            headers["Signature"] = signature
+            return
+        self._library_sign(method, url, headers, at, nonce)
+
+    def _library_sign(
+        self, method: str, url: str, headers: MutableMapping[str, str], at: int, nonce: str
+    ) -> None:
         self._signer.sign(
             _Message(method, url, headers),
             key_id=self.keyid,
             created=datetime.datetime.fromtimestamp(at, datetime.timezone.utc),
             expires=datetime.datetime.fromtimestamp(at + int(self.ttl), datetime.timezone.utc),
-            nonce=nonce if nonce is not None else b64url(os.urandom(32)),
+            nonce=nonce,
             label=self.label,
             tag=TAG,
             covered_component_ids=self.covered,
         )
+
+    # The library serialises every structured field through its general
+    # machinery: 0.68 ms a request on the benchmark machine, against 0.05 ms
+    # for the Ed25519 signature itself. Our covered components and parameters
+    # are fixed per signer, so the base is a template with a few values in
+    # it. The library stays the reference: the template is used only once it
+    # produced, byte for byte, what the library produces for a probe request
+    # (and the published vectors and a property test pin both).
+
+    def _fast_sign(self, method: str, url: str, created: int, nonce: str) -> tuple[str, str]:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        host = (parts.hostname or "").lower()
+        if ":" in host:
+            host = f"[{host}]"
+        port = parts.port
+        authority = (
+            host if port in (None, {"http": 80, "https": 443}.get(scheme)) else f"{host}:{port}"
+        )
+        query = f"?{parts.query}" if parts.query or url.endswith("?") else ""
+        values = {
+            "@authority": authority,
+            "@method": method.upper(),
+            "@path": parts.path or "/",
+            # as the library does: the URL's own spelling of scheme and authority
+            "@target-uri": f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}"
+            f"{parts.path or '/'}{query}",
+        }
+        params = (
+            f'({self._components});created={created};keyid="{self.keyid}";alg="ed25519"'
+            f';expires={created + int(self.ttl)};nonce="{nonce}";tag="{TAG}"'
+        )
+        lines = []
+        for component, serialized in zip(self.covered, self._serialized, strict=True):
+            agent = component.startswith('"signature-agent"')
+            value = self._agent_value if agent else values[component]
+            lines.append(f"{serialized}: {value}")
+        lines.append(f'"@signature-params": {params}')
+        signature = base64.b64encode(self.key.sign("\n".join(lines).encode())).decode()
+        return f"{self.label}={params}", f"{self.label}=:{signature}:"
+
+    def _fast_matches_library(self) -> bool:
+        probe = "https://Example.COM:443/a/b?c=d"
+        fast: dict[str, str] = {"Signature-Agent": self.agent_header}
+        fast["Signature-Input"], fast["Signature"] = self._fast_sign("GET", probe, 1, "probe")
+        slow: dict[str, str] = {"Signature-Agent": self.agent_header}
+        self._library_sign("GET", probe, slow, 1, "probe")
+        return fast == slow
 
 
 DIRECTORY_TAG = "http-message-signatures-directory"

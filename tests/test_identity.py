@@ -19,6 +19,8 @@ import pytest_twisted
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from scrapy_walsh_research.errors import WalshConfigurationError
@@ -146,7 +148,8 @@ def test_a_signature_created_in_the_future_fails(pair):
 
 def test_a_signature_not_covering_signature_agent_fails(pair):
     signer, verifier = pair
-    signer.covered = ("@authority",)  # a signer that forgot the agent
+    signer.covered = ("@authority",)  # a signer that forgot the agent (library path)
+    signer._fast = False
     got = verifier.verify("GET", "http", "site.test:8080", "/p", signed(signer))
     assert got == "invalid: signature-agent not covered"
 
@@ -438,3 +441,48 @@ def test_an_unsigned_configuration_is_attested_as_unsigned():
     doc = json.loads(scrapy("walsh-attest").stdout)
     assert doc["identity"]["signed"] is False
     assert "WALSH_SIGNING_KEY" in doc["identity"]["reason"]
+
+
+# -- the signer's template is the library's output, byte for byte -------------------
+
+_label = st.text("abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12).filter(
+    lambda s: not s.startswith("-") and not s.endswith("-")
+)
+_segment = st.lists(
+    st.one_of(
+        st.text("abcdefghijklmnopqrstuvwxyzABC0123456789-._~!$&'()*+,;=:@", min_size=1),
+        st.sampled_from(["%20", "%2F", "%e2%82%ac"]),  # escapes as Scrapy writes them
+    ),
+    max_size=4,
+).map("".join)
+
+
+@st.composite
+def urls(draw: Any) -> str:
+    scheme = draw(st.sampled_from(["http", "https"]))
+    host = ".".join(draw(st.lists(_label, min_size=1, max_size=3)))
+    port = draw(st.one_of(st.none(), st.integers(1, 65535)))
+    path = "".join("/" + s for s in draw(st.lists(_segment, max_size=4)))
+    query = draw(st.one_of(st.none(), st.text("abc=&xyz0-9", max_size=12)))
+    url = f"{scheme}://{host}" + (f":{port}" if port else "") + path
+    return url + (f"?{query}" if query is not None else "")
+
+
+_KEY = Ed25519PrivateKey.generate()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    url=urls(),
+    method=st.sampled_from(["GET", "HEAD", "POST"]),  # Scrapy upper-cases methods
+    form=st.sampled_from(["dictionary", "origin", "string"]),
+    extra=st.lists(st.sampled_from(["@method", "@path", "@target-uri"]), unique=True),
+)
+def test_the_fast_signature_equals_the_librarys_for_any_request(url, method, form, extra):
+    signer = Signer(_KEY, form=form, extra=tuple(extra))
+    fast: dict[str, str] = {}
+    fast["Signature-Input"], fast["Signature"] = signer._fast_sign(method, url, 1795000000, "n0")
+    library: dict[str, str] = {"Signature-Agent": signer.agent_header}
+    signer._library_sign(method, url, library, 1795000000, "n0")
+    assert fast["Signature-Input"] == library["Signature-Input"]
+    assert fast["Signature"] == library["Signature"]
