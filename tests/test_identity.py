@@ -486,3 +486,25 @@ def test_the_fast_signature_equals_the_librarys_for_any_request(url, method, for
     signer._library_sign(method, url, library, 1795000000, "n0")
     assert fast["Signature-Input"] == library["Signature-Input"]
     assert fast["Signature"] == library["Signature"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_behind_a_forward_proxy_the_signature_names_the_target_authority(
+    server, tmp_path, monkeypatch
+):
+    from scrapy_walsh_research.sandbox import RecordingProxy
+
+    proxy = RecordingProxy(server.port).start()
+    for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", proxy.url)
+    try:
+        server.origin.route("p.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+        server.origin.route("p.test", "/x", Reply(200, "x"))
+        settings, _ = signing_settings(server, tmp_path)
+        await crawl(settings, [server.url("p.test", "/x")], tmp_path)
+    finally:
+        await proxy.stop()
+    assert server.url("p.test", "/x") in proxy.seen  # it did go through the proxy
+    assert {h.signature for h in server.origin.hits} == {"verified"}
+    assert len(server.origin.hits_for("p.test")) == 2
