@@ -56,7 +56,21 @@ DEFAULTS: dict[str, object] = {
 }
 
 
+#: the bundle's spiders (``targets``), listed for ``scrapy crawl`` in any project
+SPIDERS_MODULE = "scrapy_walsh_research.spiders"
+
+
 class Addon:
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
+        """Let ``scrapy crawl targets`` find the bundle's spider in any project:
+        Scrapy lists only the spiders in ``SPIDER_MODULES``. Listed first, so
+        a project's own spider named ``targets`` (a subclass) still wins."""
+        modules = settings.getlist("SPIDER_MODULES")
+        if SPIDERS_MODULE not in modules:
+            priority = settings.getpriority("SPIDER_MODULES") or 0
+            settings.set("SPIDER_MODULES", [SPIDERS_MODULE, *modules], priority)
+
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in DEFAULTS.items():
             settings.set(name, value, "addon")

@@ -212,10 +212,13 @@ def _spawn(
     state: Path,
     settings: dict[str, Any],
     extra_path: Path | None = None,
+    project: Path | None = None,
 ) -> ProcessCrawl:
+    """``scrapy crawl targets`` in a child process, in *project* (default: the
+    example project), pointed at the sandbox."""
     from twisted.internet import reactor
 
-    project = Path(__file__).parent.parent / "example_project"
+    project = project or Path(__file__).parent.parent / "example_project"
     scrapy_bin = str(Path(sys.executable).parent / "scrapy")
     options = {
         "WALSH_BLOCKLIST_URL": server.url(BLOCKLIST_HOST, BLOCKLIST_PATH),
