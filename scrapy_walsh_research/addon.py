@@ -56,6 +56,10 @@ DEFAULTS: dict[str, object] = {
 }
 
 
+#: the progress log of long crawls (done/total, outcomes, ETA)
+PROGRESS_EXTENSION = "scrapy_walsh_research.progress.Progress"
+PROGRESS_ORDER = 600
+
 #: the bundle's spiders (``targets``), listed for ``scrapy crawl`` in any project
 SPIDERS_MODULE = "scrapy_walsh_research.spiders"
 
@@ -102,6 +106,9 @@ class Addon:
             )
         settings.setdefault_in_component_priority_dict(
             "EXTENSIONS", load_object(STARTUP_CHECK), STARTUP_CHECK_ORDER
+        )
+        settings.setdefault_in_component_priority_dict(
+            "EXTENSIONS", load_object(PROGRESS_EXTENSION), PROGRESS_ORDER
         )
         # Here too, not only in components a project can switch off.
         check_settings(settings)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 
 import pytest
 import pytest_twisted
@@ -80,3 +81,26 @@ def test_a_missing_list_is_a_clear_error(tmp_path):
         TargetsSpider()
     with pytest.raises(ValueError, match="does not exist"):
         TargetsSpider(list=str(tmp_path / "nope.txt"))
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_long_crawl_logs_progress_with_an_eta_from_the_busiest_host(
+    server, tmp_path, caplog
+):
+    """Every LOGSTATS_INTERVAL: done/total, outcomes by rule, and an ETA no
+    schedule could beat (here: the one host's chain of 1 s intervals)."""
+    server.origin.route("slow.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    for i in range(5):
+        server.origin.route("slow.test", f"/p/{i}", Reply(200, "x"))
+    lines = [server.url("slow.test", f"/p/{i}") for i in range(5)] + ["not a url"]
+    settings = base_settings(server, tmp_path / "s", LOGSTATS_INTERVAL=1.5)
+    with caplog.at_level(logging.INFO, logger="scrapy_walsh_research.progress"):
+        await crawl(settings, lines, tmp_path)
+    progress = [
+        r.getMessage() for r in caplog.records if r.name == "scrapy_walsh_research.progress"
+    ]
+    assert any(
+        re.search(r"Progress: [1-4]/6 targets .*ETA at least [1-4] s \(busiest host slow.test", p)
+        for p in progress
+    ), progress
+    assert progress[-1].startswith("Progress: 6/6 targets (100 %); outcomes: fetched 5, invalid 1")

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,7 +35,7 @@ from scrapy_walsh_research.records import TICKET_KEY, new_record, now_iso, respo
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
-from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of
+from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of, url_host
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -204,7 +205,23 @@ class TargetsSpider(scrapy.Spider):
         first = seen.setdefault(canon, lineno)
         return None if first == lineno else first
 
+    def _count_targets(self) -> None:
+        """How many lines, and targets per host, the list holds (for the
+        progress log): one pass over the file, no request. A fed list's size
+        is the fleet's, unknown here."""
+        self.host_left: Counter[str] = Counter()
+        self.targets_total: int | None = None
+        if self.list_path is None:
+            return
+        total = 0
+        for _, text in list_lines(self.list_path):
+            total += 1
+            if is_http_url(text):
+                self.host_left[url_host(text)] += 1
+        self.targets_total = total
+
     async def start(self) -> AsyncIterator[Any]:
+        self._count_targets()
         seen: dict[str, int] = {}
         async for lineno, text, source, scope, ticket in self._lines():
             if not is_http_url(text):
@@ -448,4 +465,9 @@ class TargetsSpider(scrapy.Spider):
 
     def _emit(self, record: dict[str, Any]) -> dict[str, Any]:
         self.crawler.stats.inc_value(f"walsh/outcome/{record['outcome']}")
+        left = getattr(self, "host_left", None)
+        if left and is_http_url(str(record.get("url"))):
+            host = url_host(str(record["url"]))
+            if left[host] > 0:
+                left[host] -= 1
         return record

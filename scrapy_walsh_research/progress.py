@@ -1,0 +1,112 @@
+"""Progress on long crawls: every ``LOGSTATS_INTERVAL``, targets done of the
+total, outcomes by rule, and an ETA from the frontier's own lower bound.
+
+A list of 10^4 targets at one request a second per host takes hours; the
+operator should see how far it is and why it cannot go faster. The bound is
+the larger of the serial work left (targets left times the mean time a
+request takes) and the busiest host's remaining chain (its targets left minus one, times
+its interval): no schedule can beat either, so it is an honest "at least".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+
+class Progress:
+    def __init__(self, crawler: Crawler, interval: float) -> None:
+        self.crawler = crawler
+        self.interval = interval
+        self._task: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        interval = crawler.settings.getfloat("LOGSTATS_INTERVAL", 60.0)
+        if interval <= 0:
+            raise NotConfigured  # progress follows Scrapy's own periodic stats switch
+        ext = cls(crawler, interval)
+        crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
+        return ext
+
+    def spider_opened(self, spider: Any) -> None:
+        from twisted.internet import task
+
+        self._task = task.LoopingCall(self.log)
+        self._task.start(self.interval, now=False)
+
+    def spider_closed(self, spider: Any, reason: str) -> None:
+        if self._task is not None and self._task.running:
+            self._task.stop()
+        self.log(final=True)
+
+    def state(self) -> dict[str, Any] | None:
+        """What the log line says, or None when the spider is not the
+        bundle's targets spider (nothing to count)."""
+        spider = self.crawler.spider
+        left_by_host: Counter[str] | None = getattr(spider, "host_left", None)
+        if left_by_host is None:
+            return None
+        assert self.crawler.stats is not None
+        stats = self.crawler.stats.get_stats()
+        outcomes = {k.removeprefix("walsh/outcome/"): v for k, v in stats.items()
+                    if k.startswith("walsh/outcome/")}  # fmt: skip
+        rules = {k.removeprefix("walsh/"): v for k, v in stats.items()
+                 if k.startswith(("walsh/denied/", "walsh/skipped/"))}  # fmt: skip
+        done = sum(outcomes.values())
+        total = getattr(spider, "targets_total", None)
+        from scrapy_walsh_research.pacing import Pacer
+
+        pacer = Pacer.for_crawler(self.crawler)
+        left = sum(left_by_host.values())
+        serial = left * (pacer.mean_duration or 0.1)
+        chain, busiest = 0.0, None
+        for host, n in left_by_host.items():
+            if n > 1 and (n - 1) * pacer.interval(host) > chain:
+                chain, busiest = (n - 1) * pacer.interval(host), host
+        return {
+            "done": done, "total": total, "outcomes": outcomes, "rules": rules,
+            "eta_s": max(serial, chain), "busiest": busiest,
+            "busiest_left": left_by_host.get(busiest, 0) if busiest else 0,
+        }  # fmt: skip
+
+    def log(self, final: bool = False) -> None:
+        state = self.state()
+        if state is None:
+            return
+        total = state["total"]
+        head = f"{state['done']}/{total} targets" if total else f"{state['done']} targets"
+        if total:
+            head += f" ({100 * state['done'] / max(1, total):.0f} %)"
+        by = ", ".join(f"{k} {v}" for k, v in sorted(state["outcomes"].items())) or "none yet"
+        rules = ", ".join(f"{k} {v}" for k, v in sorted(state["rules"].items()))
+        line = f"Progress: {head}; outcomes: {by}" + (f" ({rules})" if rules else "")
+        if not final and total:
+            eta = state["eta_s"]
+            line += f"; ETA at least {_duration(eta)}"
+            if state["busiest"]:
+                line += (f" (busiest host {state['busiest']}: {state['busiest_left']} "
+                         "targets left, one per interval)")  # fmt: skip
+            else:
+                line += " (serial work left)"
+        logger.info(line, extra={"spider": self.crawler.spider})
+
+
+def _duration(value: float) -> str:
+    seconds = round(value)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
