@@ -336,9 +336,23 @@ class BlocklistMiddleware:
         if single_flight is None:
             await self.refresh()
             return
+        from scrapy_walsh_research.state.redis import FlightBusy
+
         before = self.adopted.fetched_at if self.adopted else None
         waiting_since = self.store.time()
-        release = await single_flight("blocklist", ttl=60.0)
+        in_force = self.adopted is not None and self._lost is None
+        try:
+            # With a list in force, another worker's refresh is not waited
+            # for beyond a moment: the list in force keeps applying (as it
+            # would if the refresh failed) and the stored result is looked
+            # for again shortly. Without one, the gate must wait: a dead
+            # holder's lock lapses within its lease.
+            release = await single_flight(
+                "blocklist", ttl=60.0, max_wait=SHORT_WAIT if in_force else None
+            )
+        except FlightBusy:
+            self._next_check = self.store.time() + 1.0
+            return
         if release is not None:
             try:
                 await self.refresh()

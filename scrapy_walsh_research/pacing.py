@@ -92,6 +92,7 @@ class Pacer:
         self.clock: HostClock = clock or clock_for(crawler)
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
+        self._not_before: dict[str, float] = {}
         #: when a request last went back to the scheduler because its host was busy
         self.last_requeue = float("-inf")
         #: targets waiting in place for their host (counted in the downloader's
@@ -168,7 +169,15 @@ class Pacer:
         return self.skip_reason(host)
 
     def ready_at(self, host: str) -> float:
-        return self.clock.ready_at(host, self.interval(host))
+        ready = self.clock.ready_at(host, self.interval(host))
+        deferred = self._not_before.get(host)
+        return ready if deferred is None else max(ready, deferred)
+
+    def defer(self, host: str, seconds: float) -> None:
+        """Keep *host* out of the scheduler's way for *seconds* (its
+        robots.txt is being fetched by another worker): a local hint only,
+        the reservation is what is enforced."""
+        self._not_before[host] = time.monotonic() + seconds
 
     async def reserve(self, host: str, now: float) -> float:
         return await self.clock.reserve(host, now, self.interval(host))

@@ -112,6 +112,7 @@ class RobotsTxtMiddleware:
                 )
             except HostBusy as exc:
                 if self.requeue:
+                    self.pacer.defer(host, exc.ready_in)
                     return self.pacer.requeue(request)
                 reason = f"robots.txt cannot be fetched: {exc}"
                 deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
@@ -170,8 +171,17 @@ class RobotsTxtMiddleware:
         single_flight = getattr(self.store, "single_flight", None)
         if single_flight is None:
             return await self._fetch(origin, previous, max_wait)
+        from scrapy_walsh_research.state.redis import FlightBusy
+
         for _ in range(3):
-            release = await single_flight(f"robots:{origin}", ttl=self.fetch_ttl)
+            try:
+                release = await single_flight(
+                    f"robots:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
+                )
+            except FlightBusy:
+                # another worker's fetch is still out: serve other hosts
+                # meanwhile rather than hold the only download slot
+                raise HostBusy(url_host(origin), 1.0) from None
             if release is not None:
                 try:
                     return await self._fetch(origin, previous, max_wait)

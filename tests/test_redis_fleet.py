@@ -455,3 +455,106 @@ async def test_a_dead_worker_costs_its_host_not_the_fleet_under_scrapy_redis(
     slow = [h.t for h in server.origin.hits_for("slow.test") if h.path in ("/p/1", "/p/2")]
     assert min(slow) - killed_at >= 14.0  # the dead worker's lease, then the host is free
     assert max(slow) - killed_at < 40.0  # ... not DOWNLOAD_TIMEOUT + 30
+
+
+ALLOW = "User-agent: *\nAllow: /\n"
+
+
+def slow_first(reply: Reply, delay: float) -> Any:
+    """A route that answers its first request after *delay*, later ones at once."""
+    seen: list[int] = []
+
+    def handler(hit: Any) -> Reply:
+        seen.append(1)
+        return Reply(reply.status, reply.body, reply.headers, delay if len(seen) == 1 else 0.0)
+
+    return handler
+
+
+def page_hits(server: Any, prefix: str) -> list[float]:
+    return sorted(
+        h.t for h in server.origin.hits if h.host.startswith(prefix) and h.path.startswith("/p/")
+    )
+
+
+# -- single-flight locks: a dead holder costs a lease, never the fleet --------------
+# (found by an adversarial review: the locks lasted DOWNLOAD_TIMEOUT + 30 s / 60 s)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_killed_during_its_robots_fetch_costs_that_host_a_lease_not_the_fleet(
+    server, redis_server, tmp_path: Path
+):
+    """Worker A is SIGKILLed while its robots.txt request to slow.test is out,
+    holding the fleet's ``lock:robots:<origin>``. The lock is leased and
+    renewed only while its holder lives, so it lapses within the lease; a
+    worker that wants slow.test meanwhile serves other hosts instead of
+    waiting in place (it once waited DOWNLOAD_TIMEOUT + 30 s, sending nothing)."""
+    server.origin.route("slow.test", "/robots.txt", slow_first(Reply(200, ALLOW), delay=120.0))
+    for i in range(3):
+        server.origin.route("slow.test", f"/p/{i}", Reply(200, "ok"))
+    others = [u for i in range(3) for u in site(server, f"f{i}.test", 3)]
+    shared = redis_settings(redis_server, DOWNLOAD_TIMEOUT=30)
+    push(redis_server, shared, [server.url("slow.test", "/p/0")], tmp_path, key="slow")
+    first = spawn_worker(server, "slow", tmp_path / "a", **shared)
+    while not server.origin.hits_for("slow.test", "/robots.txt"):
+        await sleep(0.05)
+    first.transport.signalProcess("KILL")  # mid robots.txt fetch: the lock stays
+    await first.ended
+    killed_at = server.origin.hits_for("slow.test", "/robots.txt")[0].t
+    # the fleet goes on with the shared list: two slow.test lines, then other hosts
+    lines = [server.url("slow.test", "/p/1"), server.url("slow.test", "/p/2"), *others]
+    push(redis_server, shared, lines, tmp_path)
+    procs = [
+        spawn_worker(server, "targets", tmp_path / f"w{i}", log=tmp_path / f"w{i}.jl", **shared)
+        for i in range(2)
+    ]
+    await ended(*procs)
+    assert len(records(tmp_path, 2)) == 11, [p.err.decode()[-1500:] for p in procs]
+    other_pages = page_hits(server, "f")
+    slow_pages = [h.t for h in server.origin.hits_for("slow.test") if h.path in ("/p/1", "/p/2")]
+    report = {
+        "first other-host page after kill (s)": round(other_pages[0] - killed_at, 1),
+        "first slow.test page after kill (s)": round(min(slow_pages) - killed_at, 1),
+    }
+    # the other hosts went on (the surviving worker without a slow.test line) ...
+    assert other_pages[0] - killed_at < 15.0, report
+    # ... but slow.test waits about the lease (15 s), not DOWNLOAD_TIMEOUT + 30
+    assert min(slow_pages) - killed_at < 25.0, report
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_killed_during_a_blocklist_refresh_does_not_stall_the_fleet(
+    server, redis_server, tmp_path: Path
+):
+    """A list is in force; its refresh is due. Worker A takes the fleet's
+    ``lock:blocklist`` and is SIGKILLed while its request to the operator's
+    host is out. The other workers keep the list in force rather than wait
+    for the refresh, and the lock lapses within its lease (the fleet once sent
+    nothing for the lock's fixed 60 s)."""
+    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+
+    doc = json_reply(blocklist_doc("blocked.test", refresh="PT2S"))
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, doc)
+    shared = redis_settings(redis_server, WALSH_BLOCKLIST_MIN_REFRESH=1)
+    push(redis_server, shared, site(server, "warm.test", 1), tmp_path, key="warm")
+    await ended(spawn_worker(server, "warm", tmp_path / "a", **shared))  # list adopted
+    await sleep(3.0)  # its refresh is due
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, slow_first(doc, delay=120.0))
+    push(redis_server, shared, site(server, "x.test", 1), tmp_path, key="x")
+    victim = spawn_worker(server, "x", tmp_path / "a", **shared)
+    while len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) < 2:
+        await sleep(0.05)
+    victim.transport.signalProcess("KILL")  # mid refresh: the lock stays 60 s
+    await victim.ended
+    killed_at = server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)[-1].t
+    push(redis_server, shared, [u for i in range(3) for u in site(server, f"f{i}.test", 2)],
+         tmp_path)  # fmt: skip
+    procs = [
+        spawn_worker(server, "targets", tmp_path / f"w{i}", log=tmp_path / f"w{i}.jl", **shared)
+        for i in range(2)
+    ]
+    await ended(*procs)
+    assert len(records(tmp_path, 2)) == 6, [p.err.decode()[-1500:] for p in procs]
+    first = page_hits(server, "f")[0]
+    assert first - killed_at < 15.0, f"first page {first - killed_at:.1f} s after the kill"

@@ -371,6 +371,7 @@ class RedisStateStore:
 
     def __init__(self, conn: RedisConnection) -> None:
         self.conn = conn
+        self._renew_lock = conn.client.register_script(RENEW_LOCK)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -420,15 +421,41 @@ class RedisStateStore:
     def time(self) -> float:
         return self.conn.time()
 
-    async def single_flight(self, name: str, ttl: float) -> Callable[[], Awaitable[None]] | None:
+    async def single_flight(
+        self, name: str, ttl: float, max_wait: float | None = None
+    ) -> Callable[[], Awaitable[None]] | None:
         """Let one worker at a time do *name*: returns a release coroutine if
-        this worker should do it now, or None after waiting (at most *ttl*
-        seconds) for the worker that was doing it."""
+        this worker should do it now, or None once the worker doing it is
+        done. The lock is leased for LOCK_LEASE_S and renewed while its
+        holder lives (at most *ttl* seconds), so a holder that dies costs the
+        others that long at most, not *ttl*. A waiter that cannot wait
+        *max_wait* seconds gets :class:`FlightBusy` (it can serve other work
+        and come back)."""
         key = self.conn.key("lock", name)
         token = uuid.uuid4().hex
-        if await self.conn.call("lock", lambda r: r.set(key, token, nx=True, px=int(ttl * 1000))):
+        lease_ms = int(LOCK_LEASE_S * 1000)
+        if await self.conn.call("lock", lambda r: r.set(key, token, nx=True, px=lease_ms)):
+            from scrapy.utils.defer import deferred_from_coro
+            from twisted.internet import task
+
+            until = time.monotonic() + ttl
+
+            async def renew() -> None:
+                if time.monotonic() < until:
+                    await self.conn.call(
+                        "renew lock",
+                        lambda r: self._renew_lock(keys=[key], args=[token, lease_ms], client=r),
+                    )
+
+            renewer = task.LoopingCall(lambda: deferred_from_coro(renew()))
+            renewer.start(LOCK_LEASE_S / 3, now=False).addErrback(
+                lambda f: logger.error("lock renewal stopped: %(f)s", {"f": f.getErrorMessage()})
+            )
 
             async def release() -> None:
+                if renewer.running:
+                    renewer.stop()
+
                 async def drop(r: aioredis.Redis) -> None:
                     if await r.get(key) == token:
                         await r.delete(key)
@@ -436,12 +463,29 @@ class RedisStateStore:
                 await self.conn.call("unlock", drop)
 
             return release
+        waited_since = time.monotonic()
         while await self.conn.call("lock", lambda r: r.exists(key)):
+            if max_wait is not None and time.monotonic() - waited_since >= max_wait:
+                raise FlightBusy(name)
             await asyncio.sleep(0.1)
         return None
 
     async def close(self) -> None:
         await self.conn.close()
+
+
+class FlightBusy(Exception):
+    """Another worker is doing this (a robots.txt or blocklist fetch) and the
+    caller could not wait for it."""
+
+
+#: a single-flight lock's lease, renewed every third of it by its live holder
+LOCK_LEASE_S = 10.0
+
+RENEW_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
 
 
 class FleetJournal:
