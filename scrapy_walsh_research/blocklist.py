@@ -246,6 +246,9 @@ class BlocklistMiddleware:
         self._next_check = 0.0
         self._pending: Deferred[None] | None = None
         self.store = state_for(crawler)
+        from scrapy_walsh_research.audit import AuditTrail
+
+        AuditTrail.for_crawler(crawler).blocklist = self.version
         #: with Redis, this worker's own copy of the list in force: a Redis that
         #: loses its data must not un-block an opt-out this worker knew
         self.local = local_state_for(crawler)
@@ -304,6 +307,12 @@ class BlocklistMiddleware:
             deny(self.crawler, logger, request, "R3", reason)
         if url_host(request.url) not in self._operator_hosts:
             self._deny_if_blocked(request)
+
+    def version(self) -> dict[str, Any] | None:
+        """The list in force, as the audit log names it."""
+        if self.adopted is None:
+            return None
+        return {"updated": self.adopted.document.get("updated"), "sha256": self.adopted.sha256}
 
     # -- refresh ------------------------------------------------------------
 

@@ -371,6 +371,7 @@ async def run_conformance(base: Settings, spidercls: type, work: Path | None = N
     report = Report(max_inflight=server.origin.max_inflight)
     judge(report, scenario, first, second, third, fourth, server.origin.max_inflight)
     judge_http_cache(report, first, cache)
+    judge_audit(report, base, state, [first, second, third, fourth])
     if identity is None:
         report.notes.append(
             "requests are unsigned (WALSH_SIGNING_KEY is not set); set it to sign every "
@@ -414,6 +415,43 @@ def judge_http_cache(report: Report, r1: Run, cache: Run) -> None:
         how = "not refused"
     measured = f"{how}; {len(cache.hits)} requests reached the origin"
     report.checks.append(Check("R6", "MUST", title, named and not cache.hits, measured))
+
+
+def judge_audit(report: Report, base: Settings, state: Path, runs: list[Run]) -> None:
+    """The audit log holds every request the origin saw, and nothing else."""
+    title = "audit log: every request the origin saw is logged, and nothing else"
+    if base.get("WALSH_REDIS_URL"):
+        report.notes.append("the audit log is in Redis here: its row is not checked")
+        return
+    if runs[0].refused:
+        reason = runs[0].refused.strip().splitlines()[-1].strip()
+        report.checks.append(Check("AUD", "MUST", title, False, f"crawl refused: {reason}"))
+        return
+    import sqlite3
+
+    path = state / "audit.sqlite3"
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = [json.loads(r[0]) for r in db.execute("SELECT entry FROM audit")]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        report.checks.append(Check("AUD", "MUST", title, False, f"no audit log at {path}: {exc}"))
+        return
+    seen = Counter((h.host, h.path) for run in runs for h in run.hits)
+    logged: Counter[tuple[str, str]] = Counter()
+    for e in rows:
+        if e.get("event") == "request":
+            parts = urlsplit(e["url"])
+            path_q = parts.path + (f"?{parts.query}" if parts.query else "")
+            logged[(e["host"], path_q)] += 1
+    missing, extra = seen - logged, logged - seen
+    measured = (
+        f"{sum(logged.values())} logged, {sum(seen.values())} received; "
+        f"missing {sorted(missing)[:2]}, extra {sorted(extra)[:2]}"
+    )
+    report.checks.append(Check("AUD", "MUST", title, not missing and not extra, measured))
 
 
 def _gaps(hits: list[Hit]) -> dict[str, list[float]]:

@@ -114,8 +114,9 @@ class Marks:
         nonce = secrets.token_hex(8)
         return f"{purpose}.{nonce}.{self._mac(purpose, nonce)}"
 
-    def purpose(self, request: Request) -> str | None:
-        """The verified purpose of *request*, or None (unsigned or forged)."""
+    def purpose(self, request: Request, *, quiet: bool = False) -> str | None:
+        """The verified purpose of *request*, or None (unsigned or forged; a
+        forged one is counted and logged unless *quiet*)."""
         token = request.meta.get(INTERNAL_META)
         if token is None:
             return None
@@ -130,7 +131,8 @@ class Marks:
                         self._verified.clear()
                     self._verified[token] = parts[0]
                     return parts[0]
-        self._forged(request)
+        if not quiet:
+            self._forged(request)
         return None
 
     def _forged(self, request: Request) -> None:

@@ -219,6 +219,9 @@ class PacingMiddleware:
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
         self.marks = Marks.for_crawler(crawler)
+        from scrapy_walsh_research.audit import AuditTrail
+
+        self.audit = AuditTrail.for_crawler(crawler)
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
         # straight back, so with one the gate waits in place.
@@ -283,6 +286,7 @@ class PacingMiddleware:
 
     async def process_response(self, request: Request, response: Response) -> Response:
         await self._commit(request)
+        await self.audit.answered(request, status=response.status)
         if response.status in RATE_LIMIT_CODES:
             seconds = parse_retry_after(response.headers.get(b"Retry-After"))
             if seconds:
@@ -298,6 +302,7 @@ class PacingMiddleware:
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         await self._commit(request)
+        await self.audit.answered(request, error=f"{type(exception).__name__}: {exception}")
 
     async def _commit(self, request: Request) -> None:
         reserved = self._reserved.pop(request, None)

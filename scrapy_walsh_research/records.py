@@ -86,8 +86,11 @@ class RecordPipeline:
     line delivered twice after a worker died still has one record)."""
 
     def __init__(self, crawler: Crawler) -> None:
+        from scrapy_walsh_research.audit import AuditTrail
+
         self.crawler = crawler
         self.stats = crawler.stats
+        self.audit = AuditTrail.for_crawler(crawler)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -106,6 +109,7 @@ class RecordPipeline:
             if fetched and cadence is not None:
                 await cadence.stamp(key)
             await self._release_claim(key)
+            await self.audit.decision(item)
             return item
         from scrapy_walsh_research.feed import finish
         from scrapy_walsh_research.state.redis import RedisConnection
@@ -119,6 +123,7 @@ class RecordPipeline:
 
             self.stats.inc_value("walsh/records/already_recorded")
             raise DropItem(f"line {item['line']} already has its record (delivered again)")
+        await self.audit.decision(item)
         return item
 
     async def _release_claim(self, key: str) -> None:

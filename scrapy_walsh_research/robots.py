@@ -23,6 +23,7 @@ download slot while robots.txt waits for its turn.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -69,6 +70,8 @@ class RobotsEntry:
     #: HTTP status of the last fetch, or None for a network failure.
     status: int | None
     failures: int = 0
+    #: sha256 of the robots.txt text in force (None: no text, status rules)
+    sha256: str | None = None
 
 
 class RobotsTxtMiddleware:
@@ -78,6 +81,9 @@ class RobotsTxtMiddleware:
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
+        from scrapy_walsh_research.audit import AuditTrail
+
+        AuditTrail.for_crawler(crawler).robots = self.sha256_for
         self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", 86400.0)
         #: how long other workers wait for one worker's fetch of an origin's robots.txt
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
@@ -121,6 +127,11 @@ class RobotsTxtMiddleware:
             return None
         reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
         deny(self.crawler, logger, request, "R2", reason)
+
+    def sha256_for(self, url: str) -> str | None:
+        """The sha256 of the robots.txt in force for *url*'s origin."""
+        entry = self._cache.get(origin_of(url))
+        return entry.sha256 if entry is not None else None
 
     def _fresh(self, origin: str) -> RobotsEntry | None:
         entry = self._cache.get(origin)
@@ -222,11 +233,13 @@ class RobotsTxtMiddleware:
         if not fetched_at <= now < fetched_at + self.ttl:
             return None
         self.stats.inc_value("walsh/robots/stored_copy")
+        digest = None
         if saved.get("text") is not None:
             policy = RobotsPolicy.parse(str(saved["text"]), PRODUCT_TOKEN)
+            digest = _sha256(str(saved["text"]))
         else:
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
-        return RobotsEntry(policy, fetched_at + self.ttl, status)
+        return RobotsEntry(policy, fetched_at + self.ttl, status, sha256=digest)
 
     async def _fetch(
         self, origin: str, previous: RobotsEntry | None, max_wait: float | None
@@ -264,7 +277,8 @@ class RobotsTxtMiddleware:
                 )
             copy = {"text": text, "fetched_at": now, "status": status}
             await self.store.put(STATE_NAMESPACE, origin, copy)
-            return RobotsEntry(RobotsPolicy.parse(text, PRODUCT_TOKEN), now + self.ttl, status)
+            policy = RobotsPolicy.parse(text, PRODUCT_TOKEN)
+            return RobotsEntry(policy, now + self.ttl, status, sha256=_sha256(text))
         if 400 <= status < 500 and status != 429:
             await self.store.put(ABSENT_NAMESPACE, origin, {"fetched_at": now, "status": status})
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
@@ -311,3 +325,7 @@ class RobotsTxtMiddleware:
         )
         logger.warning("%(reason)s: %(origin)s", {"reason": reason, "origin": origin})
         return RobotsEntry(RobotsPolicy.disallow_all(reason), retry_at, status, failures)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -78,26 +78,53 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         from scrapy_walsh_research.signing import Signer
 
         self._signer = Signer.from_settings(crawler.settings)
+        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.internal import Marks
+
+        self._audit = AuditTrail.for_crawler(crawler)
+        self._audit.keyid = self._signer.keyid if self._signer is not None else None
+        self._marks = Marks.for_crawler(crawler)
         original = pool.getConnection
 
         def get_connection(key: Any, endpoint: Any) -> Any:
             d = original(key, endpoint)
             request = self._current
 
-            def stamp(connection: Any) -> Any:
-                if request is not None and not self._grant_valid(request):
-                    connection.transport.loseConnection()
-                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
+            def send(connection: Any) -> Any:
+                if request is not None and self._signer is not None:
+                    self._sign_on(connection, request)
                 if request is not None:
-                    if self._signer is not None:
-                        self._sign_on(connection, request)
                     request.meta[WIRE_TIME_META] = time.monotonic()
                     _stamp_sends(connection, request)
                 return connection
 
+            def stamp(connection: Any) -> Any:
+                if request is None:
+                    return connection
+                if not self._grant_valid(request):
+                    connection.transport.loseConnection()
+                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
+                # the audit entry is durable before the request leaves
+                written = self._audit.sent(request, self._kind(request))
+                if written is None:
+                    return send(connection)
+                from scrapy.utils.defer import deferred_from_coro
+
+                return deferred_from_coro(written).addCallback(lambda _: send(connection))
+
             return d.addCallback(stamp)
 
         pool.getConnection = get_connection
+
+    def _kind(self, request: Request) -> str:
+        """What the audit log calls this request: the bundle's own (robots,
+        blocklist, schema, llms), a target, a redirect hop or a retry."""
+        purpose = self._marks.purpose(request, quiet=True) or "other"
+        if request.meta.get("retry_times"):
+            return f"{purpose} retry"
+        if request.meta.get("redirect_times"):
+            return f"{purpose} hop"
+        return purpose
 
     def _sign_on(self, connection: Any, request: Request) -> None:
         """Sign *request* as the connection writes it (its next ``request``

@@ -188,3 +188,14 @@ async def test_attestation_is_false_where_the_conformance_run_fails(tmp_path, wi
         "conformance check failed" in r
         for r in doc["evidence"]["R4_serial_rate_limit_crawl_delay"]["reason"]
     )
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_audit_log_that_misses_requests_fails_its_row(tmp_path, monkeypatch):
+    from scrapy_walsh_research.audit import AuditTrail
+
+    monkeypatch.setattr(AuditTrail, "sent", lambda self, request, kind: None)
+    report = await conformance(project(), tmp_path)
+    (row,) = [c for c in report.checks if c.id == "AUD"]
+    assert not row.passed and "0 logged" in row.measured
+    assert not report.must_pass

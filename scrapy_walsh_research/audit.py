@@ -1,0 +1,218 @@
+"""The audit log: what the bot sent to a host, and what it decided, and why.
+
+When a site owner writes "your bot hammered us", the operator answers with
+evidence: every request that reached the network (targets, robots.txt, the
+blocklist and its schema, llms.txt, redirect hops, retries) is appended
+*before* it is sent, with the blocklist version and the robots.txt in force
+and the signature keyid; its answer (status or error) follows; and every
+decision about a target (its record's outcome, rule and reason) is appended
+when the record is committed.
+
+Storage has one owner per crawler (:meth:`AuditTrail.for_crawler`) behind a
+small interface with two backends: a SQLite file in ``WALSH_STATE_DIR``
+(``audit.sqlite3``; WAL, so an entry written survives SIGKILL) and, with
+``WALSH_REDIS_URL``, one Redis stream for the whole fleet. Entries older
+than ``WALSH_AUDIT_RETENTION`` (90 days) are dropped when a crawl opens.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sqlite3
+import time
+import uuid
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research.state.redis import RedisConnection
+
+DEFAULT_RETENTION_S = 90 * 86400
+
+
+def utc(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(
+        timespec="milliseconds"
+    )
+
+
+class AuditStore(Protocol):
+    """Where entries go. ``append`` returns None when the entry is already
+    durable, or an awaitable that completes when it is."""
+
+    def append(self, entry: dict[str, Any]) -> Awaitable[None] | None: ...
+
+    async def query(
+        self, host: str | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]: ...
+
+    async def prune(self, before: float) -> None: ...
+
+
+class SQLiteAudit:
+    """Entries in ``audit.sqlite3``; a write is committed before it returns
+    (WAL: it survives the process being killed)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " t REAL NOT NULL, host TEXT NOT NULL, entry TEXT NOT NULL)"
+        )
+        self.db.execute("CREATE INDEX IF NOT EXISTS audit_host_t ON audit (host, t)")
+        self.db.execute("CREATE INDEX IF NOT EXISTS audit_t ON audit (t)")
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.db.execute(
+            "INSERT INTO audit (t, host, entry) VALUES (?, ?, ?)",
+            (entry["t"], entry.get("host") or "", json.dumps(entry, sort_keys=True)),
+        )
+
+    async def query(
+        self, host: str | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        sql, args = "SELECT entry FROM audit WHERE t >= ?", [since or 0.0]
+        if host is not None:
+            sql += " AND (host = ? OR host LIKE ?)"
+            args += [host, f"%.{host}"]
+        rows = self.db.execute(sql + " ORDER BY seq", args).fetchall()
+        return [json.loads(row[0]) for row in rows]
+
+    async def prune(self, before: float) -> None:
+        self.db.execute("DELETE FROM audit WHERE t < ?", (before,))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class RedisAudit:
+    """Every worker's entries in one stream, ``<prefix>:audit``; a write is
+    acknowledged by Redis before the request it describes is sent."""
+
+    def __init__(self, conn: RedisConnection, retention: float) -> None:
+        self.conn = conn
+        self.key = conn.key("audit")
+        self.retention = retention
+
+    def append(self, entry: dict[str, Any]) -> Awaitable[None]:
+        data = json.dumps(entry, sort_keys=True)
+        floor = int((time.time() - self.retention) * 1000)
+
+        async def add() -> None:
+            await self.conn.call(
+                "audit",
+                lambda r: r.xadd(self.key, {"e": data}, minid=floor, approximate=True),
+            )
+
+        return add()
+
+    async def query(
+        self, host: str | None = None, since: float | None = None
+    ) -> list[dict[str, Any]]:
+        start = str(int((since or 0) * 1000))
+        rows = await self.conn.call("audit", lambda r: r.xrange(self.key, min=start))
+        out = []
+        for _, fields in rows:
+            entry = json.loads(fields["e"])
+            h = entry.get("host") or ""
+            if host is None or h == host or h.endswith("." + host):
+                out.append(entry)
+        return out
+
+    async def prune(self, before: float) -> None:
+        minid = str(int(before * 1000))
+        await self.conn.call("audit", lambda r: r.xtrim(self.key, minid=minid, approximate=True))
+
+
+class AuditTrail:
+    """Builds the entries; the gates register what is in force (the
+    blocklist version, each origin's robots.txt, the signing keyid)."""
+
+    _instances: weakref.WeakKeyDictionary[Crawler, AuditTrail] = weakref.WeakKeyDictionary()
+
+    def __init__(self, store: AuditStore, retention: float) -> None:
+        self.store = store
+        self.retention = retention
+        self.blocklist: Callable[[], dict[str, Any] | None] = lambda: None
+        self.robots: Callable[[str], str | None] = lambda url: None
+        self.keyid: str | None = None
+        #: each request sent -> its entry id (a retry or a hop is a new
+        #: request object, so an id is never carried over)
+        self._sent: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> AuditTrail:
+        trail = cls._instances.get(crawler)
+        if trail is None:
+            settings = crawler.settings
+            retention = settings.getfloat("WALSH_AUDIT_RETENTION", DEFAULT_RETENTION_S)
+            store: AuditStore
+            if settings.get("WALSH_REDIS_URL"):
+                from scrapy_walsh_research.state.redis import RedisConnection
+
+                store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
+            else:
+                from scrapy_walsh_research.state.base import state_dir
+
+                store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
+                # past the retention: dropped as the crawl opens (Redis trims
+                # the stream on every append)
+                store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
+            trail = cls._instances[crawler] = cls(store, retention)
+        return trail
+
+    def _base(self, event: str, url: str) -> dict[str, Any]:
+        from scrapy_walsh_research.urls import is_http_url, url_host
+
+        now = time.time()
+        host = url_host(url) if is_http_url(url) else ""
+        return {"t": now, "ts": utc(now), "event": event, "url": url, "host": host}
+
+    def sent(self, request: Request, kind: str) -> Awaitable[None] | None:
+        """The entry for *request*, about to go onto its connection."""
+        audit_id = uuid.uuid4().hex[:16]
+        self._sent[request] = audit_id
+        entry = self._base("request", request.url)
+        blocklist = self.blocklist()
+        entry.update(
+            id=audit_id,
+            kind=kind,
+            method=request.method,
+            blocklist=blocklist,
+            robots_sha256=self.robots(request.url),
+            keyid=self.keyid,
+        )
+        return self.store.append(entry)
+
+    async def answered(
+        self, request: Request, status: int | None = None, error: str | None = None
+    ) -> None:
+        audit_id = self._sent.pop(request, None)
+        if audit_id is None:
+            return  # never sent: its gate's decision is the record's entry
+        entry = self._base("response", request.url)
+        entry.update(id=audit_id, status=status, error=error)
+        done = self.store.append(entry)
+        if done is not None:
+            await done
+
+    async def decision(self, record: dict[str, Any]) -> None:
+        entry = self._base("decision", str(record.get("url") or ""))
+        entry.update(
+            {k: record.get(k) for k in ("line", "outcome", "rule", "reason", "status")},
+            blocklist=self.blocklist(),
+        )
+        done = self.store.append(entry)
+        if done is not None:
+            await done
