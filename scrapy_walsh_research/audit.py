@@ -216,3 +216,11 @@ class AuditTrail:
         done = self.store.append(entry)
         if done is not None:
             await done
+
+    async def purged(self, host: str, cause: str, counts: dict[str, int]) -> None:
+        now = time.time()
+        entry = {"t": now, "ts": utc(now), "event": "purge", "url": "", "host": host,
+                 "reason": cause, "deleted": counts}  # fmt: skip
+        done = self.store.append(entry)
+        if done is not None:
+            await done

@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STATE_NAMESPACE = "blocklist"
+#: the list (and local entries) whose opted-out hosts were last purged
+PURGED_KEY = "purged_for"
 STATE_KEY = "adopted"
 #: kept once a list was adopted: from then on "no list" means lost, not new
 EVER_KEY = "adopted_before"
@@ -535,6 +537,27 @@ class BlocklistMiddleware:
             local = await self._stored(self.local, quiet=True)
             if local is None or local.fetched_at != adopted.fetched_at:
                 await self.local.put_many(STATE_NAMESPACE, {STATE_KEY: copy, EVER_KEY: ever})
+        await self._purge_opted_out(adopted)
+
+    async def _purge_opted_out(self, adopted: Adopted) -> None:
+        """Delete what was stored about every host the list in force blocks,
+        once per list (and set of local entries)."""
+        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.purge import purge
+
+        done_for = f"{adopted.sha256}+{len(self.extra)}"
+        if await self.store.get(STATE_NAMESPACE, PURGED_KEY) == done_for:
+            return
+        cause = (
+            f"opted out: blocklist entry adopted (updated {adopted.document.get('updated')}, "
+            f"sha256 {adopted.sha256[:12]})"
+        )
+        domains = self.domains
+        await purge(
+            self.store, lambda host: domains.match(host) is not None, cause=cause,
+            audit=AuditTrail.for_crawler(self.crawler),
+        )  # fmt: skip
+        await self.store.put(STATE_NAMESPACE, PURGED_KEY, done_for)
 
     async def _stored(self, store: StateStore, *, quiet: bool = False) -> Adopted | None:
         """The list kept in *store*, validated like a fetched one; None if there

@@ -278,12 +278,29 @@ class RobotsTxtMiddleware:
             copy = {"text": text, "fetched_at": now, "status": status}
             await self.store.put(STATE_NAMESPACE, origin, copy)
             policy = RobotsPolicy.parse(text, PRODUCT_TOKEN)
-            return RobotsEntry(policy, now + self.ttl, status, sha256=_sha256(text))
+            digest = _sha256(text)
+            if not policy.allows(f"{origin}/"):
+                await self._purge(origin, digest)
+            return RobotsEntry(policy, now + self.ttl, status, sha256=digest)
         if 400 <= status < 500 and status != 429:
             await self.store.put(ABSENT_NAMESPACE, origin, {"fetched_at": now, "status": status})
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
             return RobotsEntry(policy, now + self.ttl, status)
         return await self._unreachable(origin, previous, status, f"robots.txt answered {status}")
+
+    async def _purge(self, origin: str, digest: str) -> None:
+        """The host opted out by robots.txt (``/`` disallowed for our token):
+        what was stored about it goes (purge on opt-out)."""
+        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.purge import purge
+
+        host = url_host(origin)
+        await purge(
+            self.store, lambda h: h == host,
+            cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
+            f"(sha256 {digest[:12]})",
+            audit=AuditTrail.for_crawler(self.crawler),
+        )  # fmt: skip
 
     async def _unreachable(
         self, origin: str, previous: RobotsEntry | None, status: int | None, why: str

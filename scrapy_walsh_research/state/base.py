@@ -40,6 +40,14 @@ class StateStore(Protocol):
 
     async def delete(self, namespace: str, key: str) -> None: ...
 
+    async def keys(self, namespace: str) -> list[str]:
+        """Every key of *namespace* (for a purge: not on a hot path)."""
+        ...
+
+    async def delete_many(self, namespace: str, keys: list[str]) -> None:
+        """Delete all *keys* (one transaction)."""
+        ...
+
     def time(self) -> float:
         """Wall-clock now on the clock every user of this store shares (Redis's
         for a fleet): timestamps written here are compared by other

@@ -418,6 +418,21 @@ class RedisStateStore:
     async def delete(self, namespace: str, key: str) -> None:
         await self.conn.call(f"delete {namespace}", lambda r: r.hdel(self._hash(namespace), key))
 
+    async def keys(self, namespace: str) -> list[str]:
+        async def scan(r: aioredis.Redis) -> list[str]:
+            # HSCAN (not HKEYS): a large hash is read in steps, not in one
+            # blocking call; NOVALUES needs Redis 7.4, so values come too
+            return [k async for k, _ in r.hscan_iter(self._hash(namespace), count=1000)]
+
+        return await self.conn.call(f"keys {namespace}", scan)
+
+    async def delete_many(self, namespace: str, keys: list[str]) -> None:
+        for i in range(0, len(keys), 500):
+            chunk = keys[i : i + 500]
+            await self.conn.call(
+                f"delete {namespace}", lambda r, c=chunk: r.hdel(self._hash(namespace), *c)
+            )
+
     def time(self) -> float:
         return self.conn.time()
 

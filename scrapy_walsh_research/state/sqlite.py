@@ -72,6 +72,17 @@ class SQLiteStateStore:
                 [(namespace, k, json.dumps(v, sort_keys=True), now) for k, v in values.items()],
             )
 
+    async def keys(self, namespace: str) -> list[str]:
+        rows = self.db.execute("SELECT key FROM kv WHERE namespace = ?", (namespace,))
+        return [row[0] for row in rows]
+
+    async def delete_many(self, namespace: str, keys: list[str]) -> None:
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany(
+                "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
+            )
+
     async def put_if_absent(self, namespace: str, key: str, value: Any) -> Any:
         self.db.execute(
             "INSERT OR IGNORE INTO kv (namespace, key, value, updated) VALUES (?, ?, ?, ?)",

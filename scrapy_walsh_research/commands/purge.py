@@ -1,0 +1,63 @@
+"""``scrapy walsh-purge HOST``: delete what the bundle stored about HOST and
+its subdomains (validators, first-seen links and entries, cadence), as an
+opt-out does, with an audit entry; and say which exported records exist."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from scrapy.commands import ScrapyCommand
+from scrapy.crawler import Crawler
+from scrapy.exceptions import UsageError
+
+if TYPE_CHECKING:
+    import argparse
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    requires_crawler_process = False
+    default_settings = {"LOG_LEVEL": "WARNING"}
+
+    def syntax(self) -> str:
+        return "HOST"
+
+    def short_desc(self) -> str:
+        return "Delete what was stored about HOST and its subdomains (purge on opt-out)"
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1 or "/" in args[0]:
+            raise UsageError("give one host name, e.g. scrapy walsh-purge example.org")
+        assert self.settings is not None
+        from scrapy_walsh_research.spiders.targets import TargetsSpider
+
+        crawler = Crawler(TargetsSpider, self.settings)
+        asyncio.run(self._purge(crawler, args[0].lower().rstrip(".")))
+
+    async def _purge(self, crawler: Crawler, host: str) -> None:
+        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.purge import covers, purge, total
+        from scrapy_walsh_research.state import state_for
+
+        store = state_for(crawler)
+        audit = AuditTrail.for_crawler(crawler)
+        try:
+            purged = await purge(
+                store, covers(host), cause="scrapy walsh-purge (on demand)", audit=audit
+            )
+            exported = [
+                e for e in await audit.store.query(host)
+                if e.get("event") == "decision" and e.get("outcome") in ("fetched", "not_modified")
+            ]  # fmt: skip
+        finally:
+            await store.close()
+        print(f"purged {total(purged)} stored entries for {len(purged)} host(s) under {host}")
+        for name, counts in sorted(purged.items()):
+            print(f"  {name}: {counts}")
+        if exported:
+            print(
+                f"{len(exported)} records of {host} were exported with -O/FEEDS between "
+                f"{exported[0]['ts']} and {exported[-1]['ts']} (audit log decisions): those "
+                "files are yours to delete"
+            )

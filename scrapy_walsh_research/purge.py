@@ -1,0 +1,73 @@
+"""Purge on opt-out: when a host opts out, what the bundle stored about it goes.
+
+"Opt-out without cleanup is a half-measure" (seed 003): once a blocklist
+entry covering a host is adopted, or the host's robots.txt disallows the
+product token for ``/``, the validators, first-seen links and entries and
+the cadence stored for its targets are deleted at once, and the purge is an
+audit entry naming its cause. ``scrapy walsh-purge HOST`` does the same on
+demand. Records already exported (``-O``, ``FEEDS``) are the user's files:
+the audit log's decisions show which lines were exported, and when.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy_walsh_research.urls import is_http_url, url_host
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy_walsh_research.audit import AuditTrail
+    from scrapy_walsh_research.state.base import StateStore
+
+logger = logging.getLogger(__name__)
+
+#: what is stored per target URL (keys start with the target's URL)
+NAMESPACES = ("validators", "seen", "cadence")
+
+
+def _host_of(key: str) -> str | None:
+    url = key.split("\t", 1)[0]
+    return url_host(url) if is_http_url(url) else None
+
+
+def covers(domain: str) -> Callable[[str], bool]:
+    """Whether a host is *domain* or a subdomain of it (as R3 matches)."""
+    domain = domain.lower().rstrip(".")
+    return lambda host: host == domain or host.endswith("." + domain)
+
+
+async def purge(
+    store: StateStore,
+    matches: Callable[[str], bool],
+    *,
+    cause: str,
+    audit: AuditTrail | None = None,
+) -> dict[str, dict[str, int]]:
+    """Delete everything stored about the hosts *matches* accepts:
+    {host: {namespace: keys deleted}}; each purged host gets an audit entry."""
+    purged: dict[str, dict[str, int]] = {}
+    for namespace in NAMESPACES:
+        gone: list[str] = []
+        for key in await store.keys(namespace):
+            host = _host_of(key)
+            if host is not None and matches(host):
+                gone.append(key)
+                counts = purged.setdefault(host, {})
+                counts[namespace] = counts.get(namespace, 0) + 1
+        if gone:
+            await store.delete_many(namespace, gone)
+    for host, counts in sorted(purged.items()):
+        logger.info(
+            "Purged what was stored about %(host)s (%(counts)s): %(cause)s",
+            {"host": host, "counts": counts, "cause": cause},
+        )
+        if audit is not None:
+            await audit.purged(host, cause, counts)
+    return purged
+
+
+def total(purged: dict[str, dict[str, Any]]) -> int:
+    return sum(sum(c.values()) for c in purged.values())
