@@ -93,6 +93,10 @@ class Pacer:
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
         self._not_before: dict[str, float] = {}
+        #: set by the R5 gate: (request, status, exception) -> hold seconds
+        self.hold_planner: (
+            Callable[[Request, int | None, Exception | None], float | None] | None
+        ) = None
         #: when a request last went back to the scheduler because its host was busy
         self.last_requeue = float("-inf")
         #: targets waiting in place for their host (counted in the downloader's
@@ -172,6 +176,19 @@ class Pacer:
         ready = self.clock.ready_at(host, self.interval(host))
         deferred = self._not_before.get(host)
         return ready if deferred is None else max(ready, deferred)
+
+    def plan_hold(
+        self,
+        request: Request,
+        *,
+        status: int | None = None,
+        exception: Exception | None = None,
+    ) -> float | None:
+        """The backoff hold the R5 gate will put on the host after this
+        answer (its planner decides, and keeps to it), or None."""
+        if self.hold_planner is None:
+            return None
+        return self.hold_planner(request, status, exception)
 
     def defer(self, host: str, seconds: float) -> None:
         """Keep *host* out of the scheduler's way for *seconds* (its
@@ -285,22 +302,32 @@ class PacingMiddleware:
             spent += step
 
     async def process_response(self, request: Request, response: Response) -> Response:
-        await self._commit(request)
-        await self.audit.answered(request, status=response.status)
+        host = url_host(request.url)
+        seconds = None
         if response.status in RATE_LIMIT_CODES:
             seconds = parse_retry_after(response.headers.get(b"Retry-After"))
-            if seconds:
-                host = url_host(request.url)
-                await self.pacer.hold(host, time.monotonic() + seconds)
-                self.stats.inc_value("walsh/pacing/retry_after_hold")
-                logger.info(
-                    "R5: HTTP %(status)d with Retry-After %(s).0f s from %(url)s: holding "
-                    "%(host)s for that long",
-                    {"status": response.status, "s": seconds, "url": request.url, "host": host},
-                )
+        # The hold that follows this answer is written while this request
+        # still holds the host's slot, then the slot is released: written
+        # after, another worker waiting for the host could take the slot in
+        # between (a Retry-After of 20 s once let one in 0.2 s later).
+        hold = seconds or self.pacer.plan_hold(request, status=response.status)
+        if hold:
+            await self.pacer.hold(host, time.monotonic() + hold)
+        await self._commit(request)
+        await self.audit.answered(request, status=response.status)
+        if seconds:
+            self.stats.inc_value("walsh/pacing/retry_after_hold")
+            logger.info(
+                "R5: HTTP %(status)d with Retry-After %(s).0f s from %(url)s: holding "
+                "%(host)s for that long",
+                {"status": response.status, "s": seconds, "url": request.url, "host": host},
+            )
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
+        hold = self.pacer.plan_hold(request, exception=exception)
+        if hold:  # as for a response: the backoff is in force before the slot is free
+            await self.pacer.hold(url_host(request.url), time.monotonic() + hold)
         await self._commit(request)
         await self.audit.answered(request, error=f"{type(exception).__name__}: {exception}")
 

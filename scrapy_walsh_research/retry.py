@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 TRANSIENT_CODES = frozenset({500, 502, 504, 408})
 GAVE_UP_META = "walsh_gave_up"
+#: the backoff decided for this answer before the host's slot was released
+PLANNED_HOLD_META = "walsh_planned_hold"
 __all__ = ["RATE_LIMIT_CODES", "RetryMiddleware", "parse_retry_after"]
 
 
@@ -58,6 +60,7 @@ class RetryMiddleware:
             load_object(x) if isinstance(x, str) else x
             for x in settings.getlist("RETRY_EXCEPTIONS")
         )
+        self.pacer.hold_planner = self.plan_hold
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -84,11 +87,38 @@ class RetryMiddleware:
             # The host is still overloaded and named no time: one more backoff
             # step for the whole host before anything else goes to it.
             attempt = request.meta.get("retry_times", 0)
-            delay = min(self.max_delay, self.base * 2**attempt)
+            delay = request.meta.pop(PLANNED_HOLD_META, None) or min(
+                self.max_delay, self.base * 2**attempt
+            )
             await self.pacer.hold(url_host(request.url), time.monotonic() + delay)
         return self._give_up(
             request, response, f"HTTP {status} after {self.max_times} retries: gave up"
         )
+
+    def plan_hold(
+        self, request: Request, status: int | None, exception: Exception | None
+    ) -> float | None:
+        """The backoff this gate will hold the host for after this answer
+        (Retry-After aside: the pacing gate reads that itself). Decided here,
+        before the pacing gate frees the host's slot, and kept in the
+        request's meta so the gate holds exactly that."""
+        if request.meta.get("dont_retry"):
+            return None
+        if exception is not None:
+            if not isinstance(exception, self.exceptions):
+                return None
+        elif status not in RATE_LIMIT_CODES | TRANSIENT_CODES:
+            return None
+        attempt = request.meta.get("retry_times", 0)
+        if attempt >= self.max_times:
+            if status in RATE_LIMIT_CODES:  # giving up on an overloaded host: one more step
+                delay = min(self.max_delay, self.base * 2**attempt)
+            else:
+                return None
+        else:
+            delay = random.uniform(0, min(self.max_delay, self.base * 2**attempt))
+        request.meta[PLANNED_HOLD_META] = delay
+        return delay
 
     async def process_exception(self, request: Request, exception: Exception) -> Request | None:
         if request.meta.get("dont_retry") or not isinstance(exception, self.exceptions):
@@ -104,10 +134,10 @@ class RetryMiddleware:
         if retry_after is not None:
             delay, source = retry_after, "Retry-After"
         else:
-            delay, source = (
-                random.uniform(0, min(self.max_delay, self.base * 2**attempt)),
-                "backoff",
-            )
+            planned = request.meta.pop(PLANNED_HOLD_META, None)
+            if planned is None:
+                planned = random.uniform(0, min(self.max_delay, self.base * 2**attempt))
+            delay, source = float(planned), "backoff"
         retry = get_retry_request(
             request,
             spider=self.crawler.spider,

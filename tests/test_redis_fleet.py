@@ -558,3 +558,103 @@ async def test_a_worker_killed_during_a_blocklist_refresh_does_not_stall_the_fle
     assert len(records(tmp_path, 2)) == 6, [p.err.decode()[-1500:] for p in procs]
     first = page_hits(server, "f")[0]
     assert first - killed_at < 15.0, f"first page {first - killed_at:.1f} s after the kill"
+
+
+# -- R5 across the fleet ---------------------------------------------------------------
+
+
+class LatencyProxy:
+    """A TCP proxy to Redis that delivers every chunk, both ways, *delay*
+    seconds late: a worker on another machine, a WAN round trip from Redis."""
+
+    def __init__(self, port: int, delay: float) -> None:
+        from twisted.internet import protocol, reactor
+
+        proxy = self
+
+        class Upstream(protocol.Protocol):
+            def connectionMade(self) -> None:
+                self.factory.down.up = self
+                for data in self.factory.down.pending:
+                    self.transport.write(data)
+                self.factory.down.pending = []
+
+            def dataReceived(self, data: bytes) -> None:
+                down = self.factory.down
+                reactor.callLater(proxy.delay, lambda: down.transport.write(data))
+
+            def connectionLost(self, reason: Any) -> None:
+                reactor.callLater(proxy.delay, self.factory.down.transport.loseConnection)
+
+        class Downstream(protocol.Protocol):
+            up: Any = None
+
+            def connectionMade(self) -> None:
+                self.pending: list[bytes] = []
+                factory = protocol.ClientFactory()
+                factory.protocol = Upstream
+                factory.down = self  # type: ignore[attr-defined]
+                reactor.connectTCP("127.0.0.1", proxy.target, factory)
+
+            def dataReceived(self, data: bytes) -> None:
+                def send() -> None:
+                    if self.up is None:
+                        self.pending.append(data)
+                    else:
+                        self.up.transport.write(data)
+
+                reactor.callLater(proxy.delay, send)
+
+            def connectionLost(self, reason: Any) -> None:
+                if self.up is not None:
+                    self.up.transport.loseConnection()
+
+        self.target, self.delay = port, delay
+        factory = protocol.ServerFactory()
+        factory.protocol = Downstream
+        self.listener = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.url = f"redis://127.0.0.1:{self.listener.getHost().port}/0"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_retry_after_binds_a_worker_that_was_waiting_for_the_host(
+    server, redis_server, tmp_path: Path
+):
+    """rl.test answers worker A's request, slowly, with 503 and Retry-After:
+    20. Worker B, waiting for the host while A's request is out, sends
+    nothing to rl.test for those 20 s: the hold is written while A still
+    holds the host's slot, then the slot is released. (Found by an
+    adversarial review: written after the release, with A 150 ms from Redis,
+    B's request arrived 0.2 s after the 503.)"""
+    hits: list[int] = []
+
+    def rate_limited(hit: Any) -> Reply:
+        hits.append(1)
+        if len(hits) == 1:
+            return Reply(503, "slow down", {"Retry-After": "20"}, delay=8.0)
+        return Reply(200, "ok")
+
+    server.origin.route("rl.test", "/robots.txt", Reply(200, ALLOW))
+    server.origin.route("rl.test", "/p/0", rate_limited)
+    server.origin.route("rl.test", "/p/1", Reply(200, "ok"))
+    proxy = LatencyProxy(redis_server.port, delay=0.15)
+    try:
+        shared = redis_settings(redis_server, WALSH_RETRY_TIMES=0)
+        far = {**shared, "WALSH_REDIS_URL": proxy.url}
+        push(redis_server, shared, [server.url("rl.test", "/p/0")], tmp_path, key="a")
+        push(redis_server, shared, [server.url("rl.test", "/p/1")], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **far)
+        while not server.origin.hits_for("rl.test", "/p/0"):
+            assert not a.ended.called, a.err.decode()[-3000:]
+            await sleep(0.05)
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)  # waits for the lease
+        await ended(a, b)
+    finally:
+        await proxy.listener.stopListening()
+    got = sorted(r["line"] for r in durable_records(redis_server, shared, "a")) + sorted(
+        r["line"] for r in durable_records(redis_server, shared, "b")
+    )
+    assert got == [1, 1], (a.err.decode()[-1500:], b.err.decode()[-1500:])
+    answered = server.origin.hits_for("rl.test", "/p/0")[0].t + 8.0  # the 503 left then
+    after = [round(h.t - answered, 2) for h in server.origin.hits_for("rl.test", "/p/1")]
+    assert all(t >= 20.0 for t in after), f"rl.test/p/1 sent {after} s after Retry-After: 20"
