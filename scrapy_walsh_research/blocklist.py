@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -71,28 +72,46 @@ CLOCK_TOLERANCE = 5.0
 REQUIRED_FORMATS = frozenset({"date-time", "date", "email", "uri"})
 
 
+_SEPARATORS = re.compile(r"[\s,;]+")
+_QUOTES = "\"'`<>"
+
+
 def _entry_host(raw: str) -> str:
-    text = raw.strip()
+    text = raw.strip().strip(_QUOTES)
+    if text.startswith("//"):
+        text = "http:" + text  # a scheme-relative URL
     if "://" in text:
         try:
             text = urlsplit(text).netloc
         except ValueError:  # bad brackets: read the authority loosely
             text = text.partition("://")[2]
-    text = text.split("/", 1)[0]
+    text = re.split(r"[/?#]", text, maxsplit=1)[0]
     text = text.rsplit("@", 1)[-1]
     return text.lstrip("*").lstrip(".")
 
 
+def _entry_parts(raw: str) -> list[str]:
+    """The host names in one ``domain`` value: usually one; an operator who
+    wrote several (``"a.test, b.test"``) meant each of them."""
+    return [p for p in (_entry_host(x) for x in _SEPARATORS.split(raw.strip())) if p]
+
+
 def normalize_entry(raw: str) -> str:
-    """Read a blocklist ``domain`` leniently: a URL, ``*.`` prefix or port
-    still names a host. An opt-out is never dropped for its spelling."""
-    return normalize_host(_entry_host(raw))
+    """Read a blocklist ``domain`` leniently: a URL, ``*.`` prefix, port,
+    quotes, a query or several names still name hosts. An opt-out is never
+    dropped for its spelling."""
+    parts = _entry_parts(raw)
+    return normalize_host(parts[0]) if parts else ""
 
 
 def entry_hosts(raw: str) -> set[str]:
-    """Every normalised host an entry names: usually one, several for a name
-    IDNA 2003 and UTS #46 encode differently (see :func:`host_variants`)."""
-    return host_variants(_entry_host(raw))
+    """Every normalised host an entry names: one per name written, several
+    for a name IDNA 2003 and UTS #46 encode differently (see
+    :func:`host_variants`)."""
+    out: set[str] = set()
+    for part in _entry_parts(raw):
+        out |= host_variants(part)
+    return out
 
 
 class DomainSet:
@@ -109,7 +128,13 @@ class DomainSet:
     def from_entries(cls, entries: list[dict[str, Any]], source: str) -> DomainSet:
         out: dict[str, dict[str, Any]] = {}
         for entry in entries:
-            domains = entry_hosts(str(entry.get("domain", "")))
+            raw = str(entry.get("domain", ""))
+            domains = entry_hosts(raw)
+            if domains and sorted(domains) != sorted(host_variants(raw.strip())):
+                logger.warning(
+                    "Blocklist entry %r read leniently (%s) as: %s",
+                    raw, source, ", ".join(sorted(domains)),
+                )  # fmt: skip
             if not domains:
                 logger.error(
                     "Blocklist entry with no usable domain ignored (%s): %r", source, entry
@@ -308,7 +333,15 @@ class BlocklistMiddleware:
             )
             deny(self.crawler, logger, request, "R3", reason)
         if url_host(request.url) not in self._operator_hosts:
+            # The opt-out list comes from the operator's hosts; a redirect
+            # elsewhere (a hijacked URL, a third party's private path) is not
+            # followed: the fetch fails and the list in force stays.
             self._deny_if_blocked(request)
+            reason = (
+                f"the blocklist or schema fetch was redirected off the operator's hosts to "
+                f"{request.url}: not followed"
+            )
+            deny(self.crawler, logger, request, "R3", reason)
 
     def version(self) -> dict[str, Any] | None:
         """The list in force, as the audit log names it."""

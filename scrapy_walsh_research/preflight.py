@@ -177,6 +177,23 @@ def problems(settings: BaseSettings) -> list[str]:
             f"the robots.txt gate ({order[ROBOTS_MW]}): pace only requests that may be sent. "
             "Give the pacing gate the higher number."
         )
+    if PACING_MW in order:
+        # Between the pacing gate and the wire, a component that answers or
+        # retries a request in process_response/process_exception runs before
+        # the pacing gate sees the answer: its Retry-After hold and its send
+        # time would be skipped. The R5 gate itself must run before pacing.
+        between = sorted(
+            f"{name} ({prio})"
+            for name, prio in order.items()
+            if order[PACING_MW] < prio < order.get(USERAGENT_MW, 10**9)
+        )
+        if between:
+            found.append(
+                f"DOWNLOADER_MIDDLEWARES runs {', '.join(between)} between the pacing gate "
+                f"({order[PACING_MW]}) and the R1 gate: it would see answers before pacing does "
+                "(a Retry-After hold could be skipped). Give it a number below "
+                f"{order[PACING_MW]}."
+            )
     if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
         found.append(
             f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "
@@ -241,6 +258,13 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
     refused, allowed or only advised against is in ``docs/readings.rst``.
     """
     found: list[str] = []
+    defaults = settings.getdict("DEFAULT_REQUEST_HEADERS")
+    if any(str(k).lower() == "host" for k in defaults):
+        found.append(
+            "DEFAULT_REQUEST_HEADERS sets Host: it would send every request to the site it "
+            "names, not the one whose blocklist entry and robots.txt were checked. Remove it "
+            "(the connection sends the URL's host)."
+        )
     # Refused whether or not the middleware is listed: a subclass under
     # another name, or the project's own cache, reads the same setting.
     if settings.getbool("HTTPCACHE_ENABLED"):

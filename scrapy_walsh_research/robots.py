@@ -28,13 +28,21 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
-from scrapy_walsh_research.internal import ROBOTS, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research.internal import (
+    BLOCKLIST,
+    ROBOTS,
+    SCHEMA,
+    HostBusy,
+    Marks,
+    internal_fetch,
+)
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
@@ -95,14 +103,46 @@ class RobotsTxtMiddleware:
         self.requeue = uses_frontier(settings)
         self._cache: dict[str, RobotsEntry] = {}
         self._pending: dict[str, Deferred[RobotsEntry]] = {}
+        from scrapy_walsh_research import identity
+
+        self._operator_hosts = {
+            url_host(settings.get("WALSH_BLOCKLIST_URL") or identity.BLOCKLIST_URL),
+            url_host(settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or identity.BLOCKLIST_SCHEMA_URL),
+        }
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
         return cls(crawler)
 
+    def _exempt(self, request: Request) -> bool:
+        """The bundle's own fetches of robots.txt (any origin's /robots.txt,
+        where a robots.txt redirect may lead) and of the operator's documents
+        (on the operator's hosts). A redirect hop of one of them anywhere else
+        is an ordinary request to that origin: its robots.txt applies (a
+        hostile robots.txt or blocklist URL must not redirect us into another
+        site's disallowed path)."""
+        purpose = self.marks.purpose(request, quiet=True)
+        if purpose == ROBOTS:
+            return urlsplit(request.url).path == "/robots.txt" or self._same_origin(request)
+        if purpose in (BLOCKLIST, SCHEMA):
+            return url_host(request.url) in self._operator_hosts
+        return False
+
+    @staticmethod
+    def _same_origin(request: Request) -> bool:
+        first = (request.meta.get("redirect_urls") or [request.url])[0]
+        return origin_of(first) == origin_of(request.url)
+
     async def process_request(self, request: Request) -> Request | None:
-        if self.marks.is_direct(request):
+        if self.marks.purpose(request, quiet=True) == ROBOTS and not self._exempt(request):
+            # A robots.txt fetch redirected to another origin's other path:
+            # not followed (that origin's rules are unknown, and waiting for
+            # them could wait on this very fetch). The origin's robots.txt is
+            # then unreachable: disallowed, the stricter reading.
+            reason = f"robots.txt redirected to {request.url}, another origin's page"
+            deny(self.crawler, logger, request, "R2", reason)
+        if self._exempt(request):
             return None  # robots.txt itself, the blocklist and its schema
         entry = self._fresh(origin_of(request.url))
         if entry is None:
@@ -138,7 +178,7 @@ class RobotsTxtMiddleware:
         return entry if entry is not None and self.store.time() < entry.expires else None
 
     def _cached_denial(self, request: Request) -> bool:
-        if self.marks.is_direct(request):
+        if self._exempt(request):
             return False
         entry = self._fresh(origin_of(request.url))
         return bool(entry and not entry.policy.allows(request.url))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
 from protego import Protego
 
@@ -131,7 +132,14 @@ class RobotsPolicy:
             return False
         if self._parser is None:
             return True
-        return self._parser.can_fetch(url, _SELF)
+        if not self._parser.can_fetch(url, _SELF):
+            return False
+        # A server resolves dot segments (and %2e spellings of them) before
+        # it serves a path: /open/../private/x is /private/x to it. Matching
+        # only the raw path would let such a URL past a Disallow; both
+        # spellings must be allowed (the stricter reading protects the site).
+        resolved = _resolved(url)
+        return resolved == url or self._parser.can_fetch(resolved, _SELF)
 
     @property
     def crawl_delay(self) -> float | None:
@@ -166,3 +174,28 @@ def decode_robots(body: bytes) -> tuple[str, bool]:
         cut = max(body.rfind(b"\n"), body.rfind(b"\r"))
         body = body[: cut + 1] if cut >= 0 else b""
     return body.decode("utf-8", errors="replace"), truncated
+
+
+_DOT = re.compile(r"%2e", re.IGNORECASE)
+
+
+def _resolved(url: str) -> str:
+    """*url* with ``%2e`` decoded and dot segments removed (RFC 3986 §5.2.4),
+    as a server would serve it; *url* itself when there is nothing to resolve."""
+    parts = urlsplit(url)
+    path = _DOT.sub(".", parts.path)
+    if "." not in path:
+        return url
+    segments = path.split("/")
+    if not any(s in (".", "..") for s in segments):
+        return url
+    out: list[str] = []
+    for segment in segments[1:]:
+        if segment == "..":
+            if out:
+                out.pop()
+        elif segment != ".":
+            out.append(segment)
+    if segments[-1] in (".", ".."):
+        out.append("")
+    return urlunsplit(parts._replace(path="/" + "/".join(out)))

@@ -47,6 +47,11 @@ EXTRA_COMPONENTS = ("@method", "@path", "@target-uri")
 #: so anyone can sign with it; a bot signing with it proves nothing
 RFC9421_TEST_KEY_X = "JrQLj5P_89iXES9-vFgrIy29clF9CC_oPPsw3c5D0bs"
 SIGNATURE_HEADERS = ("Signature", "Signature-Input", "Signature-Agent")
+MAX_KEY_BYTES = 64 * 1024
+#: shortest signature life allowed: the signature is made when the connection
+#: is handed to the request, and over https the TLS handshake still comes
+#: out of that life
+MIN_TTL_S = 10
 
 
 def b64url(data: bytes) -> str:
@@ -82,7 +87,15 @@ def load_key(path: str | os.PathLike[str], setting: str = "WALSH_SIGNING_KEY") -
     file = Path(path)
     try:
         mode = file.stat().st_mode
-        data = file.read_bytes()
+        if not stat.S_ISREG(mode):
+            raise WalshConfigurationError(
+                f"{where}: not a regular file (a directory, FIFO or device): point the "
+                "setting at the key file"
+            )
+        with file.open("rb") as handle:
+            data = handle.read(MAX_KEY_BYTES + 1)
+        if len(data) > MAX_KEY_BYTES:
+            raise WalshConfigurationError(f"{where}: larger than a key file ({MAX_KEY_BYTES} B)")
     except OSError as exc:
         raise WalshConfigurationError(
             f"{where}: the signing key cannot be read ({exc.strerror or exc}). Generate one with "
@@ -153,6 +166,21 @@ def generate_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
     with os.fdopen(fd, "wb") as out:
         out.write(pem)
     return key
+
+
+def as_sent(url: str) -> str:
+    """*url* as the origin reconstructs it from the request it receives: no
+    fragment (never sent), scheme and host in lower case, no default port
+    (the Host header omits it)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    netloc = parts.netloc.rsplit("@", 1)[-1].lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme)
+    if default and netloc.endswith(default):
+        netloc = netloc[: -len(default)]
+    bare = url.split("#", 1)[0].endswith("?")
+    query = f"?{parts.query}" if parts.query or bare else ""
+    return f"{scheme}://{netloc}{parts.path or '/'}{query}"
 
 
 class _Message:
@@ -244,16 +272,18 @@ class Signer:
             raise WalshConfigurationError(
                 f"WALSH_SIGNATURE_AGENT_FORM={form!r}: use one of {', '.join(FORMS)}"
             )
+        raw_ttl = settings.get("WALSH_SIGNATURE_TTL")
         try:
-            ttl = float(settings.get("WALSH_SIGNATURE_TTL") or 60)
+            ttl = float(60 if raw_ttl is None or raw_ttl == "" else raw_ttl)
         except (TypeError, ValueError) as exc:
             raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_TTL={settings.get('WALSH_SIGNATURE_TTL')!r}: seconds, e.g. 60"
+                f"WALSH_SIGNATURE_TTL={raw_ttl!r}: whole seconds, e.g. 60"
             ) from exc
-        if not 1 <= ttl <= 86400:
+        if ttl != int(ttl) or not MIN_TTL_S <= ttl <= 86400:
             raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_TTL={ttl:g}: between 1 and 86400 seconds (the protocol "
-                "recommends expiry within 24 hours; shorter limits replay)"
+                f"WALSH_SIGNATURE_TTL={raw_ttl!r}: whole seconds between {MIN_TTL_S} and 86400 "
+                "(the protocol recommends expiry within 24 hours; shorter limits replay, but "
+                "the signature must outlive a TLS handshake)"
             )
         extra = tuple(settings.getlist("WALSH_SIGNATURE_COMPONENTS"))
         unknown = [c for c in extra if c not in EXTRA_COMPONENTS]
@@ -281,6 +311,7 @@ class Signer:
         headers["Signature-Agent"] = self.agent_header
         at = int(time.time()) if created is None else created
         nonce = nonce if nonce is not None else b64url(os.urandom(32))
+        url = as_sent(url)
         if self._fast is None:
             self._fast = self._fast_matches_library()
         if self._fast:

@@ -32,6 +32,19 @@ class UserAgentMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:
+        if b"Host" in request.headers:
+            # Every gate judged the URL's host; a Host header would send the
+            # request to another site on the same server (a virtual host, a
+            # CDN) than the one they checked, and the signature would name
+            # the wrong authority. The connection's own Host (from the URL)
+            # is what goes out.
+            self.stats.inc_value("walsh/useragent/host_removed")
+            logger.warning(
+                "Removed a Host header (%(host)r) from %(url)s: requests go to the host "
+                "their URL names, the one every gate checked",
+                {"host": request.headers.get(b"Host"), "url": request.url},
+            )
+            del request.headers[b"Host"]
         current = request.headers.getlist(b"User-Agent")
         if current != [_UA]:
             if current:

@@ -231,7 +231,8 @@ def test_a_generated_key_is_0600_and_loads_as_pem_and_as_jwk(tmp_path):
     [
         ("WALSH_SIGNATURE_AGENT_FORM", "header", "use one of dictionary, origin, string"),
         ("WALSH_SIGNATURE_AGENT", "http://wal.sh/dir", "must be an https URL"),
-        ("WALSH_SIGNATURE_TTL", "0", "between 1 and 86400"),
+        ("WALSH_SIGNATURE_TTL", "0", "between 10 and 86400"),
+        ("WALSH_SIGNATURE_TTL", "2.5", "whole seconds"),
         ("WALSH_SIGNATURE_COMPONENTS", "@query", "not allowed"),
     ],
 )
