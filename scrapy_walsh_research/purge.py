@@ -33,6 +33,12 @@ def _host_of(key: str) -> str | None:
     return url_host(url) if is_http_url(url) else None
 
 
+def url_prefixes(host: str) -> tuple[str, ...]:
+    """Where the stored keys of *host* begin (canonical URLs, any port)."""
+    name = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed
+    return (f"http://{name}", f"https://{name}")
+
+
 def covers(domain: str) -> Callable[[str], bool]:
     """Whether a host is *domain* or a subdomain of it (as R3 matches)."""
     domain = domain.lower().rstrip(".")
@@ -45,13 +51,17 @@ async def purge(
     *,
     cause: str,
     audit: AuditTrail | None = None,
+    prefixes: tuple[str, ...] = ("",),
 ) -> dict[str, dict[str, int]]:
     """Delete everything stored about the hosts *matches* accepts:
-    {host: {namespace: keys deleted}}; each purged host gets an audit entry."""
+    {host: {namespace: keys deleted}}; each purged host gets an audit entry.
+    For one host, *prefixes* (its URLs' beginnings) keep the purge to its
+    keys instead of a scan of the whole store."""
     purged: dict[str, dict[str, int]] = {}
     for namespace in NAMESPACES:
         gone: list[str] = []
-        for key in await store.keys(namespace):
+        candidates = {k for prefix in prefixes for k in await store.keys(namespace, prefix)}
+        for key in sorted(candidates):
             host = _host_of(key)
             if host is not None and matches(host):
                 gone.append(key)

@@ -332,11 +332,11 @@ class RobotsTxtMiddleware:
         """The host opted out by robots.txt (``/`` disallowed for our token):
         what was stored about it goes (purge on opt-out)."""
         from scrapy_walsh_research.audit import AuditTrail
-        from scrapy_walsh_research.purge import purge
+        from scrapy_walsh_research.purge import purge, url_prefixes
 
         host = url_host(origin)
         await purge(
-            self.store, lambda h: h == host,
+            self.store, lambda h: h == host, prefixes=url_prefixes(host),
             cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
             f"(sha256 {digest[:12]})",
             audit=AuditTrail.for_crawler(self.crawler),

@@ -90,20 +90,27 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             d = original(key, endpoint)
             request = self._current
 
+            def check_grant(connection: Any) -> None:
+                assert request is not None
+                if not self._grant_valid(request):
+                    connection.transport.loseConnection()
+                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
+
             def send(connection: Any) -> Any:
-                if request is not None and self._signer is not None:
+                assert request is not None
+                # again after the audit write (a Redis write can wait out an
+                # outage): the grant must still be ours as the request leaves
+                check_grant(connection)
+                if self._signer is not None:
                     self._sign_on(connection, request)
-                if request is not None:
-                    request.meta[WIRE_TIME_META] = time.monotonic()
-                    _stamp_sends(connection, request)
+                request.meta[WIRE_TIME_META] = time.monotonic()
+                _stamp_sends(connection, request)
                 return connection
 
             def stamp(connection: Any) -> Any:
                 if request is None:
                     return connection
-                if not self._grant_valid(request):
-                    connection.transport.loseConnection()
-                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
+                check_grant(connection)  # not logged as sent if it cannot be
                 # the audit entry is durable before the request leaves
                 written = self._audit.sent(request, self._kind(request))
                 if written is None:

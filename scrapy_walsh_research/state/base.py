@@ -40,8 +40,9 @@ class StateStore(Protocol):
 
     async def delete(self, namespace: str, key: str) -> None: ...
 
-    async def keys(self, namespace: str) -> list[str]:
-        """Every key of *namespace* (for a purge: not on a hot path)."""
+    async def keys(self, namespace: str, prefix: str = "") -> list[str]:
+        """The keys of *namespace* starting with *prefix* (for a purge: not on
+        a hot path; a prefix reads only its range)."""
         ...
 
     async def delete_many(self, namespace: str, keys: list[str]) -> None:

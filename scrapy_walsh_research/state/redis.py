@@ -32,6 +32,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import time
 import uuid
 import weakref
@@ -418,11 +419,15 @@ class RedisStateStore:
     async def delete(self, namespace: str, key: str) -> None:
         await self.conn.call(f"delete {namespace}", lambda r: r.hdel(self._hash(namespace), key))
 
-    async def keys(self, namespace: str) -> list[str]:
+    async def keys(self, namespace: str, prefix: str = "") -> list[str]:
+        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+
         async def scan(r: aioredis.Redis) -> list[str]:
             # HSCAN (not HKEYS): a large hash is read in steps, not in one
             # blocking call; NOVALUES needs Redis 7.4, so values come too
-            return [k async for k, _ in r.hscan_iter(self._hash(namespace), count=1000)]
+            return [
+                k async for k, _ in r.hscan_iter(self._hash(namespace), match=pattern, count=1000)
+            ]
 
         return await self.conn.call(f"keys {namespace}", scan)
 

@@ -72,8 +72,12 @@ class SQLiteStateStore:
                 [(namespace, k, json.dumps(v, sort_keys=True), now) for k, v in values.items()],
             )
 
-    async def keys(self, namespace: str) -> list[str]:
-        rows = self.db.execute("SELECT key FROM kv WHERE namespace = ?", (namespace,))
+    async def keys(self, namespace: str, prefix: str = "") -> list[str]:
+        # a range on the primary key: only the prefix's rows are read
+        rows = self.db.execute(
+            "SELECT key FROM kv WHERE namespace = ? AND key >= ? AND key < ?",
+            (namespace, prefix, prefix + "\U0010ffff"),
+        )
         return [row[0] for row in rows]
 
     async def delete_many(self, namespace: str, keys: list[str]) -> None:
