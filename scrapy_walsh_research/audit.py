@@ -26,6 +26,8 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from scrapy import signals
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -166,6 +168,9 @@ class AuditTrail:
                 from scrapy_walsh_research.state.base import state_dir
 
                 store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
+                crawler.signals.connect(
+                    lambda: store.close(), signal=signals.engine_stopped, weak=False
+                )
                 # past the retention: dropped as the crawl opens (Redis trims
                 # the stream on every append)
                 store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))

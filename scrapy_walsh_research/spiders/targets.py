@@ -221,7 +221,8 @@ class TargetsSpider(scrapy.Spider):
         self.targets_total = total
 
     async def start(self) -> AsyncIterator[Any]:
-        self._count_targets()
+        # a thread: a list of 10^6 lines takes seconds to count (5 us a line)
+        await maybe_deferred_to_future(deferToThread(self._count_targets))
         seen: dict[str, int] = {}
         async for lineno, text, source, scope, ticket in self._lines():
             if not is_http_url(text):
