@@ -155,3 +155,73 @@ def test_a_key_path_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path
     assert not hung, "start-up blocked reading WALSH_SIGNING_KEY (a FIFO) instead of refusing"
     assert isinstance(outcome[0], WalshConfigurationError)
     assert "WALSH_SIGNING_KEY" in str(outcome[0])
+
+
+class _Tunnel:
+    """A forward proxy that only speaks CONNECT: it logs each authority it is
+    asked to tunnel to and relays bytes to the sandbox's TLS port, so the
+    origin sees TLS from the crawler, as behind a real https proxy."""
+
+    def __init__(self, tls_port: int) -> None:
+        from twisted.internet import protocol, reactor
+        from twisted.protocols import portforward
+
+        self.seen: list[str] = []
+        seen = self.seen
+
+        class Server(portforward.ProxyServer):
+            clientProtocolFactory = portforward.ProxyClientFactory
+
+            def connectionMade(self) -> None:
+                self.head = b""
+
+            def dataReceived(self, data: bytes) -> None:
+                if self.peer is not None:
+                    self.peer.transport.write(data)
+                    return
+                self.head += data
+                if b"\r\n\r\n" not in self.head:
+                    return
+                line = self.head.split(b"\r\n", 1)[0].decode("latin-1")
+                seen.append(line)
+                client = self.clientProtocolFactory()
+                client.setServer(self)
+                reactor.connectTCP("127.0.0.1", tls_port, client)
+
+            def setPeer(self, peer) -> None:  # the upstream connection is up
+                self.peer = peer
+                self.transport.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+
+        factory = protocol.Factory.forProtocol(Server)
+        factory.noisy = False
+        self._port = reactor.listenTCP(0, factory, interface="127.0.0.1")
+        self.url = f"http://127.0.0.1:{self._port.getHost().port}"
+
+    def stop(self):
+        return self._port.stopListening()
+
+
+@pytest_twisted.ensureDeferred
+async def test_https_through_a_connect_proxy_is_signed_for_the_target_authority(
+    server, tmp_path, monkeypatch
+):
+    """Behind an https proxy the request travels inside a CONNECT tunnel: the
+    signature (made at handover, inside the tunnel) still names the target's
+    authority, and the origin verifies it."""
+    server.start_tls()
+    tunnel = _Tunnel(server.tls_port)
+    for name in ("no_proxy", "NO_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("https_proxy", tunnel.url)
+    try:
+        server.origin.route("t.test", "/robots.txt", ROBOTS)
+        server.origin.route("t.test", "/x", Reply(200, "x"))
+        settings, _ = signing_settings(server, tmp_path)
+        await crawl(settings, [server.tls_url("t.test", "/x")], tmp_path)
+    finally:
+        await tunnel.stop()
+    assert any(line.startswith(f"CONNECT t.test:{server.tls_port} ") for line in tunnel.seen), (
+        tunnel.seen
+    )
+    assert server.origin.hits_for("t.test", "/x"), verdicts(server)
+    assert {h.signature for h in server.origin.hits} == {"verified"}, verdicts(server)
