@@ -148,6 +148,8 @@ class AuditTrail:
         self.retention = retention
         self.blocklist: Callable[[], dict[str, Any] | None] = lambda: None
         self.robots: Callable[[str], str | None] = lambda url: None
+        #: the interval pacing keeps between requests to a host (its R4 floor)
+        self.interval: Callable[[str], float] | None = None
         self.keyid: str | None = None
         #: each request sent -> its entry id (a retry or a hop is a new
         #: request object, so an id is never carried over)
@@ -189,25 +191,36 @@ class AuditTrail:
         audit_id = uuid.uuid4().hex[:16]
         self._sent[request] = audit_id
         entry = self._base("request", request.url)
-        blocklist = self.blocklist()
+        agent = request.headers.get("User-Agent")
         entry.update(
             id=audit_id,
             kind=kind,
             method=request.method,
-            blocklist=blocklist,
+            user_agent=agent.decode("latin-1") if agent is not None else None,
+            blocklist=self.blocklist(),
             robots_sha256=self.robots(request.url),
+            interval=self.interval(entry["host"]) if self.interval and entry["host"] else None,
             keyid=self.keyid,
         )
         return self.store.append(entry)
 
     async def answered(
-        self, request: Request, status: int | None = None, error: str | None = None
+        self,
+        request: Request,
+        status: int | None = None,
+        error: str | None = None,
+        hold: float | None = None,
     ) -> None:
+        """The answer to a request sent; *hold* is the R5 hold it started
+        (Retry-After, or the planned backoff): the host is not contacted
+        again before ``hold_until`` (wall time)."""
         audit_id = self._sent.pop(request, None)
         if audit_id is None:
             return  # never sent: its gate's decision is the record's entry
         entry = self._base("response", request.url)
         entry.update(id=audit_id, status=status, error=error)
+        if hold:
+            entry.update(hold=hold, hold_until=entry["t"] + hold)
         done = self.store.append(entry)
         if done is not None:
             await done

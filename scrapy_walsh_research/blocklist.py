@@ -581,14 +581,18 @@ class BlocklistMiddleware:
         done_for = f"{adopted.sha256}+{len(self.extra)}"
         if await self.store.get(STATE_NAMESPACE, PURGED_KEY) == done_for:
             return
-        cause = (
-            f"opted out: blocklist entry adopted (updated {adopted.document.get('updated')}, "
-            f"sha256 {adopted.sha256[:12]})"
-        )
         domains = self.domains
+        version = f"updated {adopted.document.get('updated')}, sha256 {adopted.sha256[:12]}"
+
+        def cause(host: str) -> str:
+            found = domains.match(host)
+            entry, source = (found[0], found[1].get("reason")) if found else ("?", None)
+            where = "WALSH_BLOCKLIST_EXTRA" if source == "WALSH_BLOCKLIST_EXTRA" else version
+            return f"opted out: blocklist entry {entry!r} adopted ({where})"
+
         await purge(
             self.store, lambda host: domains.match(host) is not None, cause=cause,
-            audit=AuditTrail.for_crawler(self.crawler),
+            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
         )  # fmt: skip
         await self.store.put(STATE_NAMESPACE, PURGED_KEY, done_for)
 

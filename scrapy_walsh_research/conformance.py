@@ -80,15 +80,23 @@ async def _sleep(seconds: float) -> None:
     await maybe_deferred_to_future(task.deferLater(reactor, seconds, lambda: None))
 
 
-def _blocklist(refresh: str = "PT1S") -> dict[str, Any]:
+#: a host crawled in the first runs that opts out before the last one: what
+#: was stored about it (validators, cadence) must then be purged
+PURGED_HOST = "etag.test"
+
+
+def _blocklist(refresh: str = "PT1S", *, opted_out: bool = False) -> dict[str, Any]:
+    blocked = [{"domain": "blocked.test", "added": "2026-05-23", "reason": "email opt-out"}]
+    if opted_out:
+        blocked.append({"domain": PURGED_HOST, "added": "2026-11-22", "reason": "email opt-out"})
     return {
         "contract": "walsh-research-blocklist/v1",
-        "updated": "2026-05-23T00:00:00Z",
+        "updated": "2026-11-22T00:00:00Z" if opted_out else "2026-05-23T00:00:00Z",
         "operator": "Sandbox Operator",
         "contact": "ops@example.org",
         "policy": "https://wal.sh/bot/",
         "refresh": refresh,
-        "blocked": [{"domain": "blocked.test", "added": "2026-05-23", "reason": "email opt-out"}],
+        "blocked": blocked,
     }
 
 
@@ -162,7 +170,8 @@ class Scenario:
             return Reply(200, json.dumps(invalid), {"Content-Type": "application/json"})
         if self.phase == 4:  # a gateway's error object, served as the blocklist
             return Reply(200, GATEWAY_ERROR, {"Content-Type": "application/json"})
-        return Reply(200, json.dumps(_blocklist()), {"Content-Type": "application/json"})
+        document = _blocklist(opted_out=self.phase == 5)
+        return Reply(200, json.dumps(document), {"Content-Type": "application/json"})
 
     def _schema(self, hit: Hit) -> Reply:
         if self.phase == 4:  # ... and as the schema: valid JSON Schema, constraining nothing
@@ -365,20 +374,28 @@ async def run_conformance(base: Settings, spidercls: type, work: Path | None = N
             spidercls, _settings(base, server, state, WALSH_RUN_INTERVAL=0),
             scenario.restart_lines(), work, server,
         )  # fmt: skip
+        stored_before = _stored_about(state, PURGED_HOST)
+        scenario.phase = 5  # restart: the list now blocks a host crawled before
+        await _sleep(BLOCKLIST_REFRESH_S + 0.1)
+        fifth = await _crawl(
+            spidercls, _settings(base, server, state, WALSH_RUN_INTERVAL=0),
+            scenario.restart_lines(), work, server,
+        )  # fmt: skip
         cache = await _crawl_with_http_cache(spidercls, base, scenario, work)
     finally:
         await maybe_deferred_to_future(server.stop())
     report = Report(max_inflight=server.origin.max_inflight)
     judge(report, scenario, first, second, third, fourth, server.origin.max_inflight)
     judge_http_cache(report, first, cache)
-    judge_audit(report, base, state, [first, second, third, fourth])
+    judge_audit(report, base, state, [first, second, third, fourth, fifth])
+    judge_purge(report, base, state, stored_before, fifth)
     if identity is None and not base.get("WALSH_SIGNING_KEY"):
         report.notes.append(
             "requests are unsigned (WALSH_SIGNING_KEY is not set); set it to sign every "
             "request (Web Bot Auth) and to check the signatures here"
         )
     elif identity is not None:  # (a key that cannot sign: every crawl was refused, saying why)
-        identity.judge(report, [first, second, third, fourth])
+        identity.judge(report, [first, second, third, fourth, fifth])
     return report
 
 
@@ -452,6 +469,59 @@ def judge_audit(report: Report, base: Settings, state: Path, runs: list[Run]) ->
         f"missing {sorted(missing)[:2]}, extra {sorted(extra)[:2]}"
     )
     report.checks.append(Check("AUD", "MUST", title, not missing and not extra, measured))
+
+
+def _stored_about(state: Path, host: str) -> int | None:
+    """How many entries the state store holds about *host* (validators,
+    first-seen, cadence); None when it is not a readable SQLite store here."""
+    import sqlite3
+
+    from scrapy_walsh_research.purge import NAMESPACES, stored_host
+
+    try:
+        db = sqlite3.connect(f"file:{state / 'state.sqlite3'}?mode=ro", uri=True)
+        try:
+            marks = ",".join("?" * len(NAMESPACES))
+            rows = db.execute(f"SELECT key FROM kv WHERE namespace IN ({marks})", NAMESPACES)
+            return sum(stored_host(key) == host for (key,) in rows)
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return None
+
+
+def judge_purge(report: Report, base: Settings, state: Path, before: int | None, run: Run) -> None:
+    """Purge on opt-out: once the adopted list blocks a host crawled before,
+    what was stored about it is gone, the purge is an audit entry naming the
+    blocklist entry, and the host got no request."""
+    title = "purge on opt-out: a newly blocked host's stored data is deleted, and audited"
+    if base.get("WALSH_REDIS_URL"):
+        report.notes.append("the state is in Redis here: the purge row is not checked")
+        return
+    if run.refused:
+        reason = run.refused.strip().splitlines()[-1].strip()
+        report.checks.append(Check("PRG", "MUST", title, False, f"crawl refused: {reason}"))
+        return
+    after = _stored_about(state, PURGED_HOST)
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{state / 'audit.sqlite3'}?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT entry FROM audit WHERE host = ?", (PURGED_HOST,))
+            purges = [e for e in (json.loads(r[0]) for r in rows) if e.get("event") == "purge"]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        purges = []
+    named = [p for p in purges if repr(PURGED_HOST) in str(p.get("reason"))]
+    contacted = len(run.hits_for(PURGED_HOST))
+    measured = (
+        f"{before} stored entries before, {after} after; {len(named)} purge entries naming "
+        f"the blocklist entry; {contacted} requests after it was blocked"
+    )
+    passed = bool(before) and after == 0 and bool(named) and contacted == 0
+    report.checks.append(Check("PRG", "MUST", title, passed, measured))
 
 
 def _gaps(hits: list[Hit]) -> dict[str, list[float]]:

@@ -144,8 +144,14 @@ class Pacer:
         delays = [d for d in (policy.crawl_delay, policy.request_rate_interval) if d]
         await self.clock.note_interval(url_host(origin), origin, max(delays, default=0.0), expires)
 
+    def required(self, host: str) -> float:
+        """The interval R4 requires between two requests to *host*:
+        max(1 s or WALSH_MIN_DELAY, its robots.txt Crawl-delay/Request-rate)."""
+        return max(self.min_delay, self.clock.robots_interval(host)[0])
+
     def interval(self, host: str) -> float:
-        return max(self.min_delay, self.clock.robots_interval(host)[0]) + self.margin
+        """What pacing keeps: the required interval plus its safety margin."""
+        return self.required(host) + self.margin
 
     def skip_reason(self, host: str) -> tuple[str, str] | None:
         """(rule, reason) when *host* must not be contacted at all in this run
@@ -239,6 +245,7 @@ class PacingMiddleware:
         from scrapy_walsh_research.audit import AuditTrail
 
         self.audit = AuditTrail.for_crawler(crawler)
+        self.audit.interval = self.pacer.required
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
         # straight back, so with one the gate waits in place.
@@ -314,7 +321,7 @@ class PacingMiddleware:
         if hold:
             await self.pacer.hold(host, time.monotonic() + hold)
         await self._commit(request)
-        await self.audit.answered(request, status=response.status)
+        await self.audit.answered(request, status=response.status, hold=hold)
         if seconds:
             self.stats.inc_value("walsh/pacing/retry_after_hold")
             logger.info(
@@ -329,7 +336,8 @@ class PacingMiddleware:
         if hold:  # as for a response: the backoff is in force before the slot is free
             await self.pacer.hold(url_host(request.url), time.monotonic() + hold)
         await self._commit(request)
-        await self.audit.answered(request, error=f"{type(exception).__name__}: {exception}")
+        error = f"{type(exception).__name__}: {exception}"
+        await self.audit.answered(request, error=error, hold=hold)
 
     async def _commit(self, request: Request) -> None:
         reserved = self._reserved.pop(request, None)

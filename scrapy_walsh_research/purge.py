@@ -19,6 +19,8 @@ from scrapy_walsh_research.urls import is_http_url, url_host
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from scrapy.statscollectors import StatsCollector
+
     from scrapy_walsh_research.audit import AuditTrail
     from scrapy_walsh_research.state.base import StateStore
 
@@ -28,7 +30,7 @@ logger = logging.getLogger(__name__)
 NAMESPACES = ("validators", "seen", "cadence")
 
 
-def _host_of(key: str) -> str | None:
+def stored_host(key: str) -> str | None:
     url = key.split("\t", 1)[0]
     return url_host(url) if is_http_url(url) else None
 
@@ -49,12 +51,14 @@ async def purge(
     store: StateStore,
     matches: Callable[[str], bool],
     *,
-    cause: str,
+    cause: str | Callable[[str], str],
     audit: AuditTrail | None = None,
     prefixes: tuple[str, ...] = ("",),
+    stats: StatsCollector | None = None,
 ) -> dict[str, dict[str, int]]:
     """Delete everything stored about the hosts *matches* accepts:
-    {host: {namespace: keys deleted}}; each purged host gets an audit entry.
+    {host: {namespace: keys deleted}}; each purged host gets an audit entry
+    naming *cause* (or ``cause(host)``: the blocklist entry that covers it).
     For one host, *prefixes* (its URLs' beginnings) keep the purge to its
     keys instead of a scan of the whole store."""
     purged: dict[str, dict[str, int]] = {}
@@ -62,7 +66,7 @@ async def purge(
         gone: list[str] = []
         candidates = {k for prefix in prefixes for k in await store.keys(namespace, prefix)}
         for key in sorted(candidates):
-            host = _host_of(key)
+            host = stored_host(key)
             if host is not None and matches(host):
                 gone.append(key)
                 counts = purged.setdefault(host, {})
@@ -70,12 +74,16 @@ async def purge(
         if gone:
             await store.delete_many(namespace, gone)
     for host, counts in sorted(purged.items()):
+        why = cause(host) if callable(cause) else cause
         logger.info(
             "Purged what was stored about %(host)s (%(counts)s): %(cause)s",
-            {"host": host, "counts": counts, "cause": cause},
+            {"host": host, "counts": counts, "cause": why},
         )
+        if stats is not None:
+            stats.inc_value("walsh/purge/hosts")
+            stats.inc_value("walsh/purge/entries", sum(counts.values()))
         if audit is not None:
-            await audit.purged(host, cause, counts)
+            await audit.purged(host, why, counts)
     return purged
 
 

@@ -339,7 +339,7 @@ class RobotsTxtMiddleware:
             self.store, lambda h: h == host, prefixes=url_prefixes(host),
             cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
             f"(sha256 {digest[:12]})",
-            audit=AuditTrail.for_crawler(self.crawler),
+            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
         )  # fmt: skip
 
     async def _unreachable(

@@ -149,3 +149,14 @@ async def test_a_fleet_writes_one_log_any_worker_can_read(server, redis_server, 
     )
     assert sent == sorted((h.host, h.path) for h in server.origin.hits)
     assert len([e for e in log if e["event"] == "decision"]) == 9
+    # the evidence report reads the fleet's log: every request r0.test saw, paced
+    from tests.test_report import walsh_report
+
+    settings = ["-s", f"WALSH_REDIS_URL={redis_server.url}"]
+    settings += ["-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"]
+    report = walsh_report(
+        tmp_path / "unused", *settings, "--host", "r0.test", "--json", cwd=tmp_path
+    )
+    data = json.loads(report.stdout)
+    assert len(data["requests"]) == len(server.origin.hits_for("r0.test")) == 4
+    assert data["under_interval"] == 0 and data["smallest_gap"] >= 1.0

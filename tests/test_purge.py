@@ -78,7 +78,7 @@ async def test_adopting_a_blocklist_entry_purges_what_was_stored_about_the_host(
     assert about(state, "stay.test")  # not blocked: kept
     purges = [e for e in entries(state) if e["event"] == "purge"]
     assert {e["host"] for e in purges} == {"gone.test", "www.gone.test"}
-    assert all("blocklist entry adopted" in e["reason"] for e in purges)
+    assert all("blocklist entry 'gone.test' adopted" in e["reason"] for e in purges)
 
 
 @pytest_twisted.ensureDeferred

@@ -1,0 +1,464 @@
+"""The evidence report: what the bot did to a host, from the audit log, as a
+page a site owner can open.
+
+``scrapy walsh-report --host HOST`` builds, from the audit log alone (never
+from the crawler's memory), every request sent to HOST and its subdomains
+with its time, path, status, User-Agent and keyid; every denial and its
+reason; each robots.txt version in force and when; the blocklist versions
+and the R3 decisions; purges; and, per exact host (pacing is per host), the
+gap between consecutive requests against the interval that applied then:
+max(1 s, the Crawl-delay in force, any R5 hold the previous answers started).
+
+The page is static and self-contained: inline CSS and SVG, no script, no
+external asset, every value from the log escaped (paths and reasons come
+from servers we do not trust). Without ``--host``: a summary of every host
+linking to one page per host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+#: a measured gap may fall short of the interval by this much and still be
+#: kept: the log's times are wall clock, pacing's monotonic
+TOLERANCE_S = 0.001
+#: outcomes that are not a denial or a failure
+FETCHED = ("fetched", "not_modified")
+
+
+@dataclass
+class Sent:
+    """One request that reached the network, with its answer."""
+
+    t: float
+    ts: str
+    host: str
+    url: str
+    kind: str
+    method: str
+    user_agent: str | None
+    keyid: str | None
+    robots_sha256: str | None
+    blocklist: dict[str, Any] | None
+    interval: float | None
+    status: int | None = None
+    error: str | None = None
+    hold_until: float | None = None
+    #: seconds since the previous request to the same exact host
+    gap: float | None = None
+    #: the smallest gap that was allowed before this request
+    required: float | None = None
+
+    @property
+    def path(self) -> str:
+        parts = urlsplit(self.url)
+        return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+    @property
+    def under(self) -> bool:
+        return (
+            self.gap is not None
+            and self.required is not None
+            and (self.gap < self.required - TOLERANCE_S)
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items()}
+        data.update(path=self.path, under_interval=self.under)
+        return data
+
+
+@dataclass
+class HostEvidence:
+    """Everything the audit log holds about one host (and, for an apex
+    asked with ``--host``, its subdomains)."""
+
+    host: str
+    requests: list[Sent] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    purges: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def denials(self) -> list[dict[str, Any]]:
+        return [d for d in self.decisions if d.get("outcome") not in FETCHED]
+
+    @property
+    def gaps(self) -> list[Sent]:
+        return [r for r in self.requests if r.gap is not None]
+
+    @property
+    def smallest_gap(self) -> Sent | None:
+        return min(self.gaps, key=lambda r: r.gap or 0.0, default=None)
+
+    @property
+    def under(self) -> list[Sent]:
+        return [r for r in self.requests if r.under]
+
+    def robots_versions(self) -> list[dict[str, Any]]:
+        """Each robots.txt (origin, sha256) in force, first and last seen."""
+        seen: dict[tuple[str, str], dict[str, Any]] = {}
+        for r in self.requests:
+            if not r.robots_sha256:
+                continue
+            parts = urlsplit(r.url)
+            key = (f"{parts.scheme}://{parts.netloc}", r.robots_sha256)
+            v = seen.setdefault(
+                key, {"origin": key[0], "sha256": key[1], "first": r.ts, "last": r.ts, "n": 0}
+            )
+            v["last"], v["n"] = r.ts, v["n"] + 1
+        return list(seen.values())
+
+    def robots_fetches(self) -> list[Sent]:
+        return [r for r in self.requests if r.kind.startswith("robots")]
+
+    def blocklist_versions(self) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for r in self.requests:
+            b = r.blocklist
+            if not b or not b.get("sha256"):
+                continue
+            v = seen.setdefault(
+                b["sha256"],
+                {"updated": b.get("updated"), "sha256": b["sha256"], "first": r.ts, "n": 0},
+            )
+            v["last"], v["n"] = r.ts, v["n"] + 1
+        return list(seen.values())
+
+    def blocklist_entries(self) -> list[str]:
+        """The operator's entries that R3 decisions name."""
+        found: dict[str, None] = {}
+        for d in self.decisions:
+            if d.get("rule") == "R3":
+                for entry in re.findall(r"blocklist entry '([^']+)'", str(d.get("reason"))):
+                    found[entry] = None
+        return list(found)
+
+    def as_json(self) -> dict[str, Any]:
+        smallest = self.smallest_gap
+        return {
+            "host": self.host,
+            "requests": [r.as_json() for r in self.requests],
+            "denials": self.denials,
+            "decisions": len(self.decisions),
+            "robots_versions": self.robots_versions(),
+            "blocklist_versions": self.blocklist_versions(),
+            "blocklist_entries": self.blocklist_entries(),
+            "purges": self.purges,
+            "smallest_gap": None if smallest is None else smallest.gap,
+            "under_interval": len(self.under),
+        }
+
+
+def collect(entries: list[dict[str, Any]], host: str) -> HostEvidence:
+    """The evidence about *host* in *entries* (the audit log, any order)."""
+    evidence = HostEvidence(host)
+    answers: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        if e.get("event") == "response" and e.get("id"):
+            answers[e["id"]] = e
+    for e in sorted(entries, key=lambda e: e.get("t", 0.0)):
+        event = e.get("event")
+        if event == "request":
+            evidence.requests.append(_sent(e, answers.get(e.get("id") or "", {})))
+        elif event == "decision":
+            evidence.decisions.append(e)
+        elif event == "purge":
+            evidence.purges.append(e)
+    _measure_gaps(evidence.requests)
+    return evidence
+
+
+def _sent(e: dict[str, Any], answer: dict[str, Any]) -> Sent:
+    return Sent(
+        t=e["t"],
+        ts=e.get("ts") or "",
+        host=e.get("host") or "",
+        url=e.get("url") or "",
+        kind=e.get("kind") or "",
+        method=e.get("method") or "GET",
+        user_agent=e.get("user_agent"),
+        keyid=e.get("keyid"),
+        robots_sha256=e.get("robots_sha256"),
+        blocklist=e.get("blocklist"),
+        interval=e.get("interval"),
+        status=answer.get("status"),
+        error=answer.get("error"),
+        hold_until=answer.get("hold_until"),
+    )
+
+
+def _measure_gaps(requests: list[Sent]) -> None:
+    """Per exact host, in time order: the gap since the previous request and
+    the interval that applied (the interval R4 required as the request was
+    sent, or longer while an R5 hold from an earlier answer ran)."""
+    previous: dict[str, Sent] = {}
+    holds: dict[str, float] = {}
+    for r in requests:
+        before = previous.get(r.host)
+        if before is not None:
+            r.gap = r.t - before.t
+            required = r.interval if r.interval is not None else 1.0
+            hold = holds.get(r.host)
+            if hold is not None and hold > before.t:
+                required = max(required, hold - before.t)
+            r.required = required
+        previous[r.host] = r
+        if r.hold_until is not None:
+            holds[r.host] = max(holds.get(r.host, 0.0), r.hold_until)
+
+
+def hosts_of(entries: list[dict[str, Any]]) -> list[str]:
+    return sorted({e["host"] for e in entries if e.get("host")})
+
+
+def by_host(entries: list[dict[str, Any]]) -> dict[str, HostEvidence]:
+    """The evidence for each exact host in *entries* (one pass, for the summary)."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        if e.get("host"):
+            grouped.setdefault(e["host"], []).append(e)
+    return {h: collect(grouped[h], h) for h in sorted(grouped)}
+
+
+def covers(host: str, candidate: str) -> bool:
+    return candidate == host or candidate.endswith("." + host)
+
+
+def parse_since(text: str) -> float:
+    """``--since``: an ISO date or date-time, UTC unless it says otherwise."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"--since {text!r} is not an ISO date or date-time (e.g. 2026-11-01 or "
+            f"2026-11-01T12:00:00Z)"
+        ) from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
+
+
+# -- HTML -------------------------------------------------------------------
+
+esc = html.escape
+
+STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:72em;color:#222;padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #ccc}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:2px 6px;border-bottom:1px solid #eee;vertical-align:top}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
+dl.facts{display:grid;grid-template-columns:max-content auto;gap:2px 1em}
+dl.facts dt{color:#555}dl.facts dd{margin:0;font-weight:600}
+.under{background:#fdd}.ok{color:#070}.bad{color:#b00;font-weight:600}
+svg{background:#fafafa;border:1px solid #ddd}
+.note{color:#555;font-size:12px}
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>{body}</body></html>\n"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f} s"
+
+
+def _chart(requests: list[Sent]) -> str:
+    """Gaps between consecutive requests to one host, in request order: a bar
+    per gap (red when under the interval) and a tick at the interval that
+    applied. Gaps longer than the chart (between runs) are cut with a mark."""
+    gaps = [r for r in requests if r.gap is not None]
+    if not gaps:
+        return '<p class="note">fewer than two requests: no gap to show</p>'
+    top = max(3.0 * max(r.required or 1.0 for r in gaps), 2.0)
+    width, height, pad = max(320, min(1100, 8 * len(gaps) + 60)), 180, 40
+    step = (width - pad - 10) / len(gaps)
+    bar = max(1.0, step * 0.7)
+
+    def y(v: float) -> float:
+        return height - 20 - (min(v, top) / top) * (height - 40)
+
+    parts = [
+        f'<svg role="img" aria-label="gaps between requests to {esc(requests[0].host)}" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        'xmlns="http://www.w3.org/2000/svg">',
+        f'<line x1="{pad}" y1="{y(0)}" x2="{width - 5}" y2="{y(0)}" stroke="#999"/>',
+        f'<text x="4" y="{y(top) + 4:.1f}" font-size="10">{top:.1f} s</text>',
+        f'<text x="4" y="{y(0) + 4:.1f}" font-size="10">0 s</text>',
+    ]
+    for i, r in enumerate(gaps):
+        x = pad + i * step
+        colour = "#c00" if r.under else "#4a8"
+        gap = r.gap or 0.0
+        parts.append(
+            f'<rect class="gap{" under" if r.under else ""}" x="{x:.1f}" y="{y(gap):.1f}" '
+            f'width="{bar:.1f}" height="{y(0) - y(gap):.1f}" fill="{colour}">'
+            f"<title>{esc(r.ts)} {esc(r.path)}: gap {gap:.3f} s, interval "
+            f"{(r.required or 0):.3f} s</title></rect>"
+        )
+        req = y(r.required or 0.0)
+        parts.append(
+            f'<line x1="{x - 1:.1f}" y1="{req:.1f}" x2="{x + bar + 1:.1f}" y2="{req:.1f}" '
+            'stroke="#000" stroke-width="1.5"/>'
+        )
+        if gap > top:
+            parts.append(f'<text x="{x:.1f}" y="{y(top) - 2:.1f}" font-size="9">▲</text>')
+    parts.append("</svg>")
+    legend = (
+        '<p class="note">Bars: the gap before each request (to the same host), in request '
+        "order; black tick: the interval that applied (max(1 s, Crawl-delay, any "
+        "Retry-After or backoff hold)); red: under it; ▲: longer than the chart.</p>"
+    )
+    return "".join(parts) + legend
+
+
+def _facts(ev: HostEvidence) -> str:
+    smallest = ev.smallest_gap
+    under = ev.under
+    return (
+        '<dl class="facts">'
+        f'<dt>requests sent</dt><dd id="request-count">{len(ev.requests)}</dd>'
+        f'<dt>denials</dt><dd id="denial-count">{len(ev.denials)}</dd>'
+        f'<dt>smallest gap</dt><dd id="smallest-gap">{_seconds(smallest and smallest.gap)}'
+        + (
+            f' <span class="note">(before {esc(smallest.path)} at {esc(smallest.ts)}, interval '
+            f"{_seconds(smallest.required)})</span>"
+            if smallest
+            else ""
+        )
+        + "</dd>"
+        f'<dt>gaps under the interval</dt><dd id="under-count" '
+        f'class="{"bad" if under else "ok"}">{len(under)}</dd>'
+        "</dl>"
+    )
+
+
+def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
+    rows = []
+    for r in ev.requests:
+        answer = str(r.status) if r.status is not None else (r.error or "—")
+        rows.append(
+            f'<tr class="request{" under" if r.under else ""}"><td class="mono">{esc(r.ts)}</td>'
+            f'<td>{esc(r.host)}</td><td class="mono">{esc(r.method)} {esc(r.path)}</td>'
+            f"<td>{esc(r.kind)}</td><td>{esc(answer)}</td>"
+            f'<td class="n">{_seconds(r.gap)}</td><td class="n">{_seconds(r.required)}</td>'
+            f'<td class="mono">{esc(r.user_agent or "—")}</td>'
+            f'<td class="mono">{esc(r.keyid or "unsigned")}</td></tr>'
+        )
+    denials = [
+        f'<tr class="denial"><td class="mono">{esc(str(d.get("ts")))}</td>'
+        f'<td class="mono">{esc(str(d.get("url")))}</td><td>{esc(str(d.get("outcome")))}</td>'
+        f"<td>{esc(str(d.get('rule') or ''))}</td><td>{esc(str(d.get('reason') or ''))}</td></tr>"
+        for d in ev.denials
+    ]
+    robots = [
+        f'<tr><td class="mono">{esc(v["origin"])}</td><td class="mono">{esc(v["sha256"])}</td>'
+        f'<td class="mono">{esc(v["first"])}</td><td class="mono">{esc(v["last"])}</td>'
+        f'<td class="n">{v["n"]}</td></tr>'
+        for v in ev.robots_versions()
+    ]
+    fetches = [
+        f'<li><span class="mono">{esc(r.ts)}</span> {esc(r.url)}: '
+        f"{esc(str(r.status) if r.status is not None else (r.error or '—'))}</li>"
+        for r in ev.robots_fetches()
+    ]
+    blocklists = [
+        f'<tr><td>{esc(str(v["updated"]))}</td><td class="mono">{esc(v["sha256"])}</td>'
+        f'<td class="mono">{esc(v["first"])}</td>'
+        f'<td class="mono">{esc(v.get("last", ""))}</td></tr>'
+        for v in ev.blocklist_versions()
+    ]
+    entries = "".join(f"<li><code>{esc(x)}</code></li>" for x in ev.blocklist_entries())
+    purges = "".join(
+        f'<li><span class="mono">{esc(str(p.get("ts")))}</span> {esc(str(p.get("host")))}: '
+        f"{esc(str(p.get('reason')))} — deleted {esc(json.dumps(p.get('deleted')))}</li>"
+        for p in ev.purges
+    )
+    by_exact: dict[str, list[Sent]] = {}
+    for r in ev.requests:
+        by_exact.setdefault(r.host, []).append(r)
+    charts = (
+        "".join(f"<h3>{esc(h)}</h3>{_chart(rs)}" for h, rs in sorted(by_exact.items()))
+        or '<p class="note">no request was sent</p>'
+    )
+    scope = f" since {esc(since)}" if since else ""
+    body = (
+        f'<h1>Walsh-Research bot: evidence for <span id="host">{esc(ev.host)}</span></h1>'
+        f'<p class="note">From the bot\'s audit log{scope}, written before each request left. '
+        "Times are UTC (wall clock of the machine that sent).</p>"
+        f"{_facts(ev)}<h2>Timeline</h2>{charts}"
+        '<h2>Requests</h2><table id="requests"><thead><tr><th>time (UTC)</th><th>host</th>'
+        '<th>request</th><th>kind</th><th>answer</th><th class="n">gap</th>'
+        '<th class="n">interval</th><th>User-Agent</th><th>keyid</th></tr></thead><tbody>'
+        + "".join(rows)
+        + "</tbody></table><h2>Denials</h2>"
+        + (
+            '<table id="denials"><thead><tr><th>time (UTC)</th><th>target</th><th>outcome</th>'
+            "<th>rule</th><th>reason</th></tr></thead><tbody>"
+            + "".join(denials)
+            + "</tbody></table>"
+            if denials
+            else '<p class="note">none</p>'
+        )
+        + "<h2>robots.txt</h2><p>Versions in force (by sha256 of the file):</p>"
+        + (
+            "<table><thead><tr><th>origin</th><th>sha256</th><th>first</th><th>last</th>"
+            '<th class="n">requests</th></tr></thead><tbody>' + "".join(robots) + "</tbody></table>"
+            if robots
+            else '<p class="note">none recorded</p>'
+        )
+        + (f"<p>Fetches:</p><ul>{''.join(fetches)}</ul>" if fetches else "")
+        + "<h2>Operator blocklist</h2>"
+        + (f"<p>Entries that applied:</p><ul>{entries}</ul>" if entries else "")
+        + (
+            "<table><thead><tr><th>updated</th><th>sha256</th><th>first</th><th>last</th>"
+            "</tr></thead><tbody>" + "".join(blocklists) + "</tbody></table>"
+            if blocklists
+            else '<p class="note">no list was in force</p>'
+        )
+        + (f"<h2>Purges</h2><ul>{purges}</ul>" if purges else "")
+    )
+    return _page(f"Walsh-Research evidence: {ev.host}", body)
+
+
+def host_file(host: str) -> str:
+    """A file name for *host*'s page (a host name is already file-safe,
+    an IPv6 literal is not)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host) + ".html"
+
+
+def summary_page(hosts: dict[str, HostEvidence], link_dir: str, *, since: str | None = None) -> str:
+    rows = []
+    for host, ev in hosts.items():
+        smallest = ev.smallest_gap
+        rows.append(
+            f'<tr class="host{" under" if ev.under else ""}">'
+            f'<td><a href="{esc(link_dir)}/{esc(host_file(host))}">{esc(host)}</a></td>'
+            f'<td class="n">{len(ev.requests)}</td><td class="n">{len(ev.denials)}</td>'
+            f'<td class="n">{_seconds(smallest and smallest.gap)}</td>'
+            f'<td class="n">{len(ev.under)}</td></tr>'
+        )
+    scope = f" since {esc(since)}" if since else ""
+    body = (
+        f"<h1>Walsh-Research bot: evidence, all hosts{scope}</h1>"
+        f'<dl class="facts"><dt>hosts</dt><dd id="host-count">{len(hosts)}</dd>'
+        f'<dt>requests sent</dt><dd id="request-count">'
+        f"{sum(len(h.requests) for h in hosts.values())}</dd></dl>"
+        '<table id="hosts"><thead><tr><th>host</th><th class="n">requests</th>'
+        '<th class="n">denials</th><th class="n">smallest gap</th>'
+        '<th class="n">under the interval</th></tr></thead><tbody>'
+        + "".join(rows)
+        + "</tbody></table>"
+    )
+    return _page("Walsh-Research evidence: all hosts", body)
