@@ -33,12 +33,30 @@ BLOCKLIST = {
 }
 
 
+def big_blocklist(entries: int, refresh: str) -> bytes:
+    """A list of *entries* hosts none of the crawl's targets is under."""
+    blocked = [
+        {"domain": f"d{i}.blocked-{i % 97}.example", "added": "2026-01-01", "reason": "opt-out"}
+        for i in range(entries)
+    ]
+    return json.dumps({**BLOCKLIST, "refresh": refresh, "blocked": blocked}).encode()
+
+
 class Origin(resource.Resource):
     isLeaf = True
 
-    def __init__(self, state: dict, latency: float, crawl_delay: float) -> None:
+    def __init__(
+        self, state: dict, latency: float, crawl_delay: float,
+        blocklist: bytes | None = None, robots_bytes: int = 0,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.state, self.latency, self.crawl_delay = state, latency, crawl_delay
+        self.blocklist = blocklist or json.dumps(BLOCKLIST).encode()
+        #: with --blocklist-vary, every fetch gets a document that differs from
+        #: the one before (a new "updated"), so each is read in full
+        self.variants: list[bytes] = []
+        self.fetches = 0
+        self.robots_bytes = robots_bytes
 
     def render_GET(self, request):
         st = self.state
@@ -60,13 +78,18 @@ class Origin(resource.Resource):
             st["inflight"] -= 1
             entry["end"] = time.monotonic()
             if host == "127.0.0.1" and path.endswith("blocklist.json"):
-                body = json.dumps(BLOCKLIST)
+                self.fetches += 1
+                variants = self.variants or [self.blocklist]
+                body = variants[self.fetches % len(variants)].decode()
             elif host == "127.0.0.1" and path.endswith("blocklist.schema.json"):
                 body = SCHEMA
             elif path == "/robots.txt":
                 body = "User-agent: *\nAllow: /\n" + (
                     f"Crawl-delay: {self.crawl_delay}\n" if self.crawl_delay else ""
                 )
+                # a large robots.txt: many rules that match none of the pages
+                line = f"Disallow: /private/{host}/" + "x" * 40 + "/\n"
+                body += line * (self.robots_bytes // len(line))
             else:
                 body = f"page {path} on {host}\n"
             request.setHeader(b"content-type", b"text/plain")
@@ -84,10 +107,23 @@ def main() -> int:
     ap.add_argument("--latency", type=float, default=0.1)
     ap.add_argument("--crawl-delay", type=float, default=0)
     ap.add_argument("--log", required=True)
+    ap.add_argument("--blocklist-entries", type=int, default=0)
+    ap.add_argument("--blocklist-refresh", default="PT6H")
+    ap.add_argument("--robots-bytes", type=int, default=0)
+    ap.add_argument("--blocklist-vary", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=900)
     a = ap.parse_args()
     state = {"hits": [], "inflight": 0, "max_inflight": 0}
-    site = server.Site(Origin(state, a.latency, a.crawl_delay))
+    blocklist = (
+        big_blocklist(a.blocklist_entries, a.blocklist_refresh) if a.blocklist_entries else None
+    )
+    origin = Origin(state, a.latency, a.crawl_delay, blocklist, a.robots_bytes)
+    if a.blocklist_vary and blocklist:
+        other = blocklist.replace(
+            b'"updated": "2026-05-23T00:00:00Z"', b'"updated": "2026-05-24T00:00:00Z"'
+        )
+        origin.variants = [blocklist, other]
+    site = server.Site(origin)
     site.noisy = False
     for i in range(-1, a.hosts):
         reactor.listenTCP(a.port, site, interface=f"127.0.0.{i + 2}")

@@ -49,6 +49,15 @@ class StateStore(Protocol):
         """Delete all *keys* (one transaction)."""
         ...
 
+    async def put_blob(self, name: str, data: bytes) -> None:
+        """Store a large value (the adopted blocklist: tens of MB) as bytes,
+        durably, without holding the reactor while it is written."""
+        ...
+
+    async def get_blob(self, name: str) -> bytes | None: ...
+
+    async def delete_blob(self, name: str) -> None: ...
+
     def time(self) -> float:
         """Wall-clock now on the clock every user of this store shares (Redis's
         for a fleet): timestamps written here are compared by other

@@ -406,6 +406,19 @@ class RedisStateStore:
             f"put {namespace}", lambda r: r.hset(self._hash(namespace), mapping=mapping)
         )
 
+    async def put_blob(self, name: str, data: bytes) -> None:
+        key = self.conn.key("blob", name)
+        await self.conn.call("put blob", lambda r: r.set(key, data))
+
+    async def get_blob(self, name: str) -> bytes | None:
+        key = self.conn.key("blob", name)
+        raw = await self.conn.call("get blob", lambda r: r.get(key))
+        return raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
+
+    async def delete_blob(self, name: str) -> None:
+        key = self.conn.key("blob", name)
+        await self.conn.call("delete blob", lambda r: r.delete(key))
+
     async def put_if_absent(self, namespace: str, key: str, value: Any) -> Any:
         data = json.dumps(value, sort_keys=True)
         name = self._hash(namespace)
