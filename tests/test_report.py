@@ -191,3 +191,14 @@ def test_what_a_hostile_server_put_in_the_log_is_shown_as_text_never_run(tmp_pat
     assert "<img" not in dom and "<script" not in dom
     assert "Walsh-Research evidence: h.test" in dom  # the title was not rewritten
     assert "onerror" in dom  # shown, as text
+
+
+def test_without_an_audit_log_the_command_says_where_it_looked(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "walsh-report", "-s", f"WALSH_STATE_DIR={tmp_path / 'x'}",
+         "--host", "a.test"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "no audit log at" in done.stderr and "WALSH_STATE_DIR" in done.stderr
+    assert not (tmp_path / "x" / "audit.sqlite3").exists()  # nothing created in passing

@@ -59,6 +59,15 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         from scrapy_walsh_research.spiders.targets import TargetsSpider
 
+        if not self.settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.state.base import state_dir
+
+            log = state_dir(Crawler(TargetsSpider, self.settings)) / "audit.sqlite3"
+            if not log.exists():
+                raise UsageError(
+                    f"no audit log at {log}: run this where the crawl ran, or set "
+                    "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
+                )
         crawler = Crawler(TargetsSpider, self.settings)
         entries = asyncio.run(self._query(crawler, host, since))
         if host is not None:
