@@ -85,9 +85,9 @@ class SQLiteAudit:
         self, host: str | None = None, since: float | None = None
     ) -> list[dict[str, Any]]:
         sql, args = "SELECT entry FROM audit WHERE t >= ?", [since or 0.0]
-        if host is not None:
-            sql += " AND (host = ? OR host LIKE ?)"
-            args += [host, f"%.{host}"]
+        if host is not None:  # the host or a subdomain (no LIKE: '%' and '_' are literal)
+            sql += " AND (host = ? OR substr(host, -?) = ?)"
+            args += [host, len(host) + 1, f".{host}"]
         rows = self.db.execute(sql + " ORDER BY seq", args).fetchall()
         return [json.loads(row[0]) for row in rows]
 
@@ -156,11 +156,21 @@ class AuditTrail:
         self._sent: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
 
     @classmethod
-    def for_crawler(cls, crawler: Crawler) -> AuditTrail:
+    def for_crawler(cls, crawler: Crawler, *, prune: bool = True) -> AuditTrail:
+        """The crawler's trail; *prune*: drop entries past the retention
+        (a crawl does; the commands that read the log do not)."""
         trail = cls._instances.get(crawler)
         if trail is None:
             settings = crawler.settings
             retention = settings.getfloat("WALSH_AUDIT_RETENTION", DEFAULT_RETENTION_S)
+            if not retention > 0:
+                from scrapy_walsh_research.errors import WalshConfigurationError
+
+                raise WalshConfigurationError(
+                    f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
+                    "audit log is the evidence a site owner is shown, and this would delete "
+                    "it. Give how long to keep entries, in seconds (default 7776000, 90 days)."
+                )
             store: AuditStore
             if settings.get("WALSH_REDIS_URL"):
                 from scrapy_walsh_research.state.redis import RedisConnection
@@ -175,7 +185,8 @@ class AuditTrail:
                 )
                 # past the retention: dropped as the crawl opens (Redis trims
                 # the stream on every append)
-                store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
+                if prune:
+                    store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
             trail = cls._instances[crawler] = cls(store, retention)
         return trail
 

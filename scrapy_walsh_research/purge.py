@@ -41,6 +41,25 @@ def url_prefixes(host: str) -> tuple[str, ...]:
     return (f"http://{name}", f"https://{name}")
 
 
+def host_argument(text: str, what: str = "HOST") -> str:
+    """A host name given on the command line, normalised as the crawl
+    stores hosts (lower case, IDNA, no trailing dot), or UsageError."""
+    from scrapy.exceptions import UsageError
+
+    from scrapy_walsh_research.urls import is_ip, normalize_host
+
+    raw = text.strip()
+    host = normalize_host(raw) if raw and not any(c in raw for c in "/?#@%*") else ""
+    if host and is_ip(host):
+        return host
+    if not host or "." not in host or ":" in raw:
+        raise UsageError(
+            f"{what} takes one host name without scheme, port or path, e.g. example.org "
+            f"(got {text!r})"
+        )
+    return host
+
+
 def covers(domain: str) -> Callable[[str], bool]:
     """Whether a host is *domain* or a subdomain of it (as R3 matches)."""
     domain = domain.lower().rstrip(".")

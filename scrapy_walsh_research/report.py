@@ -155,8 +155,11 @@ class HostEvidence:
         }
 
 
-def collect(entries: list[dict[str, Any]], host: str) -> HostEvidence:
-    """The evidence about *host* in *entries* (the audit log, any order)."""
+def collect(entries: list[dict[str, Any]], host: str, since: float | None = None) -> HostEvidence:
+    """The evidence about *host* in *entries* (the audit log, any order);
+    with *since*, only what happened from then on is listed, but gaps are
+    measured from the requests before it (the first gap after the cut is
+    evidence too)."""
     evidence = HostEvidence(host)
     answers: dict[str, dict[str, Any]] = {}
     for e in entries:
@@ -171,6 +174,10 @@ def collect(entries: list[dict[str, Any]], host: str) -> HostEvidence:
         elif event == "purge":
             evidence.purges.append(e)
     _measure_gaps(evidence.requests)
+    if since is not None:
+        evidence.requests = [r for r in evidence.requests if r.t >= since]
+        evidence.decisions = [d for d in evidence.decisions if d.get("t", 0.0) >= since]
+        evidence.purges = [p for p in evidence.purges if p.get("t", 0.0) >= since]
     return evidence
 
 
@@ -217,13 +224,14 @@ def hosts_of(entries: list[dict[str, Any]]) -> list[str]:
     return sorted({e["host"] for e in entries if e.get("host")})
 
 
-def by_host(entries: list[dict[str, Any]]) -> dict[str, HostEvidence]:
+def by_host(entries: list[dict[str, Any]], since: float | None = None) -> dict[str, HostEvidence]:
     """The evidence for each exact host in *entries* (one pass, for the summary)."""
     grouped: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e.get("host"):
             grouped.setdefault(e["host"], []).append(e)
-    return {h: collect(grouped[h], h) for h in sorted(grouped)}
+    out = {h: collect(grouped[h], h, since) for h in sorted(grouped)}
+    return {h: ev for h, ev in out.items() if ev.requests or ev.decisions or ev.purges}
 
 
 def covers(host: str, candidate: str) -> bool:

@@ -116,3 +116,91 @@ async def test_walsh_purge_deletes_a_host_and_its_subdomains_and_names_exported_
     assert "2 records of c.test were exported" in run.stdout
     reasons = {json.dumps(e) for e in entries(state) if e["event"] == "purge"}
     assert len(reasons) == 2 and all("walsh-purge" in r for r in reasons)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_local_entry_purges_even_when_swapped_for_another_or_no_list_is_adopted(
+    server, tmp_path
+):
+    """Found by review: the once-per-list marker counted the local entries
+    (one swapped for another looked the same), and a run that never adopted
+    a list never purged for its local entries."""
+    state = tmp_path / "state"
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc()))
+    gone, also = site(server, "gone.test"), site(server, "also.test")
+    await crawl(base_settings(server, state, WALSH_BLOCKLIST_EXTRA=["other.test"]),
+                [gone, also], tmp_path)  # fmt: skip
+    assert about(state, "gone.test") and about(state, "also.test")
+    # one local entry swapped for another: same count, a new opt-out
+    await crawl(base_settings(server, state, WALSH_BLOCKLIST_EXTRA=["gone.test"]),
+                [gone], tmp_path / "2")  # fmt: skip
+    assert about(state, "gone.test") == [] and about(state, "also.test")
+    # a list never adopted (its URL down from the start): the local entry still purges
+    fresh = tmp_path / "fresh"
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(500, "down"))
+    await crawl(base_settings(server, fresh), [also], tmp_path / "3")
+    assert about(fresh, "also.test")
+    res = await crawl(base_settings(server, fresh, WALSH_BLOCKLIST_EXTRA=["also.test"]),
+                      [also], tmp_path / "4")  # fmt: skip
+    assert res.items[0]["outcome"] == "denied"
+    assert about(fresh, "also.test") == []
+    purges = [e for e in entries(fresh) if e["event"] == "purge"]
+    assert [(e["host"], "WALSH_BLOCKLIST_EXTRA" in e["reason"]) for e in purges] == [
+        ("also.test", True)
+    ]
+
+
+def scrapy_command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_commands_read_a_host_as_the_crawl_stored_it(server, tmp_path):
+    """Found by review: an IDN spelled in Unicode or upper case found nothing
+    (0 requests reported, 0 entries purged, exit 0)."""
+    state = tmp_path / "state"
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc()))
+    url = site(server, "xn--bcher-kva.test")
+    await crawl(base_settings(server, state), [url.replace("xn--bcher-kva", "bücher")], tmp_path)
+    assert about(state, "xn--bcher-kva.test")
+    at = ["-s", f"WALSH_STATE_DIR={state}"]
+    report = scrapy_command("walsh-report", *at, "--host", "Bücher.test", "--json", cwd=tmp_path)
+    assert len(json.loads(report.stdout)["requests"]) == 2  # robots.txt and the feed
+    purged = scrapy_command("walsh-purge", *at, "BÜCHER.test.", cwd=tmp_path)
+    assert purged.returncode == 0, purged.stderr
+    assert about(state, "xn--bcher-kva.test") == []
+
+
+def test_the_commands_refuse_what_they_cannot_do_saying_why(tmp_path):
+    """A wrong state dir, a host that is not one, an unwritable --out, a
+    retention that would delete the evidence: a clear error, nothing created."""
+    missing = ["-s", f"WALSH_STATE_DIR={tmp_path / 'typo'}"]
+    done = scrapy_command("walsh-purge", *missing, "example.org", cwd=tmp_path)
+    assert done.returncode != 0 and "no state at" in done.stderr
+    assert not (tmp_path / "typo" / "state.sqlite3").exists()
+    for bad in ("", ".", "h.test:80", "%", "com", "http://h.test/"):
+        done = scrapy_command("walsh-purge", *missing, bad, cwd=tmp_path)
+        assert done.returncode != 0 and "takes one host name" in done.stderr, (bad, done.stderr)
+        done = scrapy_command("walsh-report", *missing, "--host", bad, cwd=tmp_path)
+        assert done.returncode != 0 and "takes one host name" in done.stderr, (bad, done.stderr)
+    state = tmp_path / "state"
+    state.mkdir()
+    from scrapy_walsh_research.audit import SQLiteAudit
+
+    log = SQLiteAudit(state / "audit.sqlite3")
+    log.append({"t": 1.0, "ts": "x", "event": "request", "host": "h.test", "url": "http://h.test/"})
+    log.close()
+    at = ["-s", f"WALSH_STATE_DIR={state}"]
+    done = scrapy_command("walsh-report", *at, "--out", str(tmp_path / "no/such/dir/r.html"),
+                          "--host", "h.test", cwd=tmp_path)  # fmt: skip
+    assert done.returncode != 0 and "cannot write" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = scrapy_command("walsh-report", *at, "-s", "WALSH_AUDIT_RETENTION=0", "--host",
+                          "h.test", "--json", cwd=tmp_path)  # fmt: skip
+    assert done.returncode != 0 and "WALSH_AUDIT_RETENTION" in done.stderr
+    # reading the log never prunes it (an entry from 1970 is still there)
+    done = scrapy_command("walsh-report", *at, "--host", "h.test", "--json", cwd=tmp_path)
+    assert len(json.loads(done.stdout)["requests"]) == 1

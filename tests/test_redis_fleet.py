@@ -557,7 +557,9 @@ async def test_a_worker_killed_during_a_blocklist_refresh_does_not_stall_the_fle
     await ended(*procs)
     assert len(records(tmp_path, 2)) == 6, [p.err.decode()[-1500:] for p in procs]
     first = page_hits(server, "f")[0]
-    assert first - killed_at < 15.0, f"first page {first - killed_at:.1f} s after the kill"
+    # the lock's lease is 10 s and two workers start in between (seconds each
+    # on a loaded CI machine); the defect this guards against cost 60 s
+    assert first - killed_at < 25.0, f"first page {first - killed_at:.1f} s after the kill"
 
 
 # -- R5 across the fleet ---------------------------------------------------------------

@@ -12,6 +12,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
@@ -33,6 +34,7 @@ from tests.conftest import (
     gaps,
     json_reply,
     redis_settings,
+    sleep,
 )
 
 
@@ -86,6 +88,30 @@ async def test_without_redis_two_workers_do_hit_a_host_twice_within_a_second(ser
         crawl_task(base_settings(server, tmp_path / "w2"), urls[4:], tmp_path / "2"),
     )
     assert min(gaps(server.origin.hits_for("a.test"))) < 0.5
+
+
+@pytest_twisted.ensureDeferred
+async def test_without_redis_a_second_crawl_on_the_same_state_dir_is_refused(server, tmp_path):
+    """Found by review: two crawls sharing WALSH_STATE_DIR without Redis each
+    paced only their own requests (the origin saw gaps of 2-9 ms). The
+    second now stops at start-up, saying why, and sends nothing."""
+    from scrapy_walsh_research.errors import WalshConfigurationError
+
+    urls = serve(server, "a.test", 8)
+    settings = base_settings(server, tmp_path / "shared")
+    first = deferred_from_coro(crawl_task(settings, urls[:4], tmp_path / "1"))
+    while not server.origin.hits_for("a.test"):
+        await sleep(0.05)
+    with pytest.raises(WalshConfigurationError, match=r"WALSH_STATE_DIR.*WALSH_REDIS_URL"):
+        await deferred_from_coro(crawl_task(settings, urls[4:], tmp_path / "2"))
+    await first
+    assert min(gaps(server.origin.hits_for("a.test"))) >= 1.0
+    assert {h.path for h in server.origin.hits_for("a.test")} == {"/robots.txt"} | {
+        f"/p/{i}" for i in range(4)
+    }
+    # once the first has stopped, the state dir is free again
+    await deferred_from_coro(crawl_task(settings, urls[4:], tmp_path / "3"))
+    assert len(server.origin.hits_for("a.test", "/p/7")) == 1
 
 
 @pytest_twisted.ensureDeferred

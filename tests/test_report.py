@@ -202,3 +202,15 @@ def test_without_an_audit_log_the_command_says_where_it_looked(tmp_path):
     assert done.returncode != 0
     assert "no audit log at" in done.stderr and "WALSH_STATE_DIR" in done.stderr
     assert not (tmp_path / "x" / "audit.sqlite3").exists()  # nothing created in passing
+
+
+def test_a_gap_across_the_since_cut_is_still_measured():
+    """Found by review: --since between two requests 0.3 s apart listed the
+    second with no gap, and reported nothing under the interval."""
+    log = [
+        entry("request", 100.0, id="1", url="http://h.test/a", interval=1.0),
+        entry("request", 100.3, id="2", url="http://h.test/b", interval=1.0),
+    ]
+    ev = collect(log, "h.test", since=100.1)
+    assert [r.path for r in ev.requests] == ["/b"]
+    assert ev.requests[0].gap == pytest.approx(0.3) and len(ev.under) == 1

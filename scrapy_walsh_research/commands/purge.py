@@ -27,13 +27,29 @@ class Command(ScrapyCommand):
         return "Delete what was stored about HOST and its subdomains (purge on opt-out)"
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if len(args) != 1 or "/" in args[0]:
+        from scrapy_walsh_research.errors import WalshConfigurationError
+        from scrapy_walsh_research.purge import host_argument
+
+        if len(args) != 1:
             raise UsageError("give one host name, e.g. scrapy walsh-purge example.org")
+        host = host_argument(args[0])
         assert self.settings is not None
         from scrapy_walsh_research.spiders.targets import TargetsSpider
 
+        if not self.settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.state.base import state_dir
+
+            state = state_dir(Crawler(TargetsSpider, self.settings)) / "state.sqlite3"
+            if not state.exists():
+                raise UsageError(
+                    f"no state at {state}: run this where the crawl ran, or set "
+                    "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
+                )
         crawler = Crawler(TargetsSpider, self.settings)
-        asyncio.run(self._purge(crawler, args[0].lower().rstrip(".")))
+        try:
+            asyncio.run(self._purge(crawler, host))
+        except WalshConfigurationError as exc:
+            raise UsageError(str(exc)) from None
 
     async def _purge(self, crawler: Crawler, host: str) -> None:
         from scrapy_walsh_research.audit import AuditTrail
@@ -41,7 +57,7 @@ class Command(ScrapyCommand):
         from scrapy_walsh_research.state import state_for
 
         store = state_for(crawler)
-        audit = AuditTrail.for_crawler(crawler)
+        audit = AuditTrail.for_crawler(crawler, prune=False)
         try:
             purged = await purge(
                 store, covers(host), cause="scrapy walsh-purge (on demand)", audit=audit

@@ -45,13 +45,12 @@ class Command(ScrapyCommand):
         parser.add_argument("--json", action="store_true", help="JSON instead of HTML")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_walsh_research.purge import host_argument
         from scrapy_walsh_research.report import parse_since
 
         if args:
             raise UsageError("walsh-report takes options only, e.g. --host example.org")
-        host = opts.host.lower().rstrip(".") if opts.host else None
-        if host is not None and ("/" in host or not host):
-            raise UsageError("--host takes a host name, e.g. --host example.org")
+        host = host_argument(opts.host, "--host") if opts.host is not None else None
         try:
             since = parse_since(opts.since) if opts.since else None
         except ValueError as exc:
@@ -68,19 +67,26 @@ class Command(ScrapyCommand):
                     f"no audit log at {log}: run this where the crawl ran, or set "
                     "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
                 )
+        from scrapy_walsh_research.errors import WalshConfigurationError
+
         crawler = Crawler(TargetsSpider, self.settings)
-        entries = asyncio.run(self._query(crawler, host, since))
+        try:
+            # all of the host's log: the gap before the first request after
+            # --since is measured from the one before it
+            entries = asyncio.run(self._query(crawler, host, None))
+        except WalshConfigurationError as exc:
+            raise UsageError(str(exc)) from None
         if host is not None:
-            self._one(entries, host, opts)
+            self._one(entries, host, opts, since)
         else:
-            self._all(entries, opts)
+            self._all(entries, opts, since)
 
     async def _query(
         self, crawler: Crawler, host: str | None, since: float | None
     ) -> list[dict[str, Any]]:
         from scrapy_walsh_research.audit import AuditTrail, RedisAudit, SQLiteAudit
 
-        store = AuditTrail.for_crawler(crawler).store
+        store = AuditTrail.for_crawler(crawler, prune=False).store
         try:
             return await store.query(host, since)
         finally:
@@ -89,15 +95,18 @@ class Command(ScrapyCommand):
             elif isinstance(store, RedisAudit):
                 await store.conn.close()
 
-    def _one(self, entries: list[dict[str, Any]], host: str, opts: argparse.Namespace) -> None:
+    def _one(
+        self, entries: list[dict[str, Any]], host: str, opts: argparse.Namespace,
+        since: float | None,
+    ) -> None:  # fmt: skip
         from scrapy_walsh_research.report import collect, host_page
 
-        evidence = collect(entries, host)
+        evidence = collect(entries, host, since)
         if opts.json:
             self._write(json.dumps(evidence.as_json(), indent=2, sort_keys=True), opts.out)
             return
         out = Path(opts.out or "walsh-report.html")
-        out.write_text(host_page(evidence, since=opts.since), encoding="utf-8")
+        self._write(host_page(evidence, since=opts.since), out)
         smallest = evidence.smallest_gap
         print(
             f"{out}: {len(evidence.requests)} requests to {host} and its subdomains, "
@@ -106,28 +115,34 @@ class Command(ScrapyCommand):
             f"{len(evidence.under)} under the interval"
         )
 
-    def _all(self, entries: list[dict[str, Any]], opts: argparse.Namespace) -> None:
+    def _all(
+        self, entries: list[dict[str, Any]], opts: argparse.Namespace, since: float | None
+    ) -> None:
         from scrapy_walsh_research.report import by_host, host_file, host_page, summary_page
 
-        hosts = by_host(entries)
+        hosts = by_host(entries, since)
         if opts.json:
             data = {h: ev.as_json() for h, ev in hosts.items()}
             self._write(json.dumps(data, indent=2, sort_keys=True), opts.out)
             return
         out = Path(opts.out or "walsh-report.html")
         pages = out.with_name(out.stem + "_hosts")
-        pages.mkdir(parents=True, exist_ok=True)
+        try:
+            pages.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot write {pages}: {exc.strerror or exc}") from None
         for host, evidence in hosts.items():
-            (pages / host_file(host)).write_text(
-                host_page(evidence, since=opts.since), encoding="utf-8"
-            )
-        out.write_text(summary_page(hosts, pages.name, since=opts.since), encoding="utf-8")
+            self._write(host_page(evidence, since=opts.since), pages / host_file(host))
+        self._write(summary_page(hosts, pages.name, since=opts.since), out)
         under = sum(len(ev.under) for ev in hosts.values())
         print(f"{out}: {len(hosts)} hosts (pages in {pages}/), {under} gaps under the interval")
 
     @staticmethod
-    def _write(text: str, out: str | None) -> None:
-        if out:
-            Path(out).write_text(text + "\n", encoding="utf-8")
-        else:
+    def _write(text: str, out: str | Path | None) -> None:
+        if not out:
             sys.stdout.write(text + "\n")
+            return
+        try:
+            Path(out).write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None

@@ -95,10 +95,35 @@ def state_for(crawler: Crawler) -> StateStore:
         else:
             from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
-            store = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
+            directory = state_dir(crawler)
+            lock = _hold_state_dir(directory)
+            store = SQLiteStateStore(directory / "state.sqlite3")
+            crawler.signals.connect(lambda: lock.close(), signal=signals.engine_stopped, weak=False)
         _stores[crawler] = store
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store
+
+
+def _hold_state_dir(directory: Path) -> Any:
+    """This crawl's exclusive hold on *directory* (a lock file): without
+    Redis, the host clocks in it are this process's alone, and two crawls
+    sharing it would each keep 1 s between their own requests and send a
+    host two requests milliseconds apart. Released when the engine stops."""
+    import fcntl
+
+    from scrapy_walsh_research.errors import WalshConfigurationError
+
+    handle = open(directory / "crawl.lock", "a+")  # held for the crawl, closed when it stops
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise WalshConfigurationError(
+            f"Another crawl (or walsh command) is using WALSH_STATE_DIR={directory}. Without "
+            "WALSH_REDIS_URL each process paces only its own requests: run crawls on one "
+            "state dir one at a time, or share politeness through Redis (WALSH_REDIS_URL)."
+        ) from None
+    return handle
 
 
 _local: weakref.WeakKeyDictionary[Crawler, StateStore] = weakref.WeakKeyDictionary()
