@@ -96,7 +96,7 @@ def state_for(crawler: Crawler) -> StateStore:
             from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
             directory = state_dir(crawler)
-            lock = _hold_state_dir(directory)
+            lock = _hold_state_dir(directory, crawler)
             store = SQLiteStateStore(directory / "state.sqlite3")
             crawler.signals.connect(lambda: lock.close(), signal=signals.engine_stopped, weak=False)
         _stores[crawler] = store
@@ -104,7 +104,12 @@ def state_for(crawler: Crawler) -> StateStore:
     return store
 
 
-def _hold_state_dir(directory: Path) -> Any:
+#: the state dirs this process holds, and by which crawler: one whose crawl
+#: never started (refused at start-up) or has ended gives its hold up
+_held: dict[str, tuple[Any, weakref.ref[Crawler]]] = {}
+
+
+def _hold_state_dir(directory: Path, crawler: Crawler) -> Any:
     """This crawl's exclusive hold on *directory* (a lock file): without
     Redis, the host clocks in it are this process's alone, and two crawls
     sharing it would each keep 1 s between their own requests and send a
@@ -113,6 +118,15 @@ def _hold_state_dir(directory: Path) -> Any:
 
     from scrapy_walsh_research.errors import WalshConfigurationError
 
+    key = str(directory.resolve())
+    previous = _held.pop(key, None)
+    if previous is not None:
+        handle, holder = previous
+        other = holder()
+        if other is not None and other is not crawler and getattr(other, "crawling", False):
+            _held[key] = previous  # a crawl of this process is using it: refused below
+        else:
+            handle.close()
     handle = open(directory / "crawl.lock", "a+")  # held for the crawl, closed when it stops
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -123,6 +137,7 @@ def _hold_state_dir(directory: Path) -> Any:
             "WALSH_REDIS_URL each process paces only its own requests: run crawls on one "
             "state dir one at a time, or share politeness through Redis (WALSH_REDIS_URL)."
         ) from None
+    _held[key] = (handle, weakref.ref(crawler))
     return handle
 
 
