@@ -13,7 +13,28 @@ from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import Settings
+
+
+def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
+    """A crawler for a command that reads what a crawl left in its state
+    dir (*filename* there, unless the state is in Redis), or UsageError
+    saying where it looked: never an empty store created in passing."""
+    from scrapy.crawler import Crawler
+    from scrapy.exceptions import UsageError
+
+    from scrapy_walsh_research.state.base import state_dir
+
+    crawler = Crawler(TargetsSpider, settings)
+    if not settings.get("WALSH_REDIS_URL"):
+        path = state_dir(crawler) / filename
+        if not path.exists():
+            raise UsageError(
+                f"no {what} at {path}: run this where the crawl ran, or set "
+                "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
+            )
+    return crawler
 
 
 def project_targets_spider(settings: Settings) -> type:

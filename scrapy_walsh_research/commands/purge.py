@@ -34,18 +34,9 @@ class Command(ScrapyCommand):
             raise UsageError("give one host name, e.g. scrapy walsh-purge example.org")
         host = host_argument(args[0])
         assert self.settings is not None
-        from scrapy_walsh_research.spiders.targets import TargetsSpider
+        from scrapy_walsh_research.commands._runner import crawl_state
 
-        if not self.settings.get("WALSH_REDIS_URL"):
-            from scrapy_walsh_research.state.base import state_dir
-
-            state = state_dir(Crawler(TargetsSpider, self.settings)) / "state.sqlite3"
-            if not state.exists():
-                raise UsageError(
-                    f"no state at {state}: run this where the crawl ran, or set "
-                    "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
-                )
-        crawler = Crawler(TargetsSpider, self.settings)
+        crawler = crawl_state(self.settings, "state.sqlite3", "state")
         try:
             asyncio.run(self._purge(crawler, host))
         except WalshConfigurationError as exc:

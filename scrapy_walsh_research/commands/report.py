@@ -56,20 +56,10 @@ class Command(ScrapyCommand):
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         assert self.settings is not None
-        from scrapy_walsh_research.spiders.targets import TargetsSpider
-
-        if not self.settings.get("WALSH_REDIS_URL"):
-            from scrapy_walsh_research.state.base import state_dir
-
-            log = state_dir(Crawler(TargetsSpider, self.settings)) / "audit.sqlite3"
-            if not log.exists():
-                raise UsageError(
-                    f"no audit log at {log}: run this where the crawl ran, or set "
-                    "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
-                )
+        from scrapy_walsh_research.commands._runner import crawl_state
         from scrapy_walsh_research.errors import WalshConfigurationError
 
-        crawler = Crawler(TargetsSpider, self.settings)
+        crawler = crawl_state(self.settings, "audit.sqlite3", "audit log")
         try:
             # all of the host's log: the gap before the first request after
             # --since is measured from the one before it
