@@ -352,6 +352,20 @@ def _facts(ev: HostEvidence) -> str:
     )
 
 
+def _table(
+    heads: list[str], rows: list[str], empty: str, table_id: str = "", n_cols: int = 0
+) -> str:
+    """*rows* under *heads* (the last *n_cols* right-aligned), or *empty*."""
+    if not rows:
+        return f'<p class="note">{esc(empty)}</p>'
+    cells = "".join(
+        f'<th class="n">{h}</th>' if i >= len(heads) - n_cols else f"<th>{h}</th>"
+        for i, h in enumerate(heads)
+    )
+    opening = f'<table id="{table_id}">' if table_id else "<table>"
+    return f"{opening}<thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
     rows = []
     for r in ev.requests:
@@ -411,30 +425,15 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         '<th class="n">interval</th><th>User-Agent</th><th>keyid</th></tr></thead><tbody>'
         + "".join(rows)
         + "</tbody></table><h2>Denials</h2>"
-        + (
-            '<table id="denials"><thead><tr><th>time (UTC)</th><th>target</th><th>outcome</th>'
-            "<th>rule</th><th>reason</th></tr></thead><tbody>"
-            + "".join(denials)
-            + "</tbody></table>"
-            if denials
-            else '<p class="note">none</p>'
-        )
+        + _table(["time (UTC)", "target", "outcome", "rule", "reason"], denials, "none", "denials")
         + "<h2>robots.txt</h2><p>Versions in force (by sha256 of the file):</p>"
-        + (
-            "<table><thead><tr><th>origin</th><th>sha256</th><th>first</th><th>last</th>"
-            '<th class="n">requests</th></tr></thead><tbody>' + "".join(robots) + "</tbody></table>"
-            if robots
-            else '<p class="note">none recorded</p>'
+        + _table(
+            ["origin", "sha256", "first", "last", "requests"], robots, "none recorded", n_cols=1
         )
         + (f"<p>Fetches:</p><ul>{''.join(fetches)}</ul>" if fetches else "")
         + "<h2>Operator blocklist</h2>"
         + (f"<p>Entries that applied:</p><ul>{entries}</ul>" if entries else "")
-        + (
-            "<table><thead><tr><th>updated</th><th>sha256</th><th>first</th><th>last</th>"
-            "</tr></thead><tbody>" + "".join(blocklists) + "</tbody></table>"
-            if blocklists
-            else '<p class="note">no list was in force</p>'
-        )
+        + _table(["updated", "sha256", "first", "last"], blocklists, "no list was in force")
         + (f"<h2>Purges</h2><ul>{purges}</ul>" if purges else "")
     )
     return _page(f"Walsh-Research evidence: {ev.host}", body)
