@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from scrapy_walsh_research.state.redis import RedisConnection
 
@@ -97,8 +97,13 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 -- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
 -- ARGV[4] cadence key ('' when the line was not fetched), ARGV[5] records TTL,
 -- ARGV[6] the cadence claim this line held ('' if none), ARGV[7] worker id
+-- KEYS[5] the host's record index, ARGV[8] this record in it ('' for no host)
 local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
+if ARGV[8] ~= '' then
+  redis.call('SADD', KEYS[5], ARGV[8])
+  redis.call('EXPIRE', KEYS[5], ARGV[5])
+end
 redis.call('LREM', KEYS[2], 1, ARGV[3])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], string.format('%.6f', now)) end
 if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[7] then
@@ -174,13 +179,97 @@ async def finish(
     write its cadence, atomically; (whether this was the line's first record,
     Redis's time)."""
     script = conn.client.register_script(FINISH)
+    host = _record_host(record)
     keys = [
         ticket["records"],
         ticket["inflight"],
         conn.key("state", "cadence"),
         conn.key("state", "cadence_claims"),
+        record_index(conn, host or ""),
     ]
+    member = f"{ticket['records']}\n{record['line']}" if host else ""
     args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,
-            CLAIMS_TTL_S, claim_key, conn.worker]  # fmt: skip
+            CLAIMS_TTL_S, claim_key, conn.worker, member]  # fmt: skip
     first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
     return bool(int(first)), float(now)
+
+
+def _record_host(record: dict[str, Any]) -> str | None:
+    from scrapy_walsh_research.urls import is_http_url, url_host
+
+    for field in ("canonical_url", "url"):
+        url = record.get(field)
+        if isinstance(url, str) and is_http_url(url):
+            return url_host(url)
+    return None
+
+
+#: what a purged record keeps: the line as the user gave it and what became
+#: of it, so every line still has exactly one record (nothing from the host)
+TOMBSTONE_FIELDS = ("line", "url", "canonical_url", "outcome", "rule")
+
+
+def record_index(conn: RedisConnection, host: str) -> str:
+    """The set naming the stored records of *host*'s lines (written with
+    each record), so a purge reads one host's records, not every record."""
+    return conn.key("records", "host", host)
+
+
+async def purge_records(
+    conn: RedisConnection,
+    matches: Callable[[str], bool],
+    cause: Callable[[str], str],
+    now: str,
+    host: str | None = None,
+) -> dict[str, dict[str, int]]:
+    """Purge on opt-out for the records of lines fed through Redis: a
+    record of a matching host keeps only its line, its URL as listed and its
+    outcome, and says it was purged and why (the metadata the host served
+    goes); the canonical-URL claims of those lines go. Only *host* when
+    given, else every host with stored records that *matches* accepts:
+    {host: {"records": n, "claims": n}}."""
+    import re
+
+    index_prefix = record_index(conn, "")
+    purged: dict[str, dict[str, int]] = {}
+
+    async def scrub(r: Any) -> None:
+        purged.clear()  # called again from the start if Redis drops mid-way
+        if host is not None:
+            names = [record_index(conn, host)]
+        else:
+            pattern = re.sub(r"([*?\[\]\\])", r"\\\1", index_prefix) + "*"
+            names = [n async for n in r.scan_iter(match=pattern, count=1000)]
+        for name in names:
+            name_host = name[len(index_prefix) :]
+            if not matches(name_host):
+                continue
+            by_hash: dict[str, list[str]] = {}
+            for member in await r.smembers(name):
+                records_key, line = member.rsplit("\n", 1)
+                by_hash.setdefault(records_key, []).append(line)
+            counts = {"records": 0, "claims": 0}
+            for records_key, lines in sorted(by_hash.items()):
+                changed: dict[str, str] = {}
+                claims: list[str] = []
+                for line, raw in zip(lines, await r.hmget(records_key, lines), strict=True):
+                    record = json.loads(raw) if raw else {}
+                    if not record or "purged" in record:
+                        continue
+                    kept = {f: record.get(f) for f in TOMBSTONE_FIELDS}
+                    kept["purged"] = {"at": now, "cause": cause(name_host)}
+                    changed[line] = json.dumps(kept, sort_keys=True)
+                    if record.get("canonical_url"):
+                        claims.append(record["canonical_url"])
+                if changed:  # records are written once (HSETNX): replacing loses none
+                    await r.hset(records_key, mapping=changed)
+                    counts["records"] += len(changed)
+                if claims:
+                    base, batch = records_key.rsplit(":records:", 1)
+                    counts["claims"] += await r.hdel(f"{base}:canonical:{batch}", *claims)
+            await r.delete(name)
+            if counts["records"]:
+                purged[name_host] = counts
+
+    await conn.call("purge records", scrub)
+    return purged

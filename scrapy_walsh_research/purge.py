@@ -3,8 +3,9 @@
 "Opt-out without cleanup is a half-measure" (seed 003): once a blocklist
 entry covering a host is adopted, or the host's robots.txt disallows the
 product token for ``/``, the validators, first-seen links and entries and
-the cadence stored for its targets are deleted at once, and the purge is an
-audit entry naming its cause. ``scrapy walsh-purge HOST`` does the same on
+the cadence stored for its targets are deleted at once (in a fleet, the
+records stored for its fed lines keep only the line and its outcome), and the
+purge is an audit entry naming its cause. ``scrapy walsh-purge HOST`` does the same on
 demand. Records already exported (``-O``, ``FEEDS``) are the user's files:
 the audit log's decisions show which lines were exported, and when.
 """
@@ -72,15 +73,15 @@ async def purge(
     *,
     cause: str | Callable[[str], str],
     audit: AuditTrail | None = None,
-    prefixes: tuple[str, ...] = ("",),
+    only: str | None = None,
     stats: StatsCollector | None = None,
 ) -> dict[str, dict[str, int]]:
     """Delete everything stored about the hosts *matches* accepts:
     {host: {namespace: keys deleted}}; each purged host gets an audit entry
     naming *cause* (or ``cause(host)``: the blocklist entry that covers it).
-    For one host, *prefixes* (its URLs' beginnings) keep the purge to its
-    keys instead of a scan of the whole store."""
+    Given *only* one host, only its keys are read instead of the whole store."""
     purged: dict[str, dict[str, int]] = {}
+    prefixes = url_prefixes(only) if only is not None else ("",)
     for namespace in NAMESPACES:
         gone: list[str] = []
         candidates = {k for prefix in prefixes for k in await store.keys(namespace, prefix)}
@@ -92,6 +93,17 @@ async def purge(
                 counts[namespace] = counts.get(namespace, 0) + 1
         if gone:
             await store.delete_many(namespace, gone)
+    if isinstance(getattr(store, "conn", None), _redis_connection()):
+        from datetime import datetime, timezone
+
+        from scrapy_walsh_research.feed import purge_records
+
+        at = datetime.fromtimestamp(store.time(), timezone.utc).isoformat(timespec="seconds")
+        why_for = cause if callable(cause) else (lambda host: cause)
+        conn = store.conn  # type: ignore[attr-defined]
+        fed = await purge_records(conn, matches, why_for, at, only)
+        for host, counts in fed.items():
+            purged.setdefault(host, {}).update(counts)
     for host, counts in sorted(purged.items()):
         why = cause(host) if callable(cause) else cause
         logger.info(
@@ -104,6 +116,16 @@ async def purge(
         if audit is not None:
             await audit.purged(host, why, counts)
     return purged
+
+
+def _redis_connection() -> type:
+    """The Redis connection class, or a class nothing is an instance of when
+    the ``redis`` extra is not installed."""
+    try:
+        from scrapy_walsh_research.state.redis import RedisConnection
+    except ImportError:
+        return type("NoRedis", (), {})
+    return RedisConnection
 
 
 def total(purged: dict[str, dict[str, Any]]) -> int:

@@ -331,11 +331,11 @@ class RobotsTxtMiddleware:
         """The host opted out by robots.txt (``/`` disallowed for our token):
         what was stored about it goes (purge on opt-out)."""
         from scrapy_walsh_research.audit import AuditTrail
-        from scrapy_walsh_research.purge import purge, url_prefixes
+        from scrapy_walsh_research.purge import purge
 
         host = url_host(origin)
         await purge(
-            self.store, lambda h: h == host, prefixes=url_prefixes(host),
+            self.store, lambda h: h == host, only=host,
             cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
             f"(sha256 {digest[:12]})",
             audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,

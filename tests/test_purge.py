@@ -204,3 +204,50 @@ def test_the_commands_refuse_what_they_cannot_do_saying_why(tmp_path):
     # reading the log never prunes it (an entry from 1970 is still there)
     done = scrapy_command("walsh-report", *at, "--host", "h.test", "--json", cwd=tmp_path)
     assert len(json.loads(done.stdout)["requests"]) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_the_host(
+    server, redis_server, tmp_path
+):
+    """With Redis, each line's record is stored in the fleet (walsh-records
+    prints them): a purge leaves the line its one record, saying it was
+    purged and why, and none of what the host served."""
+    from tests.conftest import redis_settings
+    from tests.test_redis_fleet import durable_records, ended, push, walsh_records, workers
+
+    urls = [site(server, "gone.test"), site(server, "www.gone.test"), site(server, "kept.test")]
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, urls, tmp_path)
+    await ended(*workers(server, shared, tmp_path, 1))
+    before = {r["line"]: r for r in durable_records(redis_server, shared)}
+    assert all(r["etag"] == '"v1"' and r["sha256"] for r in before.values())
+    fleet = ["-s", f"WALSH_REDIS_URL={redis_server.url}",
+             "-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"]  # fmt: skip
+    done = scrapy_command("walsh-purge", *fleet, "gone.test", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    after = {r["line"]: r for r in walsh_records(redis_server, shared)}
+    assert sorted(after) == [1, 2, 3]  # every line keeps its one record
+    for line in (1, 2):
+        assert after[line]["purged"]["cause"] == "scrapy walsh-purge (on demand)"
+        assert {k: after[line][k] for k in ("line", "url", "outcome")} == {
+            k: before[line][k] for k in ("line", "url", "outcome")
+        }
+        assert not {"etag", "sha256", "status", "content_length", "structured"} & set(after[line])
+    assert after[3] == before[3]  # kept.test is no subdomain of gone.test
+    r = redis_server.client()
+    claims = [k for name in r.scan_iter(f"{shared['WALSH_REDIS_PREFIX']}:targets:canonical:*")
+              for k in r.hkeys(name)]  # fmt: skip
+    r.close()
+    assert claims == [urls[2]]
+    assert "records" in done.stdout and "2 host(s) under gone.test" in done.stdout
+    # kept.test opts out by robots.txt: the next worker to read it purges its record
+    server.origin.route("kept.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /\n"))
+    await sleep(1.2)  # the shared robots.txt copy (TTL 1 s) has expired
+    push(redis_server, shared, [urls[2]], tmp_path)
+    await ended(*workers(server, shared, tmp_path, 1, WALSH_ROBOTS_TTL=1))
+    kept = [r for r in walsh_records(redis_server, shared) if r["url"] == urls[2]]
+    assert sorted(r["outcome"] for r in kept) == ["denied", "fetched"]
+    (first,) = [r for r in kept if r["outcome"] == "fetched"]
+    assert "robots.txt disallows Walsh-Research for /" in first["purged"]["cause"]
+    assert "etag" not in first
