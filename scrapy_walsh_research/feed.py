@@ -88,6 +88,17 @@ end
 return {false, pending}
 """
 
+#: claim a canonical URL for a line and keep the claims a week, in one step:
+#: a worker killed (or a connection lost) between the two would leave a
+#: batch's claims without an expiry, kept forever
+CLAIM = """
+-- KEYS[1] the batch's claims, ARGV[1] canonical URL, ARGV[2] line, ARGV[3] TTL
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+
 #: one record per line, the line acknowledged and its cadence written, in one step
 FINISH = """
 local t = redis.call('TIME')
@@ -133,6 +144,7 @@ class RedisFeed:
         self.base = conn.key(key) + ":"
         self.inflight = self.base + "inflight:" + conn.worker
         self._take = conn.client.register_script(TAKE)
+        self._claim = conn.client.register_script(CLAIM)
 
     async def take(self) -> tuple[str | None, int]:
         """(the next line as queued, or None; lines other workers hold in flight)."""
@@ -156,16 +168,14 @@ class RedisFeed:
     async def claim(self, batch: str, canonical: str, line: int) -> int | None:
         """None if this line is first with *canonical* in *batch* (also when it
         is delivered again after its worker died), else the line that was."""
-        claims = self.conn.key(self.key, "canonical", batch)
-
-        async def claim(r: Any) -> int | None:
-            if await r.hsetnx(claims, canonical, line):
-                await r.expire(claims, CLAIMS_TTL_S)
-                return None
-            first = int(await r.hget(claims, canonical))
-            return None if first == line else first
-
-        return await self.conn.call("claim target", claim)
+        keys = [self.conn.key(self.key, "canonical", batch)]
+        args = [canonical, line, CLAIMS_TTL_S]
+        first = int(
+            await self.conn.call(
+                "claim target", lambda r: self._claim(keys=keys, args=args, client=r)
+            )
+        )
+        return None if first == line else first
 
 
 async def finish(

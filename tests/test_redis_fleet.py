@@ -450,9 +450,11 @@ async def test_a_dead_worker_costs_its_host_not_the_fleet_under_scrapy_redis(
     await second.ended
     assert len(records(tmp_path, 2)) == 11, second.err.decode()[-2000:]
     others = [h.t for h in server.origin.hits if h.host.startswith("f") and h.path != "/robots.txt"]
-    # while slow.test was leased, the other hosts' pages went out
-    assert sum(t < killed_at + 14 for t in others) >= 4
     slow = [h.t for h in server.origin.hits_for("slow.test") if h.path in ("/p/1", "/p/2")]
+    # while slow.test was leased, the other hosts' pages went out (counted up
+    # to the host's release, not from the kill: a loaded machine starts the
+    # second worker seconds later, which is no fault of the lease)
+    assert sum(t < min(slow) for t in others) >= 4
     assert min(slow) - killed_at >= 14.0  # the dead worker's lease, then the host is free
     assert max(slow) - killed_at < 40.0  # ... not DOWNLOAD_TIMEOUT + 30
 

@@ -372,3 +372,36 @@ async def test_workers_starting_together_fetch_the_blocklist_once(server, redis_
     results = await together(*(crawl_feed(w, "targets") for w in workers))
     assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
     assert sum(r.stats.get("walsh/blocklist/adopted_from_worker", 0) for r in results) >= 1
+
+
+async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
+    """A batch's canonical-URL claims are kept a week, not forever: a worker
+    killed, or its connection lost, right after the claim reached Redis must
+    not leave the claims without their expiry (the retry finds the claim its
+    own and would set nothing more)."""
+    import redis.asyncio as aioredis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from scrapy_walsh_research.feed import CLAIMS_TTL_S, RedisFeed
+
+    prefix = redis_settings(redis_server)["WALSH_REDIS_PREFIX"]
+    conn = RedisConnection(redis_server.url, prefix)
+    answered = []
+
+    class LosesTheFirstAnswer(aioredis.Redis):  # the command runs, its answer is lost
+        async def execute_command(self, *args: Any, **options: Any) -> Any:
+            result = await super().execute_command(*args, **options)
+            answered.append(args[0])
+            if len(answered) == 1:
+                raise RedisConnectionError("connection lost after the command ran")
+            return result
+
+    conn.client.__class__ = LosesTheFirstAnswer
+    feed = RedisFeed(conn, "targets")
+    try:
+        assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 7)) is None
+        ttl = await deferred_from_coro(conn.client.ttl(conn.key("targets", "canonical", "b1")))
+        assert 0 < ttl <= CLAIMS_TTL_S, (ttl, answered)
+        assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 9)) == 7
+    finally:
+        await deferred_from_coro(conn.close())
