@@ -128,7 +128,8 @@ def measure(
                 crawl_command(crawler, urls, port, tmp), stdout=subprocess.DEVNULL, stderr=err,
                 timeout=timeout, check=False, cwd=tmp,
             ).returncode  # fmt: skip
-    process_wall = time.monotonic() - started
+    exited = time.monotonic()
+    process_wall = exited - started
     origin.terminate()
     origin.wait()
     data = json.loads(log.read_text())
@@ -148,6 +149,12 @@ def measure(
     return {
         "crawler": crawler, "workers": workers or 1, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
         "rc": rc, "requests": len(hits), "pages_fetched": len(pages),
+        # where process wall goes beyond the crawl: start-up (launch to the
+        # first request of any kind, the operator's blocklist included; then
+        # to the first target host) and shut-down (last response to last exit)
+        "launch_to_first_request_s": round(min(h["start"] for h in data["hits"]) - started, 3),
+        "launch_to_first_target_s": round(min(h["start"] for h in hits) - started, 3),
+        "last_response_to_exit_s": round(exited - max(h.get("end", h["start"]) for h in hits), 3),
         "pages_expected": len(url_list(layout["hosts"], layout["pages"], layout["order"], port)),
         "crawl_wall_s": round(wall, 3), "process_wall_s": round(process_wall, 3),
         "lower_bound_s": round(bound, 3), "ratio_to_bound": round(wall / bound, 3),
@@ -259,7 +266,7 @@ def multi(a: argparse.Namespace) -> int:
     finally:
         redis.kill()
     print(f"\nlatency {a.latency} s, interval 1 s; one Redis; process wall = launch to last exit\n")
-    head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'min gap s':>9} {'inflight':>8} {'per worker':>10} {'requests per worker':<20} {'bad UA':>6}"
+    head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'start s':>7} {'end s':>6} {'min gap s':>9} {'inflight':>8} {'per worker':>10} {'requests per worker':<20} {'bad UA':>6}"
     print(head)
     print("-" * len(head))
     one: dict[str, float] = {}
@@ -270,6 +277,7 @@ def multi(a: argparse.Namespace) -> int:
         print(
             f"{r['name']:<10} {r['workers']:>7} {r['pages_fetched']:>4}/{r['pages_expected']:<4} "
             f"{r['requests']:>8} {r['process_wall_s']:>9.2f} {r['crawl_wall_s']:>8.2f} {ratio:>6.3f} "
+            f"{r['launch_to_first_target_s']:>7.2f} {r['last_response_to_exit_s']:>6.2f} "
             f"{r['min_same_host_gap_s']:>9.3f} {r['max_inflight']:>8} {r['max_inflight_per_worker']:>10} "
             f"{'/'.join(map(str, r['requests_per_worker'])):<20} {r['bad_ua']:>6}"
         )

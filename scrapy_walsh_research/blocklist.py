@@ -922,8 +922,10 @@ class BlocklistMiddleware:
         missing = REQUIRED_FORMATS - set(cls.FORMAT_CHECKER.checkers)
         if missing:
             raise WalshConfigurationError(
-                f"jsonschema cannot check the formats {sorted(missing)}: install "
-                "'jsonschema[format-nongpl]' so blocklist documents are validated in full."
+                f"jsonschema cannot check the formats {sorted(missing)}: it checks date-time "
+                "with rfc3339-validator and uri with rfc3986-validator; install "
+                "scrapy-walsh-research's dependencies so blocklist documents are validated "
+                "in full."
             )
         return cls, schema
 

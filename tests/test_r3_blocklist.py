@@ -568,3 +568,33 @@ def test_refresh_is_in_range_or_rejects_the_document(value):
     except BlocklistError:
         return
     assert 60.0 <= seconds <= 86400.0
+
+
+def test_a_schema_format_that_cannot_be_checked_stops_the_crawl_at_start_up(tmp_path):
+    """jsonschema skips a format it has no checker for, silently: without
+    rfc3339-validator an 'updated' that is no date-time would be adopted.
+    The gate refuses to start instead, naming what to install."""
+    import re
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['rfc3339_validator'] = None\n"  # as if not installed
+        "from scrapy.utils.test import get_crawler\n"
+        "from scrapy_walsh_research.blocklist import BlocklistMiddleware\n"
+        f"crawler = get_crawler(settings_dict={{'WALSH_STATE_DIR': {str(tmp_path)!r}}})\n"
+        "BlocklistMiddleware(crawler)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "WalshConfigurationError" in run.stderr and "['date-time']" in run.stderr
+    assert "rfc3339-validator" in run.stderr
+    # and with it installed, every format the bundled schema names has a checker
+    from jsonschema.validators import validator_for
+
+    from scrapy_walsh_research.blocklist import REQUIRED_FORMATS
+    from scrapy_walsh_research.schemas import bundled_schema, bundled_schema_text
+
+    schema = bundled_schema()
+    named = {m.group(1) for m in re.finditer(r'"format":\s*"([^"]+)"', bundled_schema_text())}
+    assert named == REQUIRED_FORMATS <= set(validator_for(schema).FORMAT_CHECKER.checkers)
