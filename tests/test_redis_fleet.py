@@ -372,6 +372,61 @@ async def test_a_worker_killed_mid_crawl_loses_no_line(server, redis_server, tmp
 
 
 @pytest_twisted.ensureDeferred
+async def test_workers_killed_at_start_up_mid_request_and_after_a_response_lose_no_line(
+    server, redis_server, tmp_path
+):
+    """Every worker of the fleet SIGKILLed three times, at three kinds of
+    moment (a line taken and its robots.txt in flight; a page request in
+    flight; a page just answered, its record maybe not yet stored), a fresh
+    pair started each time: every line still ends with exactly one record,
+    and no host got two requests within its interval."""
+    urls = [u for i in range(6) for u in site(server, f"k{i}.test", 5)]
+    slow = urls.index(server.url("k3.test", "/p/0"))
+    server.origin.route("k3.test", "/p/0", Reply(200, "k3.test 0", delay=1.5))
+    shared = redis_settings(redis_server, WALSH_RUN_INTERVAL=3600)
+    push(redis_server, shared, urls, tmp_path)
+
+    def pages() -> list[Any]:
+        return [h for h in server.origin.hits if h.path.startswith("/p/")]
+
+    async def until(event: Any, what: str) -> None:
+        for _ in range(6000):  # 60 s
+            if event():
+                return
+            await sleep(0.01)
+        raise AssertionError(f"never saw {what}")
+
+    moments = [
+        ("a target's robots.txt in flight",
+         lambda: any(h.host.startswith("k") for h in server.origin.hits)),
+        ("the slow page in flight",
+         lambda: server.origin.hits_for("k3.test", "/p/0") != []),
+        ("a page just answered", (lambda n: lambda: len(pages()) >= n + 4)),
+    ]  # fmt: skip
+    killed = []
+    for round_, (what, event) in enumerate(moments):
+        pair = [
+            spawn_worker(server, "targets", tmp_path / f"r{round_}w{i}", **shared) for i in range(2)
+        ]
+        if round_ == 2:
+            event = event(len(pages()))
+        await until(event, what)
+        for proc in pair:
+            proc.transport.signalProcess("KILL")
+        await ended(*pair)
+        killed.append((what, len(pages())))
+    last = [spawn_worker(server, "targets", tmp_path / f"last{i}", **shared) for i in range(2)]
+    await ended(*last)
+    got = durable_records(redis_server, shared)
+    lines = sorted(r["line"] for r in got)
+    assert lines == list(range(1, 31)), (killed, last[0].err.decode()[-2000:])
+    assert {r["outcome"] for r in got} == {"fetched"}, got
+    assert slow >= 0 and server.origin.hits_for("k3.test", "/p/0") != []
+    for i in range(6):
+        assert min(gaps(server.origin.hits_for(f"k{i}.test"))) >= 1.0, (i, killed)
+
+
+@pytest_twisted.ensureDeferred
 async def test_workers_take_a_line_only_when_about_to_send_it(server, redis_server, tmp_path):
     """Lines stay in the shared queue until a worker is about to send them,
     so the other workers can take them; they are not all popped at start."""

@@ -58,8 +58,9 @@ LLMS_RECORD_META = "walsh_llms_record"
 #: the feed ticket of a fed line (see :meth:`RedisFeed.ticket`)
 FEED_META = "walsh_feed_ticket"
 #: how often a worker with an empty feed looks again while other workers
-#: still hold lines in flight
-FEED_WAIT_S = 1.0
+#: still hold lines in flight (one small script each time; at the end of a
+#: list every idle worker waits for the last line, then exits this soon)
+FEED_WAIT_S = 0.2
 #: lines a worker may hold waiting for their hosts (the frontier serves other
 #: hosts meanwhile): at least this many, more when requests are quick (one
 #: interval's worth of requests), never more than the maximum
