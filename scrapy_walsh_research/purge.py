@@ -13,6 +13,7 @@ the audit log's decisions show which lines were exported, and when.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.urls import is_http_url, url_host
@@ -119,13 +120,11 @@ async def purge(
 
 
 def _redis_connection() -> type:
-    """The Redis connection class, or a class nothing is an instance of when
-    the ``redis`` extra is not installed."""
-    try:
-        from scrapy_walsh_research.state.redis import RedisConnection
-    except ImportError:
-        return type("NoRedis", (), {})
-    return RedisConnection
+    """The Redis connection class, if a Redis store can exist in this process
+    (its module is loaded), else a class nothing is an instance of: a crawl
+    without Redis does not import redis for a purge."""
+    module = sys.modules.get("scrapy_walsh_research.state.redis")
+    return module.RedisConnection if module is not None else type("NoRedis", (), {})
 
 
 def total(purged: dict[str, dict[str, Any]]) -> int:

@@ -8,13 +8,13 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.log import configure_logging
 from scrapy.utils.reactor import install_reactor
 
-from scrapy_walsh_research.conformance import Report, run_conformance
-from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
+
+    from scrapy_walsh_research.conformance import Report
 
 
 def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
@@ -55,6 +55,10 @@ def run_conformance_blocking(settings: Settings) -> Report:
     )
     configure_logging(settings)
     from twisted.internet import reactor
+
+    # imported here: Scrapy imports every command module on every run
+    from scrapy_walsh_research.conformance import Report, run_conformance
+    from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 
     install_sandbox_resolver(reactor)
     spidercls = project_targets_spider(settings)

@@ -12,7 +12,6 @@ from scrapy.commands import ScrapyCommand
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research import signed_attestation
 from scrapy_walsh_research.attestation import attest
 from scrapy_walsh_research.commands._runner import (
     project_targets_spider,
@@ -52,6 +51,8 @@ class Command(ScrapyCommand):
         if opts.verify:
             self._verify(opts)
             return
+        from scrapy_walsh_research import signed_attestation  # not on every scrapy run
+
         key = signed_attestation.attestation_key(self.settings) if opts.sign else None
         # The settings in effect: the project's, the spider's, then its add-ons.
         crawler = Crawler(project_targets_spider(self.settings), self.settings)
@@ -65,6 +66,8 @@ class Command(ScrapyCommand):
         self.exitcode = 0 if all(doc["requirements"].values()) else 1
 
     def _verify(self, opts: argparse.Namespace) -> None:
+        from scrapy_walsh_research import signed_attestation
+
         if not opts.jwks:
             raise UsageError("--verify needs --jwks FILE_OR_URL (the published attestation keys)")
         try:
