@@ -1,0 +1,185 @@
+"""CPU cost per request (issue 13, goal 1): this bundle against stock Scrapy
+serial with no delay (the impolite floor), on the same URL list in one run.
+
+    .venv/bin/python bench/cost_bench.py                 # 250 hosts x 40 pages, 1 ms latency
+    .venv/bin/python bench/cost_bench.py --quick         # 20 hosts x 5 pages, a smoke run
+    .venv/bin/python bench/cost_bench.py --repeat 3      # three rounds; medians at the end
+    git archive BASE scrapy_walsh_research | tar -x -C /tmp/before
+    .venv/bin/python bench/cost_bench.py --before /tmp/before --repeat 3
+        # also the bundle as of BASE (imported from that directory), same rounds
+
+Each crawl runs as a child process against a fresh loopback multi-host origin
+(``multihost_origin.py``); its CPU (user + sys) and peak RSS come from the
+child's own rusage (``os.wait4``), so the origin and this script are not
+counted. Wall is first arrival to last response at the origin. The bundle's
+lower bound is max(requests x latency, the longest per-host chain of 1 s
+intervals, a host's chain starting no earlier than one latency per host
+started before it). Load on a shared machine moves wall time, so compare the
+CPU ratio bundle/stock of the same round; ``uptime`` is printed with each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from politeness_bench import HERE, UA, crawl_command, url_list
+
+SHAPES = {
+    "large": {"hosts": 250, "pages": 40, "order": "interleaved"},
+    "quick": {"hosts": 20, "pages": 5, "order": "interleaved"},
+}
+#: stock Scrapy as politeness_bench runs it, minus the per-host delay: the floor
+STOCK_NO_DELAY = ["-s", "DOWNLOAD_DELAY=0"]
+INTERVAL = 1.0
+
+
+def lower_bound(hits: list[dict], latency: float) -> float:
+    """max(serial time, each host's chain of intervals started no earlier
+    than one latency per host whose first request came before it)."""
+    per_host: dict[str, list[float]] = defaultdict(list)
+    for h in hits:
+        per_host[h["host"]].append(h["start"])
+    firsts = sorted(per_host, key=lambda host: per_host[host][0])
+    chains = (
+        k * latency + (len(per_host[host]) - 1) * INTERVAL + latency
+        for k, host in enumerate(firsts)
+    )
+    return max(len(hits) * latency, max(chains, default=0.0))
+
+
+def run(
+    crawler: str, layout: dict, latency: float, port: int, timeout: float, before: str | None
+) -> dict:
+    """One crawl as a child process; its rusage and what the origin saw.
+    ``walsh-before`` is the bundle imported from *before* (an older copy)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"cost-{crawler}-"))
+    urls = tmp / "urls.txt"
+    targets = url_list(layout["hosts"], layout["pages"], layout["order"], port)
+    urls.write_text("\n".join(targets) + "\n")
+    log = tmp / "hits.json"
+    origin = subprocess.Popen(
+        [sys.executable, str(HERE / "multihost_origin.py"), "--hosts", str(layout["hosts"]),
+         "--port", str(port), "--latency", str(latency), "--log", str(log),
+         "--max-seconds", str(timeout + 30)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
+    command = crawl_command("walsh" if crawler == "walsh-before" else crawler, urls, port, tmp)
+    env = dict(os.environ)
+    if crawler == "stock":
+        command += STOCK_NO_DELAY
+    elif crawler == "walsh-before":
+        assert before is not None
+        env["PYTHONPATH"] = before
+    started = time.monotonic()
+    with open(tmp / "crawl.err", "w") as err:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+    process_wall = time.monotonic() - started
+    origin.terminate()
+    origin.wait()
+    hits = [h for h in json.loads(log.read_text())["hits"] if h["host"] != "127.0.0.1"]
+    pages = {(h["host"], h["path"]) for h in hits if h["path"].startswith("/p/")}
+    wall = max(h.get("end", h["start"]) for h in hits) - min(h["start"] for h in hits)
+    cpu = usage.ru_utime + usage.ru_stime
+    bound = lower_bound(hits, latency)
+    return {
+        "crawler": crawler, "rc": child.returncode, "requests": len(hits),
+        "pages_fetched": len(pages), "pages_expected": len(targets),
+        "cpu_s": round(cpu, 3), "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3),
+        "cpu_ms_per_request": round(cpu / max(1, len(hits)) * 1000, 4),
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "crawl_wall_s": round(wall, 3), "process_wall_s": round(process_wall, 3),
+        "lower_bound_s": round(bound, 3), "wall_to_bound": round(wall / bound, 4),
+        "bad_ua": sum(1 for h in hits if h["ua"] != UA),
+        "stderr": str(tmp / "crawl.err"),
+    }  # fmt: skip
+
+
+def uptime() -> str:
+    """The 1, 5 and 15 minute load averages (the machine is shared)."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--latency", type=float, default=0.001)
+    ap.add_argument("--port", type=int, default=18480)
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--crawlers", default="walsh,stock")
+    ap.add_argument("--before", help="a directory holding an older scrapy_walsh_research")
+    a = ap.parse_args()
+    layout = SHAPES["quick" if a.quick else "large"]
+    crawlers = a.crawlers.split(",")
+    if a.before:
+        crawlers.insert(0, "walsh-before")
+    rounds: list[dict[str, dict]] = []
+    for i in range(a.repeat):
+        results = {}
+        for crawler in crawlers:
+            load = uptime()
+            r = run(crawler, layout, a.latency, a.port, a.timeout, a.before)
+            r.update(round=i, load_before=load, load_after=uptime())
+            results[crawler] = r
+            print(json.dumps(r), flush=True)
+        if "stock" in results:
+            for r in results.values():
+                r["cpu_vs_stock"] = round(r["cpu_s"] / results["stock"]["cpu_s"], 3)
+            ratios = {k: r["cpu_vs_stock"] for k, r in results.items() if k != "stock"}
+            print(json.dumps({"round": i, "cpu_ratio_to_stock": ratios}), flush=True)
+        rounds.append(results)
+    print(
+        f"\n{layout['hosts']} hosts x {layout['pages']} pages, latency {a.latency} s; "
+        "CPU = user+sys of the crawl process; wall = first arrival to last response\n"
+    )
+    head = (
+        f"{'round':>5} {'crawler':<12} {'pages':>11} {'requests':>8} {'CPU s':>7} {'ms/req':>7} "
+        f"{'RSS MB':>7} {'wall s':>8} {'bound s':>8} {'wall/bnd':>8} {'CPU/stock':>9} {'load':<24}"
+    )
+    print(head)
+    print("-" * len(head))
+    for results in rounds:
+        for r in results.values():
+            print(
+                f"{r['round']:>5} {r['crawler']:<12} {r['pages_fetched']:>5}/{r['pages_expected']:<5} "
+                f"{r['requests']:>8} {r['cpu_s']:>7.2f} {r['cpu_ms_per_request']:>7.3f} "
+                f"{r['peak_rss_mb']:>7.1f} {r['crawl_wall_s']:>8.2f} {r['lower_bound_s']:>8.2f} "
+                f"{r['wall_to_bound']:>8.4f} {r.get('cpu_vs_stock', 0):>9.3f} {r['load_before']:<24}"
+            )
+    if len(rounds) > 1:
+        summary = {}
+        for crawler in crawlers:
+            rs = [res[crawler] for res in rounds if crawler in res]
+            summary[crawler] = {
+                k: statistics.median(r[k] for r in rs)
+                for k in ("cpu_s", "cpu_ms_per_request", "peak_rss_mb", "crawl_wall_s",
+                          "wall_to_bound")
+            }  # fmt: skip
+        if "stock" in summary:
+            summary["cpu_ratio_to_stock_median"] = {
+                c: statistics.median(res[c]["cpu_vs_stock"] for res in rounds)
+                for c in crawlers
+                if c != "stock"
+            }
+        print("\nmedians:", json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
