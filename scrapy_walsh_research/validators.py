@@ -11,6 +11,7 @@ which R6 forbids keeping.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.internal import Marks
@@ -33,6 +34,10 @@ class ConditionalRequestMiddleware:
         self.stats = crawler.stats
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
+        #: requests whose target had no stored validators when they were sent
+        #: (a response without validators then has nothing to delete: one
+        #: state write per response fewer)
+        self._unstored: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -41,8 +46,10 @@ class ConditionalRequestMiddleware:
     async def process_request(self, request: Request) -> None:
         if not self.marks.is_target(request):
             return
-        saved = await self.store.get(STATE_NAMESPACE, canonical_url(request.url))
+        key = canonical_url(request.url)
+        saved = await self.store.get(STATE_NAMESPACE, key)
         if not saved:
+            self._unstored[request] = key
             return
         if saved.get("etag"):
             request.headers.setdefault(b"If-None-Match", saved["etag"])
@@ -59,6 +66,7 @@ class ConditionalRequestMiddleware:
             etag = response.headers.get(b"ETag")
             modified = response.headers.get(b"Last-Modified")
             key = canonical_url(response.url)
+            unstored = self._unstored.pop(request, None) == key
             if etag or modified:
                 await self.store.put(
                     STATE_NAMESPACE,
@@ -69,6 +77,6 @@ class ConditionalRequestMiddleware:
                     },
                 )
                 self.stats.inc_value("walsh/validators/stored")
-            else:
+            elif not unstored:
                 await self.store.delete(STATE_NAMESPACE, key)
         return response
