@@ -278,3 +278,37 @@ async def test_a_restart_knows_the_crawl_delay_before_refetching_robots(server, 
     hits = server.origin.hits_for("cd.test")
     assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/robots.txt", "/p/0"]
     assert min(gaps(hits)) >= 4.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stored_reservation_covers_its_request_or_the_commit_is_written(tmp_path):
+    """The reservation is stored with COMMIT_SLACK for its request to leave
+    (no second write when it leaves in time); a request that leaves later
+    still has its own time written: the stored next slot is never earlier
+    than the last request plus the interval."""
+    import time
+
+    from scrapy_walsh_research.state.hostclock import PersistentHostClock
+    from scrapy_walsh_research.state.sqlite import SQLiteStateStore
+
+    store = SQLiteStateStore(tmp_path / "state.sqlite3")
+    clock = PersistentHostClock(store)
+    writes = []
+    put = store.put
+
+    async def counted(*args: Any) -> None:
+        writes.append(args[1])
+        await put(*args)
+
+    store.put = counted  # type: ignore[method-assign]
+    interval, slack = 1.0, PersistentHostClock.COMMIT_SLACK
+    for host, late in (("soon.test", 0.01), ("late.test", slack + 0.5)):
+        now = time.monotonic()
+        assert await clock.reserve(host, now, interval) == 0
+        await clock.commit(host, now + late, interval)
+        stored = await store.get(PersistentHostClock.NAMESPACE, host)
+        next_mono = clock._to_mono(stored["next"])
+        assert next_mono >= now + late + interval - 0.01  # wall/monotonic mapping
+        assert clock.ready_at(host, interval) == pytest.approx(now + late + interval)
+    assert writes == ["soon.test", "late.test", "late.test"]
+    await store.close()
