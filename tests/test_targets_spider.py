@@ -104,3 +104,17 @@ async def test_a_long_crawl_logs_progress_with_an_eta_from_the_busiest_host(
         for p in progress
     ), progress
     assert progress[-1].startswith("Progress: 6/6 targets (100 %); outcomes: fetched 5, invalid 1")
+
+
+@pytest.mark.parametrize(("project", "expected"), [(None, 1), (16, 16)])
+def test_item_concurrency_is_one_unless_the_project_sets_it(project, expected):
+    """One record per response: Scrapy's 100 item tasks per response are pure
+    cost (1.3 ms of CPU per request, bench/cost_bench.py); a project's own
+    CONCURRENT_ITEMS still wins."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_walsh_research.spiders.targets import TargetsSpider
+
+    settings = {} if project is None else {"CONCURRENT_ITEMS": project}
+    crawler = get_crawler(TargetsSpider, settings_dict=settings)
+    assert crawler.settings.getint("CONCURRENT_ITEMS") == expected
