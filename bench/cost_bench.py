@@ -7,6 +7,8 @@ serial with no delay (the impolite floor), on the same URL list in one run.
     git archive BASE scrapy_walsh_research | tar -x -C /tmp/before
     .venv/bin/python bench/cost_bench.py --before /tmp/before --repeat 3
         # also the bundle as of BASE (imported from that directory), same rounds
+    .venv/bin/python bench/cost_bench.py --crawlers walsh,stock,stock-items1
+        # also stock with CONCURRENT_ITEMS=1, as the bundle's targets spider runs
 
 Each crawl runs as a child process against a fresh loopback multi-host origin
 (``multihost_origin.py``); its CPU (user + sys) and peak RSS come from the
@@ -41,6 +43,9 @@ SHAPES = {
 }
 #: stock Scrapy as politeness_bench runs it, minus the per-host delay: the floor
 STOCK_NO_DELAY = ["-s", "DOWNLOAD_DELAY=0"]
+#: the same with one item task per response, as the bundle's targets spider
+#: runs (``stock-items1``): the like-for-like floor for that part of Scrapy
+ONE_ITEM_TASK = ["-s", "CONCURRENT_ITEMS=1"]
 INTERVAL = 1.0
 
 
@@ -75,10 +80,11 @@ def run(
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
-    command = crawl_command("walsh" if crawler == "walsh-before" else crawler, urls, port, tmp)
+    base = {"walsh-before": "walsh", "stock-items1": "stock"}.get(crawler, crawler)
+    command = crawl_command(base, urls, port, tmp)
     env = dict(os.environ)
-    if crawler == "stock":
-        command += STOCK_NO_DELAY
+    if base == "stock":
+        command += STOCK_NO_DELAY + (ONE_ITEM_TASK if crawler == "stock-items1" else [])
     elif crawler == "walsh-before":
         assert before is not None
         env["PYTHONPATH"] = before
