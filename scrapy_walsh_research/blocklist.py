@@ -363,7 +363,7 @@ class BlocklistMiddleware:
     that order.
     """
 
-    #: read a large list in a child process (tests compare with a thread)
+    #: read a large list in a child process (False: in a thread, as before)
     child_build = True
 
     def __init__(self, crawler: Crawler) -> None:
