@@ -12,6 +12,7 @@ opt-out.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -19,6 +20,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -197,14 +199,16 @@ def _release(doomed: list[Adopted]) -> None:
     """Free a replaced list a little at a time (in a thread): freeing 10^6
     entries at once is one C call that holds the GIL for ~0.3 s. Only what
     belonged to that version alone is emptied (the caller checks the new
-    version shares none of it); the local entries chained to it are not."""
+    version shares none of it); the local entries chained to it are not. A
+    list read into an index file is let go here too: unmapping its file (and
+    so deleting it) cost the reactor 0.1 s."""
     (old,) = doomed
     doomed.clear()
     blocked = old.document.get("blocked")
     while isinstance(blocked, list) and blocked:
         del blocked[-2000:]
     entries = old.domains._entries
-    while entries:
+    while isinstance(entries, dict) and entries:
         for _ in range(min(2000, len(entries))):
             entries.popitem()
 
@@ -229,6 +233,13 @@ class DomainSet:
         #: fetched list): chained, not merged, since copying a 10^6-entry
         #: dict is one C call that holds the GIL (a reactor stall)
         self._also = also
+
+    @classmethod
+    def from_index(cls, index: Mapping[str, dict[str, Any]]) -> DomainSet:
+        """A set over *index* as it is (an :class:`IndexFile`), not copied."""
+        out = cls()
+        out._entries = index  # type: ignore[assignment]
+        return out
 
     @classmethod
     def from_entries(cls, entries: list[dict[str, Any]], source: str) -> DomainSet:
@@ -352,6 +363,9 @@ class BlocklistMiddleware:
     that order.
     """
 
+    #: read a large list in a child process (False: in a thread, as before)
+    child_build = True
+
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         self.crawler = crawler
@@ -389,9 +403,8 @@ class BlocklistMiddleware:
             ],
             source="WALSH_BLOCKLIST_EXTRA",
         )
-        validator_cls, schema = self._load_validator(bundled_schema())
         #: the published schema as bundled: the contract, never replaced
-        self._contract = validator_cls(schema, format_checker=validator_cls.FORMAT_CHECKER)
+        self._contract = load_validator(bundled_schema())
         #: the schema fetched from WALSH_BLOCKLIST_SCHEMA_URL when it differs:
         #: documents must satisfy it as well, so it can only add constraints
         self._published: Any = None
@@ -571,12 +584,26 @@ class BlocklistMiddleware:
 
     async def refresh(self) -> None:
         """Fetch, validate and adopt; on any failure keep what we have."""
+        large: list[Any] = []
+        try:
+            await self._refresh(large)
+        finally:
+            if large:
+                # The last reference to a large body goes in a thread:
+                # freeing 80 MB cost the reactor ~45 ms.
+                deferToThread(large.clear)
+
+    async def _refresh(self, large: list[Any]) -> None:
+        """:meth:`refresh`; a large response is put in *large*, to be freed
+        after this frame is gone."""
         self.stats.inc_value("walsh/blocklist/fetch")
         try:
             await self._ensure_schema()
             response = await internal_fetch(
                 self.crawler, self.url, BLOCKLIST, maxsize=self.max_bytes, max_wait=self._max_wait()
             )
+            if len(response.body) > INLINE_PARSE_BYTES:
+                large.append(response)
             if not 200 <= response.status < 300:
                 raise BlocklistError(f"HTTP {response.status}")
             adopted, canonical = await self._unchanged(
@@ -661,19 +688,96 @@ class BlocklistMiddleware:
     async def parse_off_reactor(
         self, data: bytes | Any, *, url: str, fetched_at: float
     ) -> tuple[Adopted, bytes]:
-        """:meth:`parse`, in a thread when the document is large (a 10^6-entry
-        list takes ~40 s to validate and index: never on the reactor); also
+        """:meth:`parse`, off the reactor when the document is large; also
         returns the bytes to persist. The result is swapped in by
-        :meth:`_adopt` in one step."""
+        :meth:`_adopt` in one step.
+
+        Large bytes are read, validated and indexed in a child process
+        (:meth:`_build_in_child`): in a thread, the pure-Python work of a
+        10^6-entry list held the GIL long enough to stall the reactor for
+        0.1-0.4 s at a time, and its 10^6 entries cost the crawl process
+        hundreds of MB."""
         size = len(data) if isinstance(data, bytes) else len(data.get("blocked") or ()) * 64
         if size <= INLINE_PARSE_BYTES:
             adopted, canonical = self._build(data, url=url, fetched_at=fetched_at)
+        elif isinstance(data, bytes) and self.child_build:
+            adopted, canonical = await maybe_deferred_to_future(
+                deferToThread(self._build_in_child, data, url=url, fetched_at=fetched_at)
+            )
         else:
             adopted, canonical = await maybe_deferred_to_future(
                 deferToThread(self._build, data, url=url, fetched_at=fetched_at)
             )
         self._note_clamped(adopted)
         return adopted, canonical
+
+    def _build_in_child(self, data: bytes, *, url: str, fetched_at: float) -> tuple[Adopted, bytes]:
+        """:meth:`_build` for large bytes, run in a thread that only waits on a
+        child process (see :func:`child_main`); the entries come back as an
+        index file, mapped (:class:`IndexFile`), not rebuilt. A child that
+        fails without an answer (it could not start, was killed) is not a
+        verdict on the list: the document is then built in this thread, as
+        before, so the list is still checked and adopted."""
+        import os
+        import subprocess
+        import sys
+        import tempfile
+
+        from scrapy_walsh_research.blocklist_index import IndexFile
+
+        fd, body_path = tempfile.mkstemp(prefix="walsh-blocklist-", suffix=".json")
+        index_path = body_path[: -len(".json")] + ".index"
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            request = {
+                "body": body_path, "index": index_path, "url": url,
+                "schema_url": self.schema_url, "min_refresh": self.min_refresh,
+                "max_refresh": self.max_refresh,
+                "published": None if self._published is None else self._published.schema,
+            }  # fmt: skip
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            try:
+                if not sys.executable:
+                    raise _ChildFailed("no Python executable to start")
+                done = subprocess.run(
+                    [sys.executable, "-c", _CHILD_CODE], input=json.dumps(request).encode(),
+                    capture_output=True, env=env, timeout=CHILD_TIMEOUT, check=False,
+                )  # fmt: skip
+                if done.returncode != 0 or not done.stdout:
+                    tail = done.stderr.decode(errors="replace").strip()[-500:]
+                    raise _ChildFailed(f"exit status {done.returncode}: {tail}")
+                answer = json.loads(done.stdout)
+            except (OSError, ValueError, subprocess.SubprocessError, _ChildFailed) as exc:
+                self.stats.inc_value("walsh/blocklist/child_failed")
+                logger.warning(
+                    "The blocklist could not be read in a child process (%(exc)s); reading "
+                    "it in a thread instead (the reactor may stall meanwhile).",
+                    {"exc": exc},
+                )
+                return self._build(data, url=url, fetched_at=fetched_at)
+            for level, line in answer["log"]:
+                logger.log(level, "%s", line)
+            if answer["log_dropped"]:
+                logger.warning(
+                    "... and %(n)d more lines about blocklist entries (%(url)s)",
+                    {"n": answer["log_dropped"], "url": url},
+                )
+            if not answer["ok"]:
+                raise BlocklistError(answer["error"])
+            if answer["unusable"] is not None:
+                self._published_unusable(answer["unusable"])
+            domains = DomainSet.from_index(IndexFile(index_path))
+        finally:
+            for path in (body_path, index_path):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)  # an open index stays mapped
+        self.stats.inc_value("walsh/blocklist/built_in_child")
+        digest = hashlib.sha256(data).hexdigest()
+        adopted = Adopted(url, answer["header"], float(fetched_at), answer["refresh"], domains,
+                          digest, in_force=domains.union(self.extra),
+                          clamped=answer["clamped"])  # fmt: skip
+        return adopted, data
 
     async def _unchanged(self, body: bytes) -> tuple[Adopted, bytes] | None:
         """The list in force, fetched again now, when *body* is byte for byte
@@ -712,15 +816,7 @@ class BlocklistMiddleware:
         else:  # a copy kept inline (before blobs), or a test's document
             document = data
             raw = json.dumps(document, sort_keys=True).encode()
-        if (
-            not isinstance(document, dict)
-            or document.get("contract") != identity.BLOCKLIST_CONTRACT
-            or not isinstance(document.get("blocked"), list)
-        ):
-            raise BlocklistError(
-                f"schema-invalid: not a {identity.BLOCKLIST_CONTRACT} document "
-                "(an object with that 'contract' and a 'blocked' array)"
-            )
+        check_shape(document)
         self._validate(document)
         refresh, clamped = refresh_seconds(document.get("refresh"), self.min_refresh,
                                            self.max_refresh)  # fmt: skip
@@ -912,22 +1008,12 @@ class BlocklistMiddleware:
             "Blocklist restored from state: %(n)d entries fetched from %(url)s at %(t)s",
             {"n": len(self.domains), "url": stored.url, "t": time.ctime(stored.fetched_at)},
         )
+        # the documents read (up to ~80 MB each) are freed in a thread
+        large = [shared, own, candidates, data]
+        del shared, own, candidates, data
+        deferToThread(large.clear)
 
     # -- schema -------------------------------------------------------------
-
-    @staticmethod
-    def _load_validator(schema: Any) -> tuple[Any, Any]:
-        cls = validator_for(schema)
-        cls.check_schema(schema)
-        missing = REQUIRED_FORMATS - set(cls.FORMAT_CHECKER.checkers)
-        if missing:
-            raise WalshConfigurationError(
-                f"jsonschema cannot check the formats {sorted(missing)}: it checks date-time "
-                "with rfc3339-validator and uri with rfc3986-validator; install "
-                "scrapy-walsh-research's dependencies so blocklist documents are validated "
-                "in full."
-            )
-        return cls, schema
 
     async def _ensure_schema(self) -> None:
         """Consult the published schema (spec §4.2). It never replaces the
@@ -950,8 +1036,7 @@ class BlocklistMiddleware:
             schema = json.loads(response.body)
             if schema == self._contract.schema:
                 return
-            cls, schema = self._load_validator(schema)
-            self._published = cls(schema, format_checker=cls.FORMAT_CHECKER)
+            self._published = load_validator(schema)
         except Exception as exc:
             if isinstance(exc, HostBusy):
                 self._schema_fetched = False  # consult it when the host is ready
@@ -970,30 +1055,150 @@ class BlocklistMiddleware:
         )
 
     def _validate(self, document: Any) -> None:
-        reduced = _one_entry_per_shape(document)
-        if reduced is not None and not any(True for _ in self._contract.iter_errors(reduced)):
-            error = None  # every entry is valid: each is shaped like one that passed
-        else:
-            error = jsonschema_exceptions.best_match(self._contract.iter_errors(document))
-        if error is not None:
-            raise BlocklistError(f"schema-invalid at {_where(error)}: {error.message}")
-        if self._published is None:
-            return
-        try:
-            error = jsonschema_exceptions.best_match(self._published.iter_errors(document))
-        except Exception as exc:  # an unusable fetched schema adds nothing
-            logger.warning(
-                "The blocklist schema from %(url)s cannot be applied (%(exc)s); validating with "
-                "the bundled copy only.",
-                {"url": self.schema_url, "exc": exc},
-            )
-            self._published = None
-            return
-        if error is not None:
-            raise BlocklistError(
-                f"schema-invalid (per {self.schema_url}) at {_where(error)}: {error.message}"
-            )
+        unusable = validate(document, self._contract, self._published, self.schema_url)
+        if unusable is not None:
+            self._published_unusable(unusable)
+
+    def _published_unusable(self, why: str) -> None:
+        logger.warning(
+            "The blocklist schema from %(url)s cannot be applied (%(exc)s); validating with "
+            "the bundled copy only.",
+            {"url": self.schema_url, "exc": why},
+        )
+        self._published = None
+
+
+def validate(document: Any, contract: Any, published: Any, schema_url: str) -> str | None:
+    """Check *document* against the bundled schema (*contract*) and the
+    fetched one (*published*, or None): :class:`BlocklistError` when it
+    fails either. Returns why *published* cannot be applied, if it cannot
+    (it then adds nothing)."""
+    reduced = _one_entry_per_shape(document)
+    if reduced is not None and not any(True for _ in contract.iter_errors(reduced)):
+        error = None  # every entry is valid: each is shaped like one that passed
+    else:
+        error = jsonschema_exceptions.best_match(contract.iter_errors(document))
+    if error is not None:
+        raise BlocklistError(f"schema-invalid at {_where(error)}: {error.message}")
+    if published is None:
+        return None
+    try:
+        error = jsonschema_exceptions.best_match(published.iter_errors(document))
+    except Exception as exc:  # an unusable fetched schema adds nothing
+        return str(exc)
+    if error is not None:
+        raise BlocklistError(
+            f"schema-invalid (per {schema_url}) at {_where(error)}: {error.message}"
+        )
+    return None
 
 
 def _where(error: Any) -> str:
     return "/".join(str(p) for p in error.absolute_path) or "(document)"
+
+
+def check_shape(document: Any) -> None:
+    """The contract's outline, before the schema: an object naming the
+    contract, with a ``blocked`` array."""
+    if (
+        not isinstance(document, dict)
+        or document.get("contract") != identity.BLOCKLIST_CONTRACT
+        or not isinstance(document.get("blocked"), list)
+    ):
+        raise BlocklistError(
+            f"schema-invalid: not a {identity.BLOCKLIST_CONTRACT} document "
+            "(an object with that 'contract' and a 'blocked' array)"
+        )
+
+
+def load_validator(schema: Any) -> Any:
+    """A validator for *schema* with every format the contract uses checked."""
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    missing = REQUIRED_FORMATS - set(cls.FORMAT_CHECKER.checkers)
+    if missing:
+        raise WalshConfigurationError(
+            f"jsonschema cannot check the formats {sorted(missing)}: it checks date-time "
+            "with rfc3339-validator and uri with rfc3986-validator; install "
+            "scrapy-walsh-research's dependencies so blocklist documents are validated in full."
+        )
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+# -- a large list is read, validated and indexed in a child process ------------
+
+#: how many of the child's log lines (entries read leniently, unusable
+#: entries) are passed on; the rest are counted
+CHILD_LOG_LINES = 100
+#: a child that takes longer than this is given up (the list in force stays)
+CHILD_TIMEOUT = 600.0
+_CHILD_CODE = "from scrapy_walsh_research.blocklist import child_main; child_main()"
+
+
+class _ChildFailed(Exception):
+    """The child process ended without an answer (not: the list is bad)."""
+
+
+def child_main() -> None:
+    """The child process: read the request (JSON) on stdin, answer on stdout.
+
+    It reads the document (``body``), checks it exactly as the crawl process
+    does for a small one (the contract's outline, the bundled schema, the
+    fetched schema when it differs, ``refresh``), reads the entries with
+    :meth:`DomainSet.from_entries` and writes them with
+    :func:`~scrapy_walsh_research.blocklist_index.write_index` to ``index``.
+    The answer is the document without its entries, or why it was rejected.
+    """
+    import sys
+
+    from scrapy_walsh_research.blocklist_index import write_index
+
+    request = json.loads(sys.stdin.buffer.read())
+    lines: list[tuple[int, str]] = []
+    dropped = 0
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            nonlocal dropped
+            if len(lines) < CHILD_LOG_LINES:
+                lines.append((record.levelno, record.getMessage()))
+            else:
+                dropped += 1
+
+    logger.addHandler(Keep())
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    answer: dict[str, Any]
+    try:
+        with open(request["body"], "rb") as f:
+            data = f.read()
+        try:
+            document = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise BlocklistError(f"not JSON ({str(exc)[:200]})") from None
+        del data
+        check_shape(document)
+        published = request.get("published")
+        unusable = validate(
+            document,
+            load_validator(bundled_schema()),
+            None if published is None else load_validator(published),
+            request["schema_url"],
+        )
+        refresh, clamped = refresh_seconds(document.get("refresh"), request["min_refresh"],
+                                           request["max_refresh"])  # fmt: skip
+        domains = DomainSet.from_entries(document["blocked"], source=request["url"])
+        write_index(domains._entries, request["index"])
+        answer = {
+            "ok": True,
+            "header": {k: v for k, v in document.items() if k != "blocked"},
+            "refresh": refresh,
+            "clamped": clamped,
+            "unusable": unusable,
+        }
+    except BlocklistError as exc:
+        answer = {"ok": False, "error": str(exc)}
+    answer["log"] = lines
+    answer["log_dropped"] = dropped
+    sys.stdout.write(json.dumps(answer))
+    sys.stdout.flush()

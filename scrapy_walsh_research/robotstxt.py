@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from protego import Protego
 
@@ -111,6 +112,8 @@ class RobotsPolicy:
     _parser: Protego | None = None
     reason: str = ""
     _memo: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+    #: Protego's answers, found without trying every rule (see _Rules)
+    _rules: _Rules | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str, token: str) -> RobotsPolicy:
@@ -120,9 +123,18 @@ class RobotsPolicy:
         chosen = named or [g for g in groups if "*" in g.tokens]
         if not chosen:
             return cls("none")
-        body = "\n".join(line for g in chosen for line in g.lines)
-        parser = Protego.parse(f"User-agent: {_SELF}\n{body}\n")
-        return cls("named" if named else "*", parser)
+        lines = [line for g in chosen for line in g.lines]
+        parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(lines) + "\n")
+        rules = _Rules.of(parser)
+        if rules is not None:
+            # The rules are answered from *rules*; the parser kept is read for
+            # Crawl-delay and Request-rate only. Without the 7000 rule objects
+            # of a 500 KiB file, loading a policy parsed elsewhere costs ~3 ms
+            # instead of a pass of the garbage collector over the whole crawl's
+            # heap (0.1 s on the reactor per robots.txt, measured).
+            rest = [line for line in lines if (_split(line) or ("",))[0] not in _RULE_FIELDS]
+            parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(rest) + "\n")
+        return cls("named" if named else "*", parser, _rules=rules)
 
     @classmethod
     def allow_all(cls, reason: str) -> RobotsPolicy:
@@ -149,16 +161,21 @@ class RobotsPolicy:
             memo[url] = known
         return known
 
-    def _decide(self, url: str) -> bool:
+    def _can_fetch(self, url: str) -> bool:
         assert self._parser is not None
-        if not self._parser.can_fetch(url, _SELF):
+        if self._rules is not None:
+            return self._rules.can_fetch(url)
+        return self._parser.can_fetch(url, _SELF)
+
+    def _decide(self, url: str) -> bool:
+        if not self._can_fetch(url):
             return False
         # A server resolves dot segments (and %2e spellings of them) before
         # it serves a path: /open/../private/x is /private/x to it. Matching
         # only the raw path would let such a URL past a Disallow; both
         # spellings must be allowed (the stricter reading protects the site).
         resolved = _resolved(url)
-        return resolved == url or self._parser.can_fetch(resolved, _SELF)
+        return resolved == url or self._can_fetch(resolved)
 
     @property
     def crawl_delay(self) -> float | None:
@@ -174,6 +191,70 @@ class RobotsPolicy:
         if rate is None or not rate.requests:
             return None
         return rate.seconds / rate.requests
+
+
+class _Rules:
+    """Protego's ``can_fetch`` for the selected group, in O(distinct rule
+    lengths) instead of O(rules).
+
+    Protego tries the rules longest first (allow before disallow at equal
+    length) and the first that matches decides; with ``Allow: /`` in a file
+    every URL is tried against every rule: 2.5 ms per answer for a 500 KiB
+    file of 7000 rules, and the frontier asks about each queued URL of a host
+    when its robots.txt arrives (60 URLs: a 0.15 s reactor stall). The same
+    answer: a plain rule (no ``*`` or ``$``) matches exactly when it is a
+    prefix of the URL, so the longest matching plain rule is the longest
+    prefix of the URL found among them (one dict lookup per distinct rule
+    length); the others are tried in Protego's order until none could beat
+    it. tests/test_r2_robots.py checks this against Protego itself. Built
+    from Protego's internals (0.7); without them, Protego is asked."""
+
+    def __init__(self, rule_set: Any) -> None:
+        from protego._utils import _quote_path
+
+        self._quote = _quote_path
+        plain: dict[str, bool] = {}
+        special = []
+        for rule in rule_set._rules:  # in Protego's order
+            pattern = rule.value
+            allow = rule.field == "allow"
+            if pattern._contains_asterisk or pattern._contains_dollar:
+                special.append(((pattern.priority, allow), pattern))
+            else:
+                plain[pattern._pattern] = plain.get(pattern._pattern, False) or allow
+        self._plain = plain
+        self._lengths = sorted({len(p) for p in plain}, reverse=True)
+        self._special = special
+
+    @classmethod
+    def of(cls, parser: Protego) -> _Rules | None:
+        try:
+            rule_set = parser._get_matching_rule_set(_SELF)
+            if rule_set is None:
+                return None
+            return cls(rule_set)
+        except (AttributeError, ImportError, TypeError):  # another Protego: ask it
+            return None
+
+    def can_fetch(self, url: str) -> bool:
+        if "/robots.txt" in url and urlparse(url).path == "/robots.txt":
+            return True  # as Protego: robots.txt itself is always allowed
+        path = self._quote(url)
+        best: tuple[int, bool] | None = None
+        size = len(path)
+        for length in self._lengths:
+            if length <= size:
+                allow = self._plain.get(path[:length])
+                if allow is not None:
+                    best = (length, allow)
+                    break
+        for key, pattern in self._special:
+            if best is not None and key <= best:
+                break  # in Protego's order: none left could win
+            if pattern.match(path):
+                best = key
+                break
+        return True if best is None else best[1]
 
 
 def decode_robots(body: bytes) -> tuple[str, bool]:

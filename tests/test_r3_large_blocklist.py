@@ -50,6 +50,8 @@ async def test_a_large_list_is_adopted_and_kept_as_fetched(server, tmp_path):
     res = await crawl(base_settings(server, state), urls, tmp_path)
     assert [outcomes(res)[u] for u in urls] == [("fetched", None), ("denied", "R3")]
     assert server.origin.hits_for("www.gone.test") == []
+    assert res.stats["walsh/blocklist/built_in_child"] == 1  # not in the crawl process
+    assert res.stats.get("walsh/blocklist/child_failed") is None
     (kept,) = blobs(state)
     assert kept.read_bytes() == body  # byte for byte: sha256sum of the published file
     assert kept.name == f"blocklist-{hashlib.sha256(body).hexdigest()}.json"
@@ -189,3 +191,71 @@ async def test_a_changed_large_list_replaces_the_old_and_local_entries_stay(serv
     assert got[urls[0]] == ("denied", "R3") and got[urls[1]] == ("denied", "R3")
     assert got[urls[2]] == ("fetched", None)  # no longer listed
     assert not server.origin.hits_for("new.test") and not server.origin.hits_for("local.test")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_large_list_with_one_bad_entry_is_rejected_and_the_list_in_force_stays(
+    server, tmp_path
+):
+    """Read in the child process, a large list is still validated in full
+    against the bundled schema: one entry without ``added`` rejects it, and
+    the list adopted before (which blocks gone.test) stays in force."""
+    serve_hosts(server, "gone.test", "fine.test")
+    settings = base_settings(server, tmp_path / "s", WALSH_BLOCKLIST_MIN_REFRESH=1)
+    serve_list(server, large("gone.test", refresh="PT1S"))
+    await crawl(settings, [server.url("fine.test")], tmp_path)
+    from tests.conftest import sleep
+
+    await sleep(1.1)  # due: the restart fetches the bad list
+    bad = json.loads(large("other.test", refresh="PT1S"))
+    del bad["blocked"][4321]["added"]
+    serve_list(server, json.dumps(bad).encode())
+    res = await crawl(settings, [server.url("gone.test")], tmp_path)
+    assert res.stats["walsh/blocklist/rejected"] >= 1
+    assert res.stats.get("walsh/blocklist/adopted") is None
+    assert outcomes(res)[server.url("gone.test")] == ("denied", "R3")
+    assert server.origin.hits_for("gone.test") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_child_process_that_dies_does_not_cost_the_list(server, tmp_path, monkeypatch):
+    """A child without an answer (killed, cannot start) is no verdict on the
+    list: it is read in a thread instead, and still blocks."""
+    import scrapy_walsh_research.blocklist as blocklist
+
+    monkeypatch.setattr(blocklist, "_CHILD_CODE", "raise SystemExit(3)")
+    serve_list(server, large("gone.test"))
+    serve_hosts(server, "gone.test")
+    res = await crawl(base_settings(server, tmp_path / "s"), [server.url("gone.test")], tmp_path)
+    assert res.stats["walsh/blocklist/child_failed"] == 1
+    assert res.stats["walsh/blocklist/adopted"] == 1
+    assert outcomes(res)[server.url("gone.test")] == ("denied", "R3")
+
+
+# -- the index file a large list is read into ---------------------------------------
+
+NAMES = st.from_regex(PLAIN_HOST, fullmatch=True)
+
+
+@given(st.sets(NAMES, max_size=60), st.lists(NAMES, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_the_index_file_answers_like_the_entries_it_was_written_from(listed, asked):
+    import os
+    import tempfile
+
+    from scrapy_walsh_research.blocklist import DomainSet
+    from scrapy_walsh_research.blocklist_index import IndexFile, write_index
+
+    entries = {name: {"domain": name, "reason": f"r{i}"} for i, name in enumerate(sorted(listed))}
+    fd, path = tempfile.mkstemp()
+    os.close(fd)
+    try:
+        write_index(entries, path)
+        index = IndexFile(path)
+    finally:
+        os.unlink(path)  # the mapping keeps it
+    assert len(index) == len(entries) and sorted(index) == sorted(entries)
+    in_memory, mapped = DomainSet(entries), DomainSet.from_index(index)
+    for name in [*asked, *listed, *(f"www.{n}" for n in listed), "x"]:
+        assert index.get(name) == entries.get(name)
+        assert mapped.match(name) == in_memory.match(name)
