@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import pytest_twisted
 from scrapy import signals
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.cadence import cadence_of
@@ -141,3 +142,26 @@ async def test_a_bound_below_one_is_refused_at_start_up(server, tmp_path, name, 
         await crawl(base_settings(server, tmp_path / "s", **{name: value}), ["http://x.test/"],
                     tmp_path)  # fmt: skip
     assert server.origin.hits == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_shared_clock_forgets_settled_hosts_and_redis_still_spaces_them(
+    server, redis_server, tmp_path
+):
+    from scrapy_walsh_research.feed import enqueue
+    from tests.conftest import crawl_feed, redis_settings
+
+    hosts = [f"x{i}.test" for i in range(5)]
+    per_host = [site(server, h, 2) for h in hosts]
+    # host by host, each host's last page again at the end, after its view
+    # was forgotten (a host is settled 2 s after its last request here)
+    lines = [u for urls in per_host for u in urls[:1]] + [urls[1] for urls in per_host]
+    shared = redis_settings(redis_server, WALSH_HOST_CLOCK_CACHE_SIZE=2, WALSH_MAX_CRAWL_DELAY=2)
+    path = tmp_path / "feed.txt"
+    path.write_text("\n".join(lines) + "\n")
+    enqueue(redis_server.url, "targets", path, prefix=shared["WALSH_REDIS_PREFIX"])
+    settings = base_settings(server, tmp_path / "s", **shared)
+    res = await deferred_from_coro(crawl_feed(settings, "targets"))
+    assert sorted(i["outcome"] for i in res.items) == ["fetched"] * 10
+    assert res.stats.get("walsh/redis/host_views_forgotten", 0) > 0
+    assert_polite(server, hosts)
