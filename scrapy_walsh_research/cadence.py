@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research.bounds import DEFAULT_CADENCE_CACHE_SIZE, cache_size
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
@@ -75,8 +77,13 @@ class CadenceMiddleware:
         self.marks = Marks.for_crawler(crawler)
         # Last fetch per target, read once from the store: the frontier asks
         # on every scheduling decision (from this cache only, no I/O), and
-        # this middleware is the only writer.
-        self._last: dict[str, float | None] = {}
+        # this middleware is the only writer. Bounded: oldest first out, and
+        # read back from the store by process_request (the gate never
+        # answers from a missing entry).
+        self._last: OrderedDict[str, float | None] = OrderedDict()
+        self.cache_size = cache_size(
+            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", DEFAULT_CADENCE_CACHE_SIZE
+        )
         pacer = Pacer.for_crawler(crawler)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
         pacer.add_warmer(self._load)
@@ -112,7 +119,14 @@ class CadenceMiddleware:
             key = target_key(request)
             if key not in self._last:
                 last = await self.store.get(STATE_NAMESPACE, key)
-                self._last.setdefault(key, float(last) if isinstance(last, (int, float)) else None)
+                if key not in self._last:
+                    self._remember(key, float(last) if isinstance(last, (int, float)) else None)
+
+    def _remember(self, key: str, last: float | None) -> None:
+        self._last[key] = last
+        while len(self._last) > self.cache_size:
+            self._last.popitem(last=False)
+            self.stats.inc_value("walsh/cadence/cache_evicted")
 
     async def process_request(self, request: Request) -> None:
         await self._load(request)
@@ -150,7 +164,7 @@ class CadenceMiddleware:
             "claim cadence", lambda r: self._claim(keys=keys, args=args, client=r)
         )
         if status == "recent":
-            self._last[key] = float(value)
+            self._remember(key, float(value))
             await self.process_request(request)  # denies, with the reason
         if status == "taken":
             reason = (
@@ -165,7 +179,7 @@ class CadenceMiddleware:
         if at is None:
             at = self.store.time()
             await self.store.put(STATE_NAMESPACE, key, at)
-        self._last[key] = at
+        self._remember(key, at)
 
     async def process_response(self, request: Request, response: Response) -> Response:
         if (

@@ -207,6 +207,9 @@ class Pacer:
         self._not_before[host] = time.monotonic() + seconds
 
     async def reserve(self, host: str, now: float) -> float:
+        # loaded first: the interval depends on the host's stored robots.txt
+        # readings, which a bounded clock may have evicted
+        await self.clock.warm(host)
         return await self.clock.reserve(host, now, self.interval(host))
 
     async def commit(self, host: str, at: float) -> None:

@@ -27,6 +27,7 @@ import atexit
 import hashlib
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -35,6 +36,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import (
@@ -103,7 +105,10 @@ class RobotsTxtMiddleware:
         self.pacer = Pacer.for_crawler(crawler)
         self.pacer.add_denial_check(self._cached_denial)
         self.requeue = uses_frontier(settings)
-        self._cache: dict[str, RobotsEntry] = {}
+        #: parsed answers, least recently used first: an evicted origin's
+        #: answer is read back from the state store within its TTL
+        self._cache: OrderedDict[str, RobotsEntry] = OrderedDict()
+        self.cache_size = cache_size(settings, "WALSH_ROBOTS_CACHE_SIZE", DEFAULT_ROBOTS_CACHE_SIZE)
         self._pending: dict[str, Deferred[RobotsEntry]] = {}
         from scrapy_walsh_research import identity
 
@@ -146,7 +151,7 @@ class RobotsTxtMiddleware:
             deny(self.crawler, logger, request, "R2", reason)
         if self._exempt(request):
             return None  # robots.txt itself, the blocklist and its schema
-        entry = self._fresh(origin_of(request.url))
+        entry = self._fresh(origin_of(request.url), touch=True)
         if entry is None:
             host = url_host(request.url)
             skip = await self.pacer.skip(host)
@@ -175,9 +180,22 @@ class RobotsTxtMiddleware:
         entry = self._cache.get(origin_of(url))
         return entry.sha256 if entry is not None else None
 
-    def _fresh(self, origin: str) -> RobotsEntry | None:
+    def _fresh(self, origin: str, touch: bool = False) -> RobotsEntry | None:
         entry = self._cache.get(origin)
-        return entry if entry is not None and self.store.time() < entry.expires else None
+        if entry is None or self.store.time() >= entry.expires:
+            return None
+        if touch:
+            self._cache.move_to_end(origin)
+        return entry
+
+    def _remember(self, origin: str, entry: RobotsEntry) -> None:
+        """Cache *entry*, evicting the least recently used beyond the bound."""
+        self._cache[origin] = entry
+        self._cache.move_to_end(origin)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+            self.stats.inc_value("walsh/robots/cache_evicted")
+        self.stats.max_value("walsh/robots/cache_max", len(self._cache))
 
     def _cached_denial(self, request: Request) -> bool:
         if self._exempt(request):
@@ -209,7 +227,7 @@ class RobotsTxtMiddleware:
             # robots.txt forever while the target waits for its turn.
             usable = self.store.time() + 2 * self.pacer.interval(url_host(url))
             entry.expires = max(entry.expires, usable)
-            self._cache[origin] = entry
+            self._remember(origin, entry)
         finally:
             del self._pending[origin]
             pending.callback(None)
@@ -349,7 +367,7 @@ class RobotsTxtMiddleware:
         exists. The failure is stored, so the backoff holds across restarts and
         workers."""
         self.stats.inc_value("walsh/robots/unreachable")
-        failures = (previous.failures if previous else 0) + 1
+        failures = (await self._failures_before(origin, previous)) + 1
         delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
         now = self.store.time()
         await self.store.put(
@@ -359,6 +377,27 @@ class RobotsTxtMiddleware:
              "failures": failures},
         )  # fmt: skip
         return await self._failed_entry(origin, status, why, now + delay, failures)
+
+    async def _failures_before(self, origin: str, previous: RobotsEntry | None) -> int:
+        """Failed fetches in a row so far: from the cached answer, or, once
+        it was evicted from the cache, from the stored failure when that is
+        the latest answer and its backoff ended within the TTL (an eviction
+        must not restart the exponential backoff)."""
+        if previous is not None:
+            return previous.failures
+        failed = await self.store.get(UNREACHABLE_NAMESPACE, origin)
+        if not isinstance(failed, dict) or not isinstance(failed.get("retry_at"), (int, float)):
+            return 0
+        others = [await self.store.get(STATE_NAMESPACE, origin),
+                  await self.store.get(ABSENT_NAMESPACE, origin)]  # fmt: skip
+        latest = max((float(a["fetched_at"]) for a in others
+                      if isinstance(a, dict) and isinstance(a.get("fetched_at"), (int, float))),
+                     default=float("-inf"))  # fmt: skip
+        if float(failed.get("fetched_at", 0)) <= latest:
+            return 0
+        if self.store.time() - float(failed["retry_at"]) > self.ttl:
+            return 0
+        return int(failed.get("failures", 0))
 
     async def _failed_entry(
         self, origin: str, status: int | None, why: str, retry_at: float, failures: int

@@ -27,6 +27,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research._engine import scheduler_of
+from scrapy_walsh_research.bounds import DEFAULT_LIST_LOOKAHEAD, cache_size
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.feed import list_lines
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
@@ -90,6 +91,7 @@ class TargetsSpider(scrapy.Spider):
     store: StateStore
     probe_llms: bool
     only_new: bool
+    list_lookahead: int = DEFAULT_LIST_LOOKAHEAD
 
     def __init__(
         self, list: str | None = None, redis_key: str | None = None, **kwargs: Any
@@ -123,6 +125,9 @@ class TargetsSpider(scrapy.Spider):
         spider.store = state_for(crawler)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        spider.list_lookahead = cache_size(
+            crawler.settings, "WALSH_LIST_LOOKAHEAD", DEFAULT_LIST_LOOKAHEAD
+        )
         crawler.signals.connect(spider._headers_received, signal=signals.headers_received)
         crawler.signals.connect(spider._bytes_received, signal=signals.bytes_received)
         if spider.redis_key:
@@ -165,7 +170,20 @@ class TargetsSpider(scrapy.Spider):
                 yield lineno, text, source, batch, self._feed.ticket(raw, batch)
         assert self.list_path is not None
         for lineno, text in list_lines(self.list_path):
+            await self._wait_for_list_room()
             yield lineno, text, str(self.list_path), str(self.list_path), None
+
+    async def _wait_for_list_room(self) -> None:
+        """Read the list only while fewer than ``WALSH_LIST_LOOKAHEAD`` of its
+        targets wait in the scheduler. Scrapy takes start requests as fast as
+        start() yields them, so a list of 10^5 lines would otherwise sit in
+        memory as 10^5 requests; the frontier needs only enough of them to
+        keep the download slot busy while hosts wait for their intervals."""
+        scheduler = scheduler_of(self.crawler)
+        if scheduler is None:
+            return
+        while len(scheduler) >= self.list_lookahead:
+            await asyncio.sleep(FEED_POLL_S)
 
     async def _wait_for_room(self) -> None:
         """Take a line from a shared feed only when this worker is about to

@@ -166,6 +166,10 @@ def clock_for(crawler: Crawler) -> HostClock:
         from scrapy_walsh_research.state.redis import RedisHostClock
 
         return RedisHostClock.from_crawler(crawler)
+    from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
     from scrapy_walsh_research.state.hostclock import PersistentHostClock
 
-    return PersistentHostClock(state_for(crawler))
+    size = cache_size(
+        crawler.settings, "WALSH_HOST_CLOCK_CACHE_SIZE", DEFAULT_HOST_CLOCK_CACHE_SIZE
+    )
+    return PersistentHostClock(state_for(crawler), cache_size=size, stats=crawler.stats)

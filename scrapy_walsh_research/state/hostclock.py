@@ -9,9 +9,14 @@ atomically so that several processes share one politeness budget.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
+from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
+
 if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
     from scrapy_walsh_research.state.base import StateStore
 
 
@@ -155,18 +160,39 @@ class PersistentHostClock(MemoryHostClock):
     when it left later still. A request leaves within milliseconds of its
     reservation, so this saves one state write per request; the price is that
     a restart may wait up to that much longer for a host, never less.
+
+    Hosts are kept in memory up to *cache_size* (``WALSH_HOST_CLOCK_CACHE_SIZE``),
+    least recently used first out, and only once they are *settled*: their
+    next allowed time and any hold have passed. What an evicted host's clock
+    said is in the store and is read back before its next reservation, so an
+    eviction never lets a request go sooner than its interval.
     """
 
     NAMESPACE = "hostclock"
     #: seconds a stored reservation allows for its request to leave
     COMMIT_SLACK = 1.0
+    #: hosts looked at per eviction pass, so one pass costs O(1)
+    EVICT_SCAN = 32
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        cache_size: int = DEFAULT_HOST_CLOCK_CACHE_SIZE,
+        stats: StatsCollector | None = None,
+    ) -> None:
         super().__init__()
         self.store = store
-        self._seeded: set[str] = set()
+        self.cache_size = cache_size
+        self.stats = stats
+        #: hosts whose stored clock is loaded, least recently used first
+        self._seeded: OrderedDict[str, None] = OrderedDict()
         #: the next allowed time last written for each host (monotonic)
         self._stored_next: dict[str, float] = {}
+        self.evicted = 0
+
+    def cached_hosts(self) -> int:
+        """How many hosts' clocks are in memory (for tests and stats)."""
+        return len(self._seeded)
 
     @staticmethod
     def _to_wall(mono: float) -> float:
@@ -181,9 +207,16 @@ class PersistentHostClock(MemoryHostClock):
 
     async def _seed(self, host: str) -> None:
         if host in self._seeded:
+            self._seeded.move_to_end(host)
             return
         saved = await self.store.get(self.NAMESPACE, host)
-        self._seeded.add(host)
+        if host in self._seeded:  # seeded by another caller meanwhile
+            return
+        self._seeded[host] = None
+        if len(self._seeded) > self.cache_size:
+            self._evict(host)
+        if self.stats is not None:
+            self.stats.max_value("walsh/hostclock/cache_max", len(self._seeded))
         if not isinstance(saved, dict):
             return
         for field, into in (("last", self._last), ("next", self._next), ("hold", self._hold)):
@@ -193,6 +226,30 @@ class PersistentHostClock(MemoryHostClock):
         for origin, pair in (saved.get("intervals") or {}).items():
             if origin not in self._intervals.get(host, {}):
                 self._note_interval(host, origin, float(pair[0]), float(pair[1]))
+
+    def _evict(self, keep: str) -> None:
+        """Forget the least recently used settled hosts beyond the bound. A
+        host whose next slot or hold is still ahead stays (moved to the
+        back): its clock is what keeps the next request from going early."""
+        now = time.monotonic()
+        for _ in range(min(self.EVICT_SCAN, len(self._seeded))):
+            if len(self._seeded) <= self.cache_size:
+                return
+            host = next(iter(self._seeded))
+            if (
+                host == keep
+                or max(self._next.get(host, 0.0), self._hold.get(host, 0.0)) > now
+                or (host in self._last and host not in self._next)
+            ):
+                self._seeded.move_to_end(host)
+                continue
+            del self._seeded[host]
+            for into in (self._last, self._next, self._hold, self._intervals, self._strictest,
+                         self._stored_next):  # fmt: skip
+                into.pop(host, None)
+            self.evicted += 1
+            if self.stats is not None:
+                self.stats.inc_value("walsh/hostclock/cache_evicted")
 
     async def _save(self, host: str, interval: float | None = None, slack: float = 0.0) -> None:
         last = self._last.get(host)

@@ -44,6 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
+from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
 
@@ -625,9 +626,12 @@ class RedisHostClock(RobotsIntervals):
         pause_on_loss: float,
         margin: float = 0.05,
         journal: FleetJournal | None = None,
+        cache_size: int | None = None,
     ) -> None:
         super().__init__()
         self.conn = conn
+        #: hosts whose local view is kept (None: all); see :meth:`_forget_settled`
+        self.cache_size = cache_size
         self.lease = lease
         self.margin = margin
         self.pause_on_loss = pause_on_loss
@@ -666,6 +670,9 @@ class RedisHostClock(RobotsIntervals):
                 settings.getfloat("WALSH_MAX_CRAWL_DELAY", 30.0),
             ),
             journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
+            cache_size=cache_size(
+                settings, "WALSH_HOST_CLOCK_CACHE_SIZE", DEFAULT_HOST_CLOCK_CACHE_SIZE
+            ),
         )
         crawler.signals.connect(clock.close, signal=signals.engine_stopped, weak=False)
         return clock
@@ -770,6 +777,33 @@ class RedisHostClock(RobotsIntervals):
         if float(held) > 0:
             self._held.setdefault(host, time.monotonic() + float(held))
         self._note_strictest(host, *iv)
+        if self.cache_size is not None and len(self._ready) > self.cache_size:
+            self._forget_settled(keep=host)
+
+    #: hosts looked at per pass, so one pass costs O(1)
+    FORGET_SCAN = 32
+
+    def _forget_settled(self, keep: str) -> None:
+        """Drop the local view of the oldest hosts beyond the bound that are
+        settled (ready, not held, no grant of ours): Redis holds their clock
+        and every reservation is decided there, so forgetting one only costs
+        a read when it is next warmed."""
+        now = time.monotonic()
+        for host in list(itertools.islice(self._ready, self.FORGET_SCAN)):
+            if len(self._ready) <= (self.cache_size or 0):
+                return
+            if host == keep or host in self._grants:
+                continue
+            last = self._last.get(host)
+            if (
+                self._ready[host] > now
+                or self._held.get(host, 0.0) > now
+                or (last is not None and now - last < self.pause_on_loss)
+            ):
+                continue
+            for view in (self._ready, self._last, self._held, self._intervals, self._strictest):
+                view.pop(host, None)
+            self.conn._inc("host_views_forgotten")
 
     # -- taking and releasing a slot ------------------------------------------------
 
