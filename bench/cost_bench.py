@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from politeness_bench import HERE, UA, crawl_command, url_list
+from politeness_bench import UA, crawl_command, start_origin, url_list
 
 SHAPES = {
     "large": {"hosts": 250, "pages": 40, "order": "interleaved"},
@@ -73,13 +73,7 @@ def run(
     targets = url_list(layout["hosts"], layout["pages"], layout["order"], port)
     urls.write_text("\n".join(targets) + "\n")
     log = tmp / "hits.json"
-    origin = subprocess.Popen(
-        [sys.executable, str(HERE / "multihost_origin.py"), "--hosts", str(layout["hosts"]),
-         "--port", str(port), "--latency", str(latency), "--log", str(log),
-         "--max-seconds", str(timeout + 30)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
+    origin = start_origin(layout, port, latency, log, timeout)
     base = {"walsh-before": "walsh", "stock-items1": "stock"}.get(crawler, crawler)
     command = crawl_command(base, urls, port, tmp)
     env = dict(os.environ)

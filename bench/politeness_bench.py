@@ -81,6 +81,20 @@ def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def start_origin(
+    layout: dict, port: int, latency: float, log: Path, timeout: float
+) -> subprocess.Popen:
+    """A fresh loopback multi-host origin for *layout*, logging to *log*, once it is ready."""
+    origin = subprocess.Popen(
+        [sys.executable, str(HERE / "multihost_origin.py"), "--hosts", str(layout["hosts"]),
+         "--port", str(port), "--latency", str(latency), "--log", str(log),
+         "--max-seconds", str(timeout + 30)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
+    return origin
+
+
 def measure(
     crawler: str, layout: dict, latency: float, port: int, timeout: float,
     workers: int = 0, redis_url: str | None = None,
@@ -93,13 +107,7 @@ def measure(
         "\n".join(url_list(layout["hosts"], layout["pages"], layout["order"], port)) + "\n"
     )
     log = tmp / "hits.json"
-    origin = subprocess.Popen(
-        [sys.executable, str(HERE / "multihost_origin.py"), "--hosts", str(layout["hosts"]),
-         "--port", str(port), "--latency", str(latency), "--log", str(log),
-         "--max-seconds", str(timeout + 30)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert origin.stdout is not None and origin.stdout.readline().strip() == "ready"
+    origin = start_origin(layout, port, latency, log, timeout)
     if workers:
         assert redis_url is not None
         from scrapy_walsh_research.feed import enqueue
