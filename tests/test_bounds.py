@@ -165,3 +165,30 @@ async def test_a_shared_clock_forgets_settled_hosts_and_redis_still_spaces_them(
     assert sorted(i["outcome"] for i in res.items) == ["fetched"] * 10
     assert res.stats.get("walsh/redis/host_views_forgotten", 0) > 0
     assert_polite(server, hosts)
+
+
+async def test_an_evicted_host_counts_a_stricter_interval_from_when_its_request_left(tmp_path):
+    """Found by review: with the commit write skipped (the stored reservation
+    covers it), the store kept "last" at the reservation time; a host evicted
+    (or a crawl restarted) and then given a longer Crawl-delay counted it
+    from the reservation, 0.4 s before the request had left."""
+    import asyncio
+    import time
+
+    from scrapy_walsh_research.state.hostclock import PersistentHostClock
+    from scrapy_walsh_research.state.sqlite import SQLiteStateStore
+
+    async def scenario() -> tuple[float, float]:
+        clock = PersistentHostClock(SQLiteStateStore(tmp_path / "s.sqlite3"), cache_size=1)
+        assert await clock.reserve("a.test", time.monotonic(), 1.01) == 0
+        await asyncio.sleep(0.4)  # a slow connect: the bytes leave 0.4 s after the reservation
+        left = time.monotonic()
+        await clock.commit("a.test", left, 1.01)
+        await asyncio.sleep(1.1)  # a.test settles; b.test pushes it out of the cache
+        await clock.reserve("b.test", time.monotonic(), 1.01)
+        assert clock.evicted == 1
+        await clock.note_interval("a.test", "http://a.test", 5.0, time.time() + 3600)
+        return clock.ready_at("a.test", 5.01), left
+
+    ready, left = await deferred_from_coro(scenario())
+    assert ready - left >= 5.01

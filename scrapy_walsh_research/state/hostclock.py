@@ -263,11 +263,14 @@ class PersistentHostClock(MemoryHostClock):
         def wall(mono: float | None) -> float | None:
             return self._to_wall(mono) if mono is not None else None
 
+        # "last" takes the slack too: with the commit skipped, an interval
+        # read back later (after an eviction or a restart, a stricter
+        # Crawl-delay) must count from no earlier than the request left.
         await self.store.put(
             self.NAMESPACE,
             host,
             {
-                "last": wall(last),
+                "last": wall(last + slack if last is not None else None),
                 "next": wall(next_),
                 "hold": wall(self._hold.get(host)),
                 "intervals": {o: list(v) for o, v in self._intervals.get(host, {}).items()},
