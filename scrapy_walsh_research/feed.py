@@ -163,7 +163,12 @@ class RedisFeed:
     def ticket(self, raw: str, batch: str) -> dict[str, str]:
         """What the record of this line needs to acknowledge it (kept in the
         request's meta, so another worker can finish it under scrapy-redis)."""
-        return {"raw": raw, "inflight": self.inflight, "records": self.base + "records:" + batch}
+        return {
+            "raw": raw,
+            "inflight": self.inflight,
+            "records": self.base + "records:" + batch,
+            "claims": self.conn.key(self.key, "canonical", batch),
+        }
 
     async def claim(self, batch: str, canonical: str, line: int) -> int | None:
         """None if this line is first with *canonical* in *batch* (also when it
@@ -197,7 +202,10 @@ async def finish(
         conn.key("state", "cadence_claims"),
         record_index(conn, host or ""),
     ]
-    member = f"{ticket['records']}\n{record['line']}" if host else ""
+    # where the record and its canonical claim are (a ticket from before
+    # "claims" was kept in it names only the records)
+    claims = ticket.get("claims") or ticket["records"].replace(":records:", ":canonical:", 1)
+    member = json.dumps([ticket["records"], claims, record["line"]]) if host else ""
     args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,
             CLAIMS_TTL_S, claim_key, conn.worker, member]  # fmt: skip
     first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
@@ -254,12 +262,13 @@ async def purge_records(
             name_host = name[len(index_prefix) :]
             if not matches(name_host):
                 continue
-            by_hash: dict[str, list[str]] = {}
-            for member in await r.smembers(name):
-                records_key, line = member.rsplit("\n", 1)
-                by_hash.setdefault(records_key, []).append(line)
+            members = await r.smembers(name)
+            by_hash: dict[tuple[str, str], list[str]] = {}
+            for member in members:
+                records_key, claims_key, line = json.loads(member)
+                by_hash.setdefault((records_key, claims_key), []).append(str(line))
             counts = {"records": 0, "claims": 0}
-            for records_key, lines in sorted(by_hash.items()):
+            for (records_key, claims_key), lines in sorted(by_hash.items()):
                 changed: dict[str, str] = {}
                 claims: list[str] = []
                 for line, raw in zip(lines, await r.hmget(records_key, lines), strict=True):
@@ -275,9 +284,9 @@ async def purge_records(
                     await r.hset(records_key, mapping=changed)
                     counts["records"] += len(changed)
                 if claims:
-                    base, batch = records_key.rsplit(":records:", 1)
-                    counts["claims"] += await r.hdel(f"{base}:canonical:{batch}", *claims)
-            await r.delete(name)
+                    counts["claims"] += await r.hdel(claims_key, *claims)
+            if members:  # only what was read: a record finished meanwhile stays indexed
+                await r.srem(name, *members)
             if counts["records"]:
                 purged[name_host] = counts
 

@@ -251,3 +251,47 @@ async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_th
     (first,) = [r for r in kept if r["outcome"] == "fetched"]
     assert "robots.txt disallows Walsh-Research for /" in first["purged"]["cause"]
     assert "etag" not in first
+
+
+async def test_a_record_finished_while_a_purge_runs_is_left_for_the_next_purge(redis_server):
+    """Found by review: the purge read a host's record index, scrubbed those
+    records and deleted the whole index; a record another worker finished in
+    between kept the host's data and fell out of the index for good."""
+    from scrapy.utils.defer import deferred_from_coro
+
+    from scrapy_walsh_research import feed
+    from scrapy_walsh_research.state.redis import RedisConnection
+    from tests.conftest import redis_settings
+
+    conn = RedisConnection(redis_server.url, redis_settings(redis_server)["WALSH_REDIS_PREFIX"])
+    fed = feed.RedisFeed(conn, "targets")
+
+    def record(line: int) -> dict[str, Any]:
+        url = f"https://x.test/{line}"
+        return {"line": line, "url": url, "canonical_url": url, "outcome": "fetched",
+                "title": "what x.test served"}  # fmt: skip
+
+    async def scenario() -> list[dict[str, Any]]:
+        await feed.finish(conn, fed.ticket("1", "b1"), record(1), "", "")
+        read = conn.client.smembers
+
+        async def smembers(name: str) -> Any:
+            members = await read(name)
+            await feed.finish(conn, fed.ticket("2", "b1"), record(2), "", "")  # meanwhile
+            return members
+
+        conn.client.smembers = smembers  # type: ignore[method-assign]
+        try:
+            await feed.purge_records(
+                conn, lambda h: h == "x.test", lambda h: "opt-out", "t", "x.test"
+            )
+        finally:
+            conn.client.smembers = read  # type: ignore[method-assign]
+        await feed.purge_records(conn, lambda h: h == "x.test", lambda h: "opt-out", "t", "x.test")
+        stored = await conn.client.hgetall(conn.key("targets", "records", "b1"))
+        await conn.close()
+        return [json.loads(v) for _, v in sorted(stored.items())]
+
+    stored = await deferred_from_coro(scenario())
+    assert [r["line"] for r in stored] == [1, 2]
+    assert all("purged" in r and "title" not in r for r in stored), stored
