@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -166,17 +167,44 @@ def _one_entry_per_shape(document: Any) -> Any | None:
     return {**document, "blocked": list(seen.values())}
 
 
+def _not_json(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def strict_json(data: bytes) -> Any:
+    """*data* as RFC 8259 JSON with ``json.loads``, read as ijson reads it
+    (:func:`load_json`), so one document gets one verdict whichever path
+    reads it: NaN, Infinity and numbers out of range are refused, a leading
+    UTF-8 byte order mark is ignored (RFC 8259 §8.1 allows it; an operator's
+    list saved with one is still adopted)."""
+    try:
+        return json.loads(
+            data.removeprefix(UTF8_BOM), parse_constant=_not_json, parse_float=_finite
+        )
+    except (ValueError, RecursionError) as exc:
+        raise BlocklistError(f"not JSON ({str(exc)[:200]})") from None
+
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+
 def load_json(data: bytes) -> Any:
     """*data* as JSON. A large document is read with ijson through a Python
     reader: ``json.loads`` of a 10^6-entry list is one C call that holds the
     GIL for ~1.5 s (a reactor stall even from a thread); ijson returns to
     Python every 16 KiB, so the reactor thread keeps running."""
     if len(data) <= INLINE_PARSE_BYTES:
-        try:
-            return json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise BlocklistError(f"not JSON ({str(exc)[:200]})") from None
+        return strict_json(data)
     import ijson
+
+    data = data.removeprefix(UTF8_BOM)
 
     class Reader:
         def __init__(self) -> None:
@@ -1172,10 +1200,7 @@ def child_main() -> None:
     try:
         with open(request["body"], "rb") as f:
             data = f.read()
-        try:
-            document = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise BlocklistError(f"not JSON ({str(exc)[:200]})") from None
+        document = strict_json(data)  # the verdict the thread path would give
         del data
         check_shape(document)
         published = request.get("published")

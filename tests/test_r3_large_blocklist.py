@@ -259,3 +259,30 @@ def test_the_index_file_answers_like_the_entries_it_was_written_from(listed, ask
     for name in [*asked, *listed, *(f"www.{n}" for n in listed), "x"]:
         assert index.get(name) == entries.get(name)
         assert mapped.match(name) == in_memory.match(name)
+
+
+@pytest.mark.parametrize(
+    "document, adopted",
+    [
+        (b'{"x": NaN, "blocked": []}', False),
+        (b'{"x": -Infinity, "blocked": []}', False),
+        (b'{"x": 1e400, "blocked": []}', False),
+        (b'\xef\xbb\xbf{"blocked": []}', True),  # RFC 8259 8.1: a BOM may be ignored
+        (b'{"x": 1.5, "blocked": []}', True),
+    ],
+)
+def test_a_document_gets_one_verdict_whichever_path_reads_it(document, adopted):
+    """Found by review: the child process read a large list with json.loads
+    (NaN, 1e400 accepted) and the thread path with ijson (refused): the same
+    bytes were adopted or not depending on whether the child ran."""
+    from scrapy_walsh_research.blocklist import BlocklistError, load_json, strict_json
+
+    large = document + b" " * (300 * 1024)
+    verdicts = []
+    for read, data in ((strict_json, large), (load_json, large), (load_json, document)):
+        try:
+            read(data)
+            verdicts.append(True)
+        except BlocklistError:
+            verdicts.append(False)
+    assert verdicts == [adopted] * 3
