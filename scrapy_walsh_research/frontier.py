@@ -13,7 +13,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 #: how often every host's weight is recomputed (see ``_heaviest``)
 REWEIGH_S = 1.0
+#: queue heads asked "will a gate deny this?" per decision (see ``_pop_denied``)
+DENIAL_CHECKS_PER_DECISION = 8
 
 
 class FrontierScheduler:
@@ -51,6 +53,9 @@ class FrontierScheduler:
         self._size = 0
         self._timer: Any = None
         self._timer_at = float("inf")
+        #: hosts with queued requests, in the order their heads are next
+        #: asked whether a gate will deny them
+        self._rotation: OrderedDict[str, None] = OrderedDict()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -87,6 +92,7 @@ class FrontierScheduler:
         queue = self._queues.get(host)
         if queue is None:
             queue = self._queues[host] = deque()
+            self._rotation[host] = None
         if not request.meta.get(REQUEUED_META):
             self.pacer.warm(request)
         if not queue:
@@ -152,10 +158,15 @@ class FrontierScheduler:
             # The request about to go out sets the host's next slot.
             self._push(host, now + self.pacer.interval(host))
         else:
-            del self._queues[host]
-            del self._live[host]
+            self._forget(host)
         self.stats.inc_value("scheduler/dequeued/walsh_frontier")
         return request
+
+    def _forget(self, host: str) -> None:
+        """*host* has nothing queued any more."""
+        del self._queues[host]
+        del self._live[host]
+        del self._rotation[host]
 
     def _critical_host(self, now: float) -> tuple[str, float] | None:
         """The host whose remaining chain of intervals outlasts all other work.
@@ -219,17 +230,28 @@ class FrontierScheduler:
         return None
 
     def _pop_denied(self) -> Request | None:
-        """A waiting request that a gate will deny anyway goes out now."""
-        for host, queue in self._queues.items():
-            if queue and self.pacer.will_be_denied(queue[0]):
-                request = queue.popleft()
-                self._size -= 1
-                self._weigh(host)
-                if not queue:
-                    del self._queues[host]
-                    del self._live[host]
-                self.stats.inc_value("walsh/frontier/denied_without_wait")
-                return request
+        """A waiting request that a gate will deny anyway goes out now.
+
+        Only a few queue heads are asked per decision, in rotation: asking
+        every host's head on every decision was 52 gate checks per request
+        with 50 hosts (a fifth of the crawl's CPU in a profile), and grows
+        with hosts. A host whose head was denied is asked first next time,
+        so a host a gate closed drains at once. Only speed depends on this:
+        the gates deny the request wherever it is picked.
+        """
+        for _ in range(min(DENIAL_CHECKS_PER_DECISION, len(self._rotation))):
+            host = next(iter(self._rotation))
+            queue = self._queues[host]
+            if not self.pacer.will_be_denied(queue[0]):
+                self._rotation.move_to_end(host)
+                continue
+            request = queue.popleft()
+            self._size -= 1
+            self._weigh(host)
+            if not queue:
+                self._forget(host)
+            self.stats.inc_value("walsh/frontier/denied_without_wait")
+            return request
         return None
 
     def _wake_at(self, when: float) -> None:

@@ -158,7 +158,12 @@ def _ipv6(host: str) -> str | None:
     return str(mapped or ip)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_ip(host: str) -> bool:
+    # asked for every queued target's host at each blocklist check: cached,
+    # and a name that neither has a colon nor ends in a digit is not parsed
+    if ":" not in host and not host[-1:].isdigit():
+        return False
     try:
         ipaddress.ip_address(host)
     except ValueError:

@@ -210,6 +210,27 @@ async def test_a_huge_interval_on_one_origin_does_not_stall_the_crawl(server, tm
 
 
 @pytest_twisted.ensureDeferred
+async def test_targets_a_gate_will_deny_do_not_wait_for_their_hosts_slots(server, tmp_path):
+    """Pacing spaces what is sent: once robots.txt closes a host, its queued
+    targets are denied from the cached rules at once, not one per interval,
+    even behind more hosts than the frontier asks about per decision."""
+    heavy = pages(server, "heavy.test", 8, latency=0)
+    closed = pages(server, "closed.test", 6, "User-agent: *\nDisallow: /\n", latency=0)
+    others = [u for i in range(20) for u in pages(server, f"open{i}.test", 1, latency=0)]
+    res = await crawl(base_settings(server, tmp_path / "s"), heavy + others + closed, tmp_path)
+    order = [i["url"] for i in res.items]
+    assert [(i["outcome"], i["rule"]) for i in res.items if i["url"] in closed] == [
+        ("denied", "R2")
+    ] * 6
+    assert [h.path for h in server.origin.hits_for("closed.test")] == ["/robots.txt"]
+    # heavy.test's chain (a page a second) sets the crawl's length; closed.test's
+    # five queued targets, one slot apart, would still be going at its 5th page
+    last_closed = max(order.index(u) for u in closed)
+    assert last_closed < order.index(heavy[3]), order
+    assert res.stats.get("walsh/frontier/denied_without_wait", 0) >= 4
+
+
+@pytest_twisted.ensureDeferred
 async def test_robots_of_a_held_host_does_not_hold_the_download_slot(server, tmp_path):
     """While one origin of a host is held by a Retry-After, a target on its
     other origin goes back to the frontier instead of waiting for robots.txt
