@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 #: how often every host's weight is recomputed (see ``_heaviest``)
 REWEIGH_S = 1.0
 #: queue heads asked "will a gate deny this?" per decision (see ``_pop_denied``)
-DENIAL_CHECKS_PER_DECISION = 8
+DENIAL_CHECKS_PER_DECISION = 4
 
 
 class FrontierScheduler:
