@@ -59,9 +59,15 @@ def url_list(hosts: int, pages: int, order: str, port: int) -> list[str]:
     return [f"http://{h}:{port}/p/{p}" for h, p in pairs]
 
 
+#: stock Scrapy serial with no delay and one item task, as the targets spider
+#: runs: not polite, but what Scrapy itself needs per request (its floor)
+FLOOR = ["-s", "DOWNLOAD_DELAY=0", "-s", "CONCURRENT_ITEMS=1"]
+
+
 def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
-    if crawler == "stock":
-        return [SCRAPY, "runspider", str(HERE / "baseline_spider.py"), "-a", f"list={urls}"]
+    if crawler in ("stock", "floor"):
+        stock = [SCRAPY, "runspider", str(HERE / "baseline_spider.py"), "-a", f"list={urls}"]
+        return stock + (FLOOR if crawler == "floor" else [])
     base = f"http://127.0.0.1:{port}/.well-known/walsh-research"
     signing: list[str] = []
     if crawler == "walsh-signed":  # the bundle, signing every request (issue #11)
@@ -155,7 +161,7 @@ def measure(
     for h in hits:
         per_worker[h.get("worker", "")].append(h)
     return {
-        "crawler": crawler, "workers": workers or 1, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
+        "crawler": crawler, "latency": latency, "workers": workers or 1, "layout": layout["order"], "hosts": layout["hosts"], "pages": layout["pages"],
         "rc": rc, "requests": len(hits), "pages_fetched": len(pages),
         # where process wall goes beyond the crawl: start-up (launch to the
         # first request of any kind, the operator's blocklist included; then
@@ -195,7 +201,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--large", action="store_true", help="250 hosts x 40 pages (issue #10)")
-    ap.add_argument("--crawlers", default="walsh,stock")
+    ap.add_argument(
+        "--crawlers", default="walsh,stock,floor",
+        help="walsh, walsh-signed, stock (DOWNLOAD_DELAY=1), floor (stock serial, no delay)",
+    )  # fmt: skip
     ap.add_argument("--workers", type=int, default=0, help="multi-process mode: N workers vs 1")
     ap.add_argument(
         "--signing", action="store_true",
@@ -225,9 +234,33 @@ def main() -> int:
             f"{r['crawl_wall_s']:>8.2f} {r['lower_bound_s']:>8.2f} {r['ratio_to_bound']:>6.3f} "
             f"{r['min_same_host_gap_s']:>9.4f} {r['gaps_under_interval']:>4}/{r['gaps']:<5} {r['max_inflight']:>8} {r['bad_ua']:>6} {r['signed']:>6}"
         )
+    floor_ratios(results)
     if a.signing:
         signing_cost(results)
     return 0
+
+
+def floor_ratios(results: list[dict]) -> None:
+    """Wall time against what any Scrapy crawl can do on the layout: the
+    bound counts no time between one response and the next request, but
+    Scrapy itself needs some (the floor crawler, serial with no delay, shows
+    how much), so the bundle is also compared with max(bound, floor's wall)."""
+    by = {(r["name"], r["crawler"]): r for r in results}
+    lines = []
+    for (name, crawler), r in by.items():
+        floor = by.get((name, "floor"))
+        if floor is None or crawler == "floor":
+            continue
+        reach = max(r["lower_bound_s"], floor["crawl_wall_s"])
+        per_request = (floor["crawl_wall_s"] - floor["requests"] * r["latency"]) / max(1, floor["requests"])
+        lines.append(
+            f"  {name:<12} {crawler:<12} wall {r['crawl_wall_s']:.2f} s / max(bound {r['lower_bound_s']:.2f}, "
+            f"floor {floor['crawl_wall_s']:.2f}) = {r['crawl_wall_s'] / reach:.3f}"
+            f"   (Scrapy's own turnaround: {per_request * 1000:.1f} ms a request)"
+        )  # fmt: skip
+    if lines:
+        print("\nagainst what Scrapy itself reaches (the floor: stock serial, no delay):")
+        print("\n".join(lines))
 
 
 def signing_cost(results: list[dict]) -> None:
