@@ -60,6 +60,10 @@ DEFAULTS: dict[str, object] = {
 PROGRESS_EXTENSION = "scrapy_walsh_research.progress.Progress"
 PROGRESS_ORDER = 600
 
+#: the start-up heap out of the garbage collector's full passes (heap.py)
+HEAP_EXTENSION = "scrapy_walsh_research.heap.HeapFreeze"
+HEAP_ORDER = 610
+
 #: the bundle's spiders (``targets``), listed for ``scrapy crawl`` in any project
 SPIDERS_MODULE = "scrapy_walsh_research.spiders"
 
@@ -109,6 +113,9 @@ class Addon:
         )
         settings.setdefault_in_component_priority_dict(
             "EXTENSIONS", load_object(PROGRESS_EXTENSION), PROGRESS_ORDER
+        )
+        settings.setdefault_in_component_priority_dict(
+            "EXTENSIONS", load_object(HEAP_EXTENSION), HEAP_ORDER
         )
         # Here too, not only in components a project can switch off.
         check_settings(settings)
