@@ -114,6 +114,27 @@ def test_without_redis_the_launcher_refuses_before_forking(tmp_path):
         cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert zero.returncode == 2 and "at least 1" in zero.stderr
+    whole = subprocess.run(
+        [SCRAPY, "walsh-workers", "2", "-a", f"list={EXAMPLE / 'urls.txt'}",
+         "-s", "WALSH_REDIS_URL=redis://127.0.0.1:1/0"],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert whole.returncode == 2 and "walsh-enqueue" in whole.stderr
+    # a configuration the start-up check refuses is refused once, before any fork
+    handlers = '{"http": "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"}'
+    refused = subprocess.run(
+        [SCRAPY, "walsh-workers", "2", "-s", "WALSH_REDIS_URL=redis://127.0.0.1:1/0",
+         "-s", f"DOWNLOAD_HANDLERS={handlers}"],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "refusing to crawl" in refused.stderr
+    assert "started, pid" not in refused.stderr
+    # and a spider without the add-on (no project here) is not run at all
+    bare = subprocess.run(
+        [SCRAPY, "walsh-workers", "2", "-s", "WALSH_REDIS_URL=redis://127.0.0.1:1/0"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert bare.returncode == 2 and "without the Walsh-Research add-on" in bare.stderr
 
 
 @pytest_twisted.ensureDeferred
@@ -152,3 +173,23 @@ async def test_sigterm_to_the_launcher_stops_every_worker_gracefully_and_loses_n
     assert len(pages(server)) == 20  # each page requested once
     for i in range(4):
         assert min(gaps(server.origin.hits_for(f"g{i}.test"))) >= 1.0
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_whose_launcher_is_killed_stops_gracefully(server, redis_server, tmp_path):
+    """SIGKILL leaves the parent no chance to pass a signal on: the kernel
+    sends the orphaned worker SIGTERM, and it stops as it would on one."""
+    urls = site(server, "o.test", 6)
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, urls, tmp_path)
+    proc = launch(server, 1, tmp_path / "state", **shared)
+    for _ in range(3000):
+        if len(pages(server)) >= 2 or proc.code is not None:
+            break
+        await sleep(0.01)
+    assert proc.code is None, proc.log()[-3000:]
+    proc.transport.signalProcess("KILL")
+    await proc.ended  # the worker holds the same stderr: this waits for it too
+    log = proc.log()
+    assert "Received SIGTERM, shutting down gracefully" in log, log[-3000:]
+    assert len(pages(server)) < 6 and "Traceback" not in log
