@@ -97,7 +97,10 @@ async def test_two_forked_workers_give_every_line_one_record_and_keep_each_hosts
     assert min(scraped.values()) > 0, scraped
     for i, pid in workers.items():
         assert f"worker {i} (pid {pid}) exited, code 0" in log
-    assert "Traceback" not in log
+    # one state dir for the fleet, as side-by-side workers share it: nothing raced
+    assert "Traceback" not in log and "Cannot write the fleet journal" not in log
+    journals = list((tmp_path / "state").glob("redis-fleet-*.json"))
+    assert len(journals) == 1 and not list((tmp_path / "state").glob("*.tmp"))
 
 
 def test_without_redis_the_launcher_refuses_before_forking(tmp_path):
