@@ -6,6 +6,8 @@
         # issue #10: 250 hosts x 40 pages (10^4 targets); gaps under 1 s are counted
     .venv/bin/python bench/politeness_bench.py --workers 4
         # issue #6: 1 and 4 worker processes sharing one Redis (needs redis-server)
+    .venv/bin/python bench/politeness_bench.py --workers 4 --launcher
+        # issue #13: the same, each fleet forked by one `scrapy walsh-workers N`
 
 For each layout and crawler it starts a fresh loopback multi-host origin
 (``multihost_origin.py``, one listener per 127.0.0.x), runs the crawl as a
@@ -103,10 +105,11 @@ def start_origin(
 
 def measure(
     crawler: str, layout: dict, latency: float, port: int, timeout: float,
-    workers: int = 0, redis_url: str | None = None,
+    workers: int = 0, redis_url: str | None = None, launcher: bool = False,
 ) -> dict:  # fmt: skip
     """One crawl: *crawler* alone, or, with *workers*, that many processes
-    taking lines from one Redis feed and sharing its per-host clocks."""
+    taking lines from one Redis feed and sharing its per-host clocks (with
+    *launcher*, forked by one ``scrapy walsh-workers``)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-{crawler}-"))
     urls = tmp / "urls.txt"
     urls.write_text(
@@ -125,16 +128,26 @@ def measure(
         del base[at : at + 2]  # no -a list=: the lines come from Redis
         base += ["-a", "redis_key=targets", "-s", f"WALSH_REDIS_URL={redis_url}",
                  "-s", f"WALSH_REDIS_PREFIX={prefix}"]  # fmt: skip
-        started = time.monotonic()
-        errs = [open(tmp / f"w{i}.err", "w") for i in range(workers)]
-        procs = [
-            subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=e, cwd=tmp,
-                             env={**os.environ, "BENCH_WORKER": str(i)})
-            for i, e in enumerate(errs)
-        ]  # fmt: skip
-        rc = max(p.wait(timeout=timeout) for p in procs)
-        for e in errs:
-            e.close()
+        if launcher:  # one `scrapy walsh-workers N`: the fleet forked after one start-up
+            at = base.index("runspider")
+            del base[at : at + 2]
+            base[at:at] = ["walsh-workers", str(workers), "-s", "SPIDER_MODULES=walsh_spider"]
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
+            started = time.monotonic()
+            with open(tmp / "workers.err", "w") as err:
+                rc = subprocess.run(base, stdout=subprocess.DEVNULL, stderr=err, cwd=tmp,
+                                    env=env, timeout=timeout, check=False).returncode  # fmt: skip
+        else:
+            started = time.monotonic()
+            errs = [open(tmp / f"w{i}.err", "w") for i in range(workers)]
+            procs = [
+                subprocess.Popen(base, stdout=subprocess.DEVNULL, stderr=e, cwd=tmp,
+                                 env={**os.environ, "BENCH_WORKER": str(i)})
+                for i, e in enumerate(errs)
+            ]  # fmt: skip
+            rc = max(p.wait(timeout=timeout) for p in procs)
+            for e in errs:
+                e.close()
     else:
         started = time.monotonic()
         with open(tmp / "crawl.err", "w") as err:
@@ -206,6 +219,10 @@ def main() -> int:
         help="walsh, walsh-signed, stock (DOWNLOAD_DELAY=1), floor (stock serial, no delay)",
     )  # fmt: skip
     ap.add_argument("--workers", type=int, default=0, help="multi-process mode: N workers vs 1")
+    ap.add_argument(
+        "--launcher", action="store_true",
+        help="with --workers: start them (and the one) as one `scrapy walsh-workers N`",
+    )  # fmt: skip
     ap.add_argument(
         "--signing", action="store_true",
         help="the bundle with and without Web Bot Auth signing, and the signing cost per request",
@@ -300,13 +317,17 @@ def multi(a: argparse.Namespace) -> int:
         results = []
         for name, layout in MULTI.items():
             for n in (1, a.workers):
-                r = measure("walsh", layout, a.latency, a.port, a.timeout, workers=n, redis_url=url)
+                r = measure("walsh", layout, a.latency, a.port, a.timeout, workers=n,
+                            redis_url=url, launcher=a.launcher)  # fmt: skip
                 r["name"] = name
                 results.append(r)
                 print(json.dumps(r), flush=True)
     finally:
         redis.kill()
-    print(f"\nlatency {a.latency} s, interval 1 s; one Redis; process wall = launch to last exit\n")
+    how = "one `scrapy walsh-workers N` each" if a.launcher else "N `scrapy runspider` processes"
+    print(
+        f"\nlatency {a.latency} s, interval 1 s; one Redis; {how}; process wall = launch to last exit\n"
+    )
     head = f"{'layout':<10} {'workers':>7} {'pages':>9} {'requests':>8} {'process s':>9} {'origin s':>8} {'vs 1':>6} {'start s':>7} {'end s':>6} {'min gap s':>9} {'inflight':>8} {'per worker':>10} {'requests per worker':<20} {'bad UA':>6}"
     print(head)
     print("-" * len(head))

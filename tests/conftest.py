@@ -213,9 +213,11 @@ def _spawn(
     settings: dict[str, Any],
     extra_path: Path | None = None,
     project: Path | None = None,
+    command: tuple[str, ...] = ("crawl", "targets"),
+    proc: ProcessCrawl | None = None,
 ) -> ProcessCrawl:
-    """``scrapy crawl targets`` in a child process, in *project* (default: the
-    example project), pointed at the sandbox."""
+    """``scrapy crawl targets`` (or *command*) in a child process, in
+    *project* (default: the example project), pointed at the sandbox."""
     from twisted.internet import reactor
 
     project = project or Path(__file__).parent.parent / "example_project"
@@ -230,12 +232,12 @@ def _spawn(
         "TWISTED_DNS_RESOLVER": "scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
         **settings,
     }
-    args = [scrapy_bin, "crawl", "targets", "-a", spider_arg]
+    args = [scrapy_bin, *command, "-a", spider_arg]
     for name, value in options.items():
         args += ["-s", f"{name}={value}"]
     first = [str(extra_path)] if extra_path is not None else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([*first, str(project), *sys.path])}
-    proc = ProcessCrawl()
+    proc = proc or ProcessCrawl()
     proc.transport = reactor.spawnProcess(proc, scrapy_bin, args, env=env, path=str(project))
     return proc
 
