@@ -269,7 +269,8 @@ def floor_ratios(results: list[dict]) -> None:
         if floor is None or crawler == "floor":
             continue
         reach = max(r["lower_bound_s"], floor["crawl_wall_s"])
-        per_request = (floor["crawl_wall_s"] - floor["requests"] * r["latency"]) / max(1, floor["requests"])
+        requests = max(1, floor["requests"])
+        per_request = (floor["crawl_wall_s"] - floor["requests"] * r["latency"]) / requests
         lines.append(
             f"  {name:<12} {crawler:<12} wall {r['crawl_wall_s']:.2f} s / max(bound {r['lower_bound_s']:.2f}, "
             f"floor {floor['crawl_wall_s']:.2f}) = {r['crawl_wall_s'] / reach:.3f}"
