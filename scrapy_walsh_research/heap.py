@@ -13,8 +13,12 @@ end of the 400-page bench: no pass over 5 ms, worst lag 26 ms).
 Memory: reference counting still frees every frozen object that is let go;
 only reference cycles among objects that existed at engine start are never
 collected, and those are the long-lived start-up heap. ``gc.unfreeze()`` at
-``engine_stopped`` hands them back, so a process that runs crawls one after
-another (tests, a scheduler) collects each crawl's leftovers as before.
+``engine_stopped`` of the process's last running crawler hands them back,
+so a process that runs crawls one after another (tests, a scheduler)
+collects each crawl's leftovers as before; a crawler stopping while another
+runs unfreezes nothing, and a freeze the process made itself before any
+crawl started (gc.freeze() before os.fork(), as ``walsh-workers`` does) is
+never undone by a crawl.
 ``WALSH_GC_FREEZE = False`` turns it off.
 """
 
@@ -34,6 +38,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: crawlers of this process between engine_started and engine_stopped
+_running = 0
+#: whether the permanent generation was empty when the first of them started
+_ours = False
+
+
 class HeapFreeze:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -48,6 +58,10 @@ class HeapFreeze:
         return ext
 
     def engine_started(self) -> None:
+        global _running, _ours
+        if _running == 0:
+            _ours = gc.get_freeze_count() == 0
+        _running += 1
         gc.freeze()
         frozen = gc.get_freeze_count()
         assert self.crawler.stats is not None
@@ -56,4 +70,7 @@ class HeapFreeze:
                      {"n": frozen})  # fmt: skip
 
     def engine_stopped(self) -> None:
-        gc.unfreeze()
+        global _running
+        _running -= 1
+        if _running == 0 and _ours:
+            gc.unfreeze()

@@ -212,8 +212,7 @@ async def test_a_huge_interval_on_one_origin_does_not_stall_the_crawl(server, tm
 @pytest_twisted.ensureDeferred
 async def test_targets_a_gate_will_deny_do_not_wait_for_their_hosts_slots(server, tmp_path):
     """Pacing spaces what is sent: once robots.txt closes a host, its queued
-    targets are denied from the cached rules at once, not one per interval,
-    even behind more hosts than the frontier asks about per decision."""
+    targets are denied from the cached rules at once, not one per interval."""
     heavy = pages(server, "heavy.test", 8, latency=0)
     closed = pages(server, "closed.test", 6, "User-agent: *\nDisallow: /\n", latency=0)
     others = [u for i in range(20) for u in pages(server, f"open{i}.test", 1, latency=0)]
@@ -228,6 +227,25 @@ async def test_targets_a_gate_will_deny_do_not_wait_for_their_hosts_slots(server
     last_closed = max(order.index(u) for u in closed)
     assert last_closed < order.index(heavy[3]), order
     assert res.stats.get("walsh/frontier/denied_without_wait", 0) >= 4
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_closed_host_behind_more_hosts_than_are_asked_per_decision_drains_first(
+    server, tmp_path
+):
+    """The frontier asks a few queue heads per decision, in rotation: a closed
+    host placed after them is still reached, and drained at once."""
+    busy = [pages(server, f"busy{i}.test", 4, latency=0) for i in range(4)]
+    closed = pages(server, "closed.test", 6, "User-agent: *\nDisallow: /\n", latency=0)
+    lines = [u for b in busy for u in b] + closed
+    res = await crawl(base_settings(server, tmp_path / "s"), lines, tmp_path)
+    order = [i["url"] for i in res.items]
+    assert [(i["outcome"], i["rule"]) for i in res.items if i["url"] in closed] == [
+        ("denied", "R2")
+    ] * 6
+    # the four busy hosts each take >= 3 s; closed.test's 6 denials need no slot
+    last_closed = max(order.index(u) for u in closed)
+    assert last_closed < min(order.index(b[2]) for b in busy), order
 
 
 @pytest_twisted.ensureDeferred

@@ -11,11 +11,11 @@ from typing import Any
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.test import get_crawler
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import START_BURST, TargetsSpider
-from tests.conftest import base_settings, crawl, write_list
+from tests.conftest import base_settings, crawl, crawl_task, write_list
 
 
 @pytest_twisted.ensureDeferred
@@ -80,3 +80,58 @@ async def test_the_heap_freeze_can_be_turned_off(server, tmp_path):
     res = await crawl(settings, [server.url("g.test", "/p")], tmp_path)
     assert [i["outcome"] for i in res.items] == ["fetched"]
     assert "walsh/gc/frozen" not in res.stats
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_crawl_keeps_a_freeze_the_host_process_made(server, tmp_path):
+    """A process that froze its own heap (the documented pre-fork pattern:
+    gc.freeze() before os.fork()) runs a crawl: engine_stopped's bare
+    gc.unfreeze() throws the application's permanent generation back to the
+    collector, which then walks (and dirties, copy-on-write) all of it."""
+    server.origin.route("g.test", "/robots.txt", Reply(200, "User-agent: *\n"))
+    server.origin.route("g.test", "/p", Reply(200, "ok"))
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        assert before > 1000
+        res = await crawl(
+            base_settings(server, tmp_path / "s"), [server.url("g.test", "/p")], tmp_path
+        )
+        assert [i["outcome"] for i in res.items] == ["fetched"]
+        assert gc.get_freeze_count() >= before, "the crawl unfroze the process's own heap"
+    finally:
+        gc.unfreeze()
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_crawler_stopping_does_not_unfreeze_another_still_running(server, tmp_path):
+    """Two crawlers in one process (CrawlerProcess with two spiders, a fleet
+    test): the short one's engine_stopped calls gc.unfreeze() while the long
+    one is mid-crawl, so the long one's later full passes walk its whole
+    start-up heap again -- the 64 ms stall heap.py exists to remove."""
+    server.origin.route("short.test", "/robots.txt", Reply(200, "User-agent: *\n"))
+    server.origin.route("short.test", "/p", Reply(200, "ok"))
+    for i in range(4):
+        server.origin.route("long.test", f"/p/{i}", Reply(200, "ok"))
+    server.origin.route("long.test", "/robots.txt", Reply(200, "User-agent: *\n"))
+    frozen_in_long: list[int] = []
+
+    class Watching(TargetsSpider):
+        def parse_target(self, response: Any) -> Any:
+            frozen_in_long.append(gc.get_freeze_count())
+            return super().parse_target(response)
+
+    long_urls = [server.url("long.test", f"/p/{i}") for i in range(4)]
+    short = deferred_from_coro(
+        crawl_task(
+            base_settings(server, tmp_path / "s1"), [server.url("short.test", "/p")], tmp_path / "1"
+        )
+    )
+    long = deferred_from_coro(
+        crawl_task(base_settings(server, tmp_path / "s2"), long_urls, tmp_path / "2", Watching)
+    )
+    _, long_res = await defer.gatherResults([short, long], consumeErrors=True)
+    assert [i["outcome"] for i in long_res.items] == ["fetched"] * 4
+    # long.test's pages are >= 1 s apart: the short crawl ended after the first
+    assert len(frozen_in_long) == 4
+    assert all(n > 1000 for n in frozen_in_long), frozen_in_long
