@@ -10,30 +10,34 @@ offset of the records), then an open-addressing hash table of
 ``(hash, record offset)`` pairs, ``slots`` a power of two at least twice the
 entries (hash 0 marks an empty slot), then the records: ``u32 length``,
 the host name, ``\\0``, the entry as JSON. A lookup hashes the name
-(blake2b, 8 bytes), probes the table and compares the name stored in the
-record: cost O(1), whatever the list's size.
+(two CRC-32s, 8 bytes), probes the table and compares the name stored in
+the record: cost O(1), whatever the list's size.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mmap
 import os
 import struct
 import sys
+import zlib
 from array import array
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-MAGIC = b"WALSHIX1"
+MAGIC = b"WALSHIX2"  # 2: CRC-32 hashes (1 was blake2b)
 _HEADER = struct.Struct("<8sQQQ")
 _SLOT = struct.Struct("<QQ")
 _LENGTH = struct.Struct("<I")
 
 
 def _hash(name: bytes) -> int:
-    return int.from_bytes(hashlib.blake2b(name, digest_size=8).digest(), "little") or 1
+    # Not cryptographic: names are compared on a match, so only the spread
+    # over slots matters (the low bits: the first CRC). Two CRC-32s cost
+    # 0.3 us against blake2b's 1 us, four times per host looked up (a name
+    # and each parent domain): 10^6 entries were 2.4x the in-memory lookup.
+    return (zlib.crc32(name) | zlib.crc32(name, 0x9E3779B9) << 32) or 1
 
 
 def write_index(entries: Mapping[str, dict[str, Any]], path: str) -> None:
