@@ -197,7 +197,7 @@ def preload(settings: Settings) -> type:
         if not isinstance(path, str) or "." not in path:
             return
         try:
-            if "." in path and path.rsplit(".", 1)[1][:1].isupper():
+            if path.rsplit(".", 1)[1][:1].isupper():  # a class: module.Name
                 load_object(path)
             else:
                 __import__(path)
@@ -228,9 +228,9 @@ def preload(settings: Settings) -> type:
         for name in _COMPONENT_DICTS:
             for key in (name, f"{name}_BASE"):
                 # middlewares are keys (to their order); handlers, values
-                for path in [*merged.getdict(key).items()]:
-                    load(path[0])
-                    load(path[1])
+                for component, value in merged.getdict(key).items():
+                    load(component)
+                    load(value)
         from scrapy_walsh_research.blocklist import load_validator
         from scrapy_walsh_research.schemas import bundled_schema
 
