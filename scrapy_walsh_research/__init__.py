@@ -13,7 +13,7 @@ from scrapy_walsh_research.identity import (
     USER_AGENT,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = [
     "BLOCKLIST_SCHEMA_URL",
     "BLOCKLIST_URL",
