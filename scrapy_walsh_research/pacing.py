@@ -39,6 +39,7 @@ from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.state import clock_for
+from scrapy_walsh_research.state.hostclock import DEFAULT_MAX_CRAWL_DELAY
 from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
 
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_CRAWL_DELAY = 30.0
 #: added to every host interval: spacing counts from when a request's bytes
 #: left, and a busy origin may stamp one arrival a few ms later than the next
 #: (seen on a loaded 2-core machine: origin gaps of 0.9942 s and 0.996 s with

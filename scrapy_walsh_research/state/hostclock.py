@@ -15,9 +15,25 @@ from typing import TYPE_CHECKING, Protocol
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
 
 if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_walsh_research.state.base import StateStore
+
+#: WALSH_MAX_CRAWL_DELAY: a host asking for more is skipped, so no honoured
+#: interval is longer
+DEFAULT_MAX_CRAWL_DELAY = 30.0
+
+
+def pause_on_loss(settings: BaseSettings) -> float:
+    """How long lost history can matter: the longest interval any honoured
+    robots.txt can ask for (``WALSH_MAX_CRAWL_DELAY``), at least ``WALSH_MIN_DELAY``.
+    A shared backend that may have lost when hosts were last contacted makes
+    every host wait this long."""
+    return max(
+        settings.getfloat("WALSH_MIN_DELAY", 1.0),
+        settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY),
+    )
 
 
 class HostClock(Protocol):
