@@ -13,10 +13,14 @@ import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
+
+    from scrapy_walsh_research.feed import RecordCopies
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +95,15 @@ class RecordPipeline:
         self.crawler = crawler
         self.stats = crawler.stats
         self.audit = AuditTrail.for_crawler(crawler)
+        #: with Redis, this machine's copy of the fed records (issue 22)
+        self.copies: RecordCopies | None = None
+        if crawler.settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.feed import RecordCopies
+            from scrapy_walsh_research.state.base import state_dir
+            from scrapy_walsh_research.state.redis import RedisConnection
+
+            self.copies = RecordCopies(RedisConnection.for_crawler(crawler), state_dir(crawler))
+            crawler.signals.connect(self.copies.close, signal=signals.engine_stopped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -118,6 +131,8 @@ class RecordPipeline:
         first, now = await finish(conn, ticket, item, key if fetched else "", key)
         if fetched and cadence is not None:
             await cadence.stamp(key, at=now)
+        if first and self.copies is not None:
+            self.copies.keep(ticket, item)
         if not first:
             from scrapy.exceptions import DropItem
 

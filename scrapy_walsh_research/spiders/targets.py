@@ -156,7 +156,12 @@ class TargetsSpider(scrapy.Spider):
         if self._feed is not None:
             while True:
                 await self._wait_for_room()
-                raw, pending = await self._feed.take()
+                raw, pending, wait = await self._feed.take()
+                if wait > 0:
+                    # Redis lost or rolled back history: the fleet recovers
+                    # it before lines are handed out again
+                    await asyncio.sleep(min(wait, 1.0))
+                    continue
                 if raw is None:
                     if not pending:
                         return
