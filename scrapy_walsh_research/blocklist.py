@@ -12,6 +12,7 @@ opt-out.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -76,6 +77,10 @@ LARGE_LIST = 5_000
 MAX_SCHEMA_BYTES = 1024 * 1024
 #: how long a refresh of a list in force may wait for the operator host
 SHORT_WAIT = 2.0
+#: how long a target waits for another worker to publish again a list that
+#: Redis lost, before it is denied: two heartbeats, within which every live
+#: worker has seen the loss (issue 22)
+RECOVERY_WAIT = 10.0
 #: a stored fetch time this far ahead of our clock means a clock was wrong
 CLOCK_TOLERANCE = 5.0
 #: Formats the published schema uses; without a checker for each, "validate
@@ -450,7 +455,16 @@ class BlocklistMiddleware:
         self.local = local_state_for(crawler)
         self._restored = False
         #: why every target is denied: a list was adopted before, none is left
+        #: (or, with Redis, none is left and no one can tell whether one was)
         self._lost: str | None = None
+        #: until when (monotonic) a target waits for another worker to publish
+        #: the list again before that denial is made (issue 22)
+        self._recover_until = 0.0
+        self._next_look = 0.0
+        if self.local is not self.store:
+            from scrapy_walsh_research.state.redis import RedisConnection
+
+            RedisConnection.for_crawler(crawler).guard.on_history_lost(self._publish_again)
         Pacer.for_crawler(crawler).add_denial_check(
             lambda r: (
                 self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
@@ -477,6 +491,12 @@ class BlocklistMiddleware:
             self._check_operator_request(request)
             return
         await self.ensure_fresh()
+        while self._lost is not None and time.monotonic() < self._recover_until:
+            # Another worker may hold the list Redis lost and publish it again
+            # within a heartbeat: worth waiting for, rather than deny now.
+            await self._look_for_shared(force=True)
+            if self._lost is not None:
+                await asyncio.sleep(0.5)
         self._deny_if_blocked(request)
 
     def _deny_if_blocked(self, request: Request) -> None:
@@ -521,6 +541,8 @@ class BlocklistMiddleware:
     # -- refresh ------------------------------------------------------------
 
     async def ensure_fresh(self) -> None:
+        if self._lost is not None and self._restored:
+            await self._look_for_shared()
         if self._restored and self.store.time() < self._next_check:
             return
         if self._pending is None:
@@ -649,7 +671,7 @@ class BlocklistMiddleware:
             )
             return
         except Exception as exc:
-            self._failed(exc)
+            await self._failed(exc)
             await self._share_attempt(ok=False, why=str(exc))
             return
         await self._adopt(adopted, persist=True, canonical=canonical)
@@ -671,7 +693,22 @@ class BlocklistMiddleware:
         attempt = {"at": self.store.time(), "ok": ok, "next_check": self._next_check, "why": why}
         await self.store.put(STATE_NAMESPACE, ATTEMPT_KEY, attempt)
 
-    def _failed(self, exc: Exception) -> None:
+    async def _failed(self, exc: Exception) -> None:
+        if self.adopted is None and self._lost is None and not await self.store.history_complete():
+            # "First-ever" is what the spec fails open on; with a Redis that
+            # lost (or may have lost) the fleet's state, nobody can tell a
+            # first fetch from a list the fleet adopted and Redis forgot.
+            self.stats.inc_value("walsh/blocklist/history_unknown")
+            self._lost = (
+                "no blocklist is held and the fleet's history in Redis is incomplete (Redis "
+                "restarted without AOF appendfsync always, or lost its data), so a list the "
+                "fleet adopted may be lost: every host is denied until a list is fetched or "
+                "another worker publishes its copy"
+            )
+            self._recover_until = time.monotonic() + RECOVERY_WAIT
+        self._failed_log(exc)
+
+    def _failed_log(self, exc: Exception) -> None:
         self.stats.inc_value("walsh/blocklist/fetch_failed")
         self._next_check = self.store.time() + self.retry_delay
         if isinstance(exc, BlocklistError):
@@ -1010,6 +1047,41 @@ class BlocklistMiddleware:
             )
             return None
 
+    async def _look_for_shared(self, *, force: bool = False) -> None:
+        """While no list is in force for a loss, adopt one another worker
+        published (or fetched) as soon as it is in the shared store."""
+        if self.local is self.store or (not force and time.monotonic() < self._next_look):
+            return
+        self._next_look = time.monotonic() + 1.0
+        found = await self._stored(self.store, quiet=True)
+        if found is not None and self._lost is not None:
+            await self._adopt(found[0], persist=False, canonical=found[1])
+            self.stats.inc_value("walsh/blocklist/adopted_from_worker")
+            logger.info(
+                "Blocklist: adopted the list another worker published (%(n)d entries).",
+                {"n": len(self.domains)},
+            )
+
+    async def _publish_again(self) -> None:
+        """Redis lost or rolled back the fleet's history: put this worker's
+        copy of the list in force back, unless the shared one is as new."""
+        own = await self._stored(self.local, quiet=True)
+        if own is None:
+            return
+        shared = await self._stored(self.store, quiet=True)
+        if shared is not None and shared[0].fetched_at >= own[0].fetched_at:
+            return
+        adopted, canonical = own
+        copy = {"url": adopted.url, "fetched_at": adopted.fetched_at, "sha256": adopted.sha256,
+                "blob": blob_name(adopted.sha256)}  # fmt: skip
+        await self._persist(self.store, adopted, copy, {"at": adopted.fetched_at}, canonical)
+        self.stats.inc_value("walsh/blocklist/published_again")
+        logger.warning(
+            "Blocklist: Redis lost the fleet's copy; published this worker's again "
+            "(%(n)d entries, fetched %(t)s).",
+            {"n": len(adopted.domains), "t": time.ctime(adopted.fetched_at)},
+        )
+
     async def _restore(self) -> None:
         """The list adopted by an earlier run (or another process), before any
         request: the newer valid one of the shared copy and this worker's own.
@@ -1027,6 +1099,7 @@ class BlocklistMiddleware:
                         "lost or damaged): every host is denied until the list is fetched again"
                     )
                     logger.error("Blocklist: %(why)s.", {"why": self._lost})
+                    self._recover_until = time.monotonic() + RECOVERY_WAIT
                     return
             return
         stored, data = max(candidates, key=lambda found: found[0].fetched_at)
