@@ -97,6 +97,16 @@ class RedisServer:
             self.proc.wait()
             self.proc = None
 
+    def wipe(self) -> None:
+        """Delete its data files (Redis stopped): the next start is empty, as
+        after losing its volume."""
+        for path in self.workdir.iterdir():
+            if path.name.startswith(("appendonly", "dump.rdb")):
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+
     def snapshot(self, name: str) -> None:
         """SAVE now and keep the snapshot as *name*."""
         client = self.client()

@@ -143,10 +143,20 @@ local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7])
 local ready = tonumber(redis.call('GET', KEYS[3]) or '0')
 -- Issue 22: a clock stepped back makes stored times look later than they
 -- are: no request is in the future, no next slot or lease further ahead
--- than it can be (a step back then costs one interval, not the step).
-local cap = now + math.max(interval, tonumber(ARGV[5]))
-if h[1] then ready = math.max(ready, math.min(tonumber(h[1]), now) + interval) end
-if h[2] then ready = math.max(ready, math.min(tonumber(h[2]), cap)) end
+-- than it can be. Stored so, once (a cap from each new now would slide):
+-- a step back then costs at most WALSH_MAX_CRAWL_DELAY, not the step.
+local cap, fix = now + math.max(interval, tonumber(ARGV[5])), {}
+if h[1] and tonumber(h[1]) > now then h[1] = f(now); table.insert(fix, 'last') end
+if h[2] and tonumber(h[2]) > cap then h[2] = f(cap); table.insert(fix, 'next') end
+if h[4] and tonumber(h[4]) > now + tonumber(ARGV[2]) then
+  h[4] = f(now + tonumber(ARGV[2])); table.insert(fix, 'lease')
+end
+for _, field in ipairs(fix) do
+  local i = ({last = 1, next = 2, lease = 4})[field]
+  redis.call('HSET', KEYS[1], field, h[i])
+end
+if h[1] then ready = math.max(ready, tonumber(h[1]) + interval) end
+if h[2] then ready = math.max(ready, tonumber(h[2])) end
 if h[3] then ready = math.max(ready, tonumber(h[3])) end
 local judged = now
 if h[1] then
@@ -164,7 +174,7 @@ if h[1] then
     judged = now - tonumber(ARGV[10])
   end
 end
-if h[4] and math.min(tonumber(h[4]), now + tonumber(ARGV[2])) > now then
+if h[4] and tonumber(h[4]) > now then
   -- in flight from another worker: ready no sooner than its interval, and
   -- asked again shortly after, since its response usually ends the lease
   ready = math.max(ready, judged + math.min(tonumber(h[4]) - now, 0.25))
@@ -1045,7 +1055,9 @@ class RedisHostClock(RobotsIntervals):
                 keys=[self._host_key(host), self.conn.key("quarantine")], args=[1.0], client=r
             ),
         )
-        self._ready.setdefault(host, time.monotonic() + float(wait))
+        # a hint only (the reservation decides): a time stored before Redis's
+        # clock stepped back would otherwise keep the host idle for the step
+        self._ready.setdefault(host, time.monotonic() + min(float(wait), self.pause_on_loss))
         if float(held) > 0:
             self._held.setdefault(host, time.monotonic() + float(held))
         self._note_strictest(host, *iv)
@@ -1191,7 +1203,7 @@ class RedisHostClock(RobotsIntervals):
             ),
         )
         self._last[host] = at
-        self._note(host, float(wait))
+        self._note(host, min(float(wait), interval + self.margin))  # a hint, as in warm()
 
     async def hold(self, host: str, until: float) -> None:
         seconds = max(0.0, until - time.monotonic())
