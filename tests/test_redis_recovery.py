@@ -149,9 +149,7 @@ async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fle
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_none(
-    server, tmp_path
-):
+async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_none(server, tmp_path):
     """While a worker that holds the adopted list is running, Redis comes
     back empty and the blocklist URL fails: that worker publishes its copy
     again, and a new worker adopts it rather than deny everything."""
