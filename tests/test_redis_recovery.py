@@ -237,26 +237,53 @@ async def test_after_a_rollback_no_host_is_contacted_early_and_no_recorded_line_
 
 @pytest_twisted.ensureDeferred
 async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(server, tmp_path):
-    """Two workers crawl a Crawl-delay-6 host; right after one request there,
-    Redis's wall clock steps 5 s forward (an NTP correction on the Redis
-    host): every stored time looks 5 s older. Each worker checks Redis's
-    TIME against its monotonic clock: the step is seen, the host waits, no
-    grant taken on the stepped clock is used. (Before: 1.07 s apart.)"""
+    """Worker A has just sent a request to a Crawl-delay-6 host when Redis's
+    wall clock steps 5 s forward (an NTP correction on the Redis host):
+    every stored time now looks 5 s older than it is. Worker B, started just
+    after, wants the same host. A checks Redis's TIME against its monotonic
+    clock on its next answer and records the step; B waits it out.
+    (Before: B's request arrived ~2 s after A's.)"""
     redis = own_redis(tmp_path, steppable_clock=True)
     try:
-        urls = site(server, "sd.test", 3, "User-agent: *\nCrawl-delay: 6\n")
-        urls += [u for i in range(2) for u in site(server, f"o{i}.test", 3)]
+        sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
-        push(redis, shared, urls, tmp_path)
-        procs = [spawn_worker(server, "targets", tmp_path / f"w{i}", **shared) for i in (0, 1)]
+        push(redis, shared, [sd[0], *site(server, "o.test", 6)], tmp_path, key="a")
+        push(redis, shared, sd[1:], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
         await until(lambda: len(pages(server, "sd.test")) >= 1)
         redis.step_clock(5.0)
-        for proc in procs:
-            await proc.ended
-        err = [p.err.decode()[-1500:] for p in procs]
-        assert len(pages(server, "sd.test")) == 3, err
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await a.ended
+        await b.ended
+        err = [p.err.decode()[-1500:] for p in (a, b)]
+        assert len(pages(server, "sd.test")) == 2, err
         assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, err
-        assert any("jumped" in e for e in (p.err.decode() for p in procs)), err
+        assert "jumped 5." in a.err.decode(), err
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_joins_after_a_clock_step_no_one_saw_does_not_trust_it(
+    server, tmp_path
+):
+    """The same step, but the worker that saw the old clock has exited: no
+    one is left to notice it. The worker that joins cannot tell the step from
+    idle time since the fleet last checked the clock, so it judges the
+    records written before it joined as if all of that time were a step."""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
+        push(redis, shared, sd[:1], tmp_path, key="a")
+        push(redis, shared, sd[1:], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await a.ended
+        redis.step_clock(5.0)
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await b.ended
+        assert len(pages(server, "sd.test")) == 2, b.err.decode()[-2000:]
+        assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, b.err.decode()[-2000:]
     finally:
         redis.kill()
 
