@@ -112,7 +112,7 @@ async def test_a_grant_is_kept_while_renewed_and_never_used_once_its_lease_could
 ):
     """A lease renewed while its request is out keeps the host; one this worker
     could not renew (Redis stalled) is not used once another could hold it."""
-    redis = own_redis(tmp_path, persist=False)
+    redis = own_redis(tmp_path, persist=True)  # AOF always: its start is no lost history
     conns = [RedisConnection(redis.url, "lease") for _ in range(2)]
     mine, other = (RedisHostClock(c, lease=1.5, pause_on_loss=30.0) for c in conns)
 
@@ -252,7 +252,8 @@ async def test_an_opt_out_survives_redis_losing_its_data_while_the_blocklist_is_
             BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
         )
         site(server, "blocked.test", 1)
-        shared = redis_settings(redis)
+        # WALSH_MAX_CRAWL_DELAY: how long a Redis without AOF makes hosts wait after its start
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
         push(redis, shared, site(server, "fine.test", 1), tmp_path)
         await run(spawn_worker(server, "targets", tmp_path / "w", **shared))
         redis.kill()
