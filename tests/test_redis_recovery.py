@@ -307,3 +307,33 @@ async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, 
         assert max(gaps(hits)) < 2.0 + 3.0 + 2.0, [round(g, 2) for g in gaps(hits)]
     finally:
         redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_lease_redis_lost_while_its_request_is_out_is_put_back(server, tmp_path):
+    """Worker A's request to slow.test is out (answered after 8 s) when Redis
+    restarts empty: A's lease is gone with it. A's renewal puts it back, so
+    worker B, whose line is for the same host, sends nothing there until A's
+    response has come (the fleet never has two requests out to one host)."""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route("slow.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+        server.origin.route("slow.test", "/p/0", Reply(200, "late", delay=8.0))
+        server.origin.route("slow.test", "/p/1", Reply(200, "ok"))
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=2, WALSH_REDIS_MAX_BACKOFF=0.25)
+        push(redis, shared, [server.url("slow.test", "/p/0")], tmp_path, key="a")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await until(lambda: pages(server, "slow.test") == ["/p/0"])
+        redis.kill()
+        redis.wipe()
+        redis.persist = False
+        redis.start()
+        push(redis, shared, [server.url("slow.test", "/p/1")], tmp_path, key="b")
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await a.ended
+        await b.ended
+        hits = {h.path: h.t for h in server.origin.hits_for("slow.test")}
+        assert "/p/1" in hits, b.err.decode()[-2000:]
+        assert hits["/p/1"] - hits["/p/0"] >= 8.0, (a.err.decode()[-1500:], b.err.decode()[-1500:])
+    finally:
+        redis.kill()

@@ -196,8 +196,21 @@ RENEW = (
 -- KEYS[1] host hash; ARGV[1] owner, ARGV[2] lease s. Extends the lease of a
 -- request still in flight; 0 when it is no longer ours, or ran out (another
 -- worker could have taken the host meanwhile: a late renewal revives nothing).
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'lease') or '0') < now then return 0 end
+-- Issue 22: KEYS[2] the lost marker, ARGV[3] when the grant was taken (server
+-- time). Redis lost the grant with the fleet's history (restarted empty or
+-- older) while its request is out: the lease is put back, with the request
+-- no earlier than now, unless another worker holds the host.
+local h = redis.call('HMGET', KEYS[1], 'owner', 'lease')
+if h[1] ~= ARGV[1] then
+  local lost = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if lost <= tonumber(ARGV[3]) or (h[1] and tonumber(h[2] or '0') >= now) then return 0 end
+  local last = math.max(tonumber(redis.call('HGET', KEYS[1], 'last') or '0'), now)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', f(now + tonumber(ARGV[2])),
+             'last', f(last))
+  redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
+  return 1
+end
+if tonumber(h[2] or '0') < now then return 0 end
 redis.call('HSET', KEYS[1], 'lease', f(now + tonumber(ARGV[2])))
 return 1
 """
@@ -959,6 +972,8 @@ class RedisHostClock(RobotsIntervals):
         self._seq = itertools.count()
         #: host -> (owner, local monotonic time until which the grant is ours)
         self._grants: dict[str, tuple[str, float]] = {}
+        #: host -> when its grant was taken, on Redis's clock (see RENEW)
+        self._granted_at: dict[str, float] = {}
         self._renewer: Any = None
         self._ready: dict[str, float] = {}
         self._last: dict[str, float] = {}
@@ -1141,6 +1156,7 @@ class RedisHostClock(RobotsIntervals):
                 await self._release(host, owner)
                 continue
             self._grants[host] = (owner, asked + self.lease)
+            self._granted_at[host] = float(server_now)
             self._start_renewing()
             self._last[host] = time.monotonic()
             self._note(host, interval)
@@ -1169,10 +1185,13 @@ class RedisHostClock(RobotsIntervals):
             )
 
     async def _renew_all(self) -> None:
+        lost = self.conn.guard.keys()[2]
         for host, (owner, _) in list(self._grants.items()):
             asked = time.monotonic()
+            keys = [self._host_key(host), lost]
+            args = [owner, self.lease, self._granted_at.get(host, 0.0)]
             try:
-                ours = await self._renew(keys=[self._host_key(host)], args=[owner, self.lease])
+                ours = await self._renew(keys=keys, args=args)
             except UNAVAILABLE:  # unreachable: the grant runs out on its own
                 continue
             if ours and self._grants.get(host, ("",))[0] == owner:
@@ -1193,6 +1212,7 @@ class RedisHostClock(RobotsIntervals):
 
     async def commit(self, host: str, at: float, interval: float) -> None:
         owner, _ = self._grants.pop(host, ("", 0.0))
+        self._granted_at.pop(host, None)
         age = max(0.0, time.monotonic() - at)
         wait = await self.conn.call(
             "commit",
