@@ -511,6 +511,9 @@ class FleetGuard:
             fsync = (await conn.call("read config", lambda r: r.config_get("appendfsync"))).get(
                 "appendfsync", ""
             )
+            evicts = (
+                await conn.call("read config", lambda r: r.config_get("maxmemory-policy"))
+            ).get("maxmemory-policy", "noeviction")
         except Exception as exc:  # CONFIG may be disabled on a managed Redis
             logger.info(
                 "Redis persistence unknown (%(exc)s): a Redis restart counts as lost history "
@@ -519,6 +522,13 @@ class FleetGuard:
             )
             return
         self.lossless = bool(int(info.get("aof_enabled", 0))) and fsync == "always"
+        if evicts != "noeviction":
+            logger.warning(
+                "Redis maxmemory-policy is %(p)s: under memory pressure Redis drops keys of the "
+                "fleet's state (host clocks, the blocklist, records) without a restart anyone "
+                "could notice. Set maxmemory-policy noeviction.",
+                {"p": evicts},
+            )
         if int(info.get("aof_enabled", 0)):
             logger.info(
                 "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
