@@ -1196,8 +1196,12 @@ class RedisHostClock(RobotsIntervals):
 
     async def _renew_all(self) -> None:
         lost = self.conn.guard.keys()[2]
-        for host, (owner, _) in list(self._grants.items()):
+        for host, (owner, valid_until) in list(self._grants.items()):
             asked = time.monotonic()
+            if asked >= valid_until:
+                # never used once run out (grant_valid): renewing it, or
+                # putting back a lease Redis lost, would only hold the host
+                continue
             keys = [self._host_key(host), lost]
             args = [owner, self.lease, self._granted_at.get(host, 0.0)]
             try:
