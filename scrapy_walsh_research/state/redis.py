@@ -358,7 +358,7 @@ class FleetGuard:
     stepped. A forward step makes every stored time look older than it is:
     the worker records it in Redis at once (:data:`FLEET`) and never uses a
     grant from that answer. A step back only makes hosts wait longer (the
-    scripts cap that at one interval). An answer found consistent is passed
+    reservation caps that at ``pause``). An answer found consistent is passed
     on with the next call as the fleet's *checked* clock, which a worker that
     joins later compares its first answer with: it cannot tell a step from
     idle time in between, so it judges older records as if all of it were a
@@ -463,7 +463,8 @@ class FleetGuard:
             self._warned_back = True
             logger.warning(
                 "Redis's clock at %(url)s went back %(s).2f s (against this worker's monotonic "
-                "clock): hosts contacted before wait up to one interval longer; politeness holds.",
+                "clock): hosts contacted before wait up to WALSH_MAX_CRAWL_DELAY longer; "
+                "politeness holds.",
                 {"url": self.conn.url, "s": seconds},
             )
 
