@@ -1099,7 +1099,8 @@ class BlocklistMiddleware:
                         "lost or damaged): every host is denied until the list is fetched again"
                     )
                     logger.error("Blocklist: %(why)s.", {"why": self._lost})
-                    self._recover_until = time.monotonic() + RECOVERY_WAIT
+                    if self.local is not self.store:  # another worker may publish it again
+                        self._recover_until = time.monotonic() + RECOVERY_WAIT
                     return
             return
         stored, data = max(candidates, key=lambda found: found[0].fetched_at)
