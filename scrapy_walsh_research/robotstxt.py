@@ -51,9 +51,16 @@ def _split(line: str) -> tuple[str, str] | None:
 
 
 def product_token(value: str) -> str | None:
-    """``"*"`` for the global group, else the leading identifier run, lower-cased."""
+    """``"*"`` for the global group, else the leading identifier run, lower-cased.
+
+    ``*`` names the global group only alone or followed by whitespace
+    (RFC 9309 §2.2.1; Google's parser, robots.cc ``HandleUserAgent``): a
+    pattern such as ``*SomeBot*``, which sites write for one bot, starts with
+    no identifier character, so it names no token at all. Read as ``*``, its
+    ``Disallow: /`` closed whole sites to us.
+    """
     value = value.strip()
-    if value.startswith("*"):
+    if value == "*" or (value.startswith("*") and value[1].isspace()):
         return "*"
     m = _TOKEN_RE.match(value)
     return m.group(0).lower() if m else None
