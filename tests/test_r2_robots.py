@@ -150,7 +150,12 @@ SELECTION = [
         "/x",
         False,
     ),
-    ("*SomeBot* does not claim us either", "User-agent: *Walsh-Research*\nDisallow: /\n", "/x", True),
+    (
+        "*SomeBot* does not claim us either",
+        "User-agent: *Walsh-Research*\nDisallow: /\n",
+        "/x",
+        True,
+    ),
 ]
 
 
