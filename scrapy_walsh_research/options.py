@@ -16,6 +16,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.preferences import DEFAULT_PURPOSES, purpose_problems
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -57,3 +58,17 @@ def parse_list(name: str, raw: Any) -> list[str]:
         f"{name}={raw!r} is a {type(raw).__name__}, not a list: give a list of strings, "
         f"a JSON array or comma-separated text."
     )
+
+
+def declared_purposes(settings: BaseSettings) -> tuple[str, ...]:
+    """``WALSH_PURPOSES``: what the bot declares it does with what it fetches
+    (default :data:`~scrapy_walsh_research.preferences.DEFAULT_PURPOSES`).
+    Unknown purposes, ones the contract forbids, and a list without ``tdm``
+    are refused, naming the setting."""
+    if settings.get("WALSH_PURPOSES") is None:
+        return DEFAULT_PURPOSES
+    purposes = [p.lower() for p in list_setting(settings, "WALSH_PURPOSES")]
+    problems = purpose_problems(purposes)
+    if problems:
+        raise WalshConfigurationError(" ".join(problems))
+    return tuple(dict.fromkeys(purposes))

@@ -202,32 +202,59 @@ def url_path(url: str) -> str:
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
 
 
-def match_length(pattern: str, path: str) -> int | None:
-    """How specific *pattern* is (its encoded length) when it matches *path*
-    as an RFC 9309 rule does (``*`` any run, a final ``$`` the end), else None.
+def match_target(path: str) -> str:
+    """*path* encoded for matching: :func:`normalize_path`, and a literal
+    ``$`` or ``*`` as its escape (a rule writes them so to match them)."""
+    return normalize_path(path).replace("$", "%24").replace("*", "%2A")
 
-    Written by hand: the rule is tiny, and a regular expression built from a
+
+@dataclass(frozen=True)
+class Pattern:
+    """An RFC 9309 path pattern (``*`` any run, a final ``$`` the end),
+    encoded once: a robots.txt may hold thousands of them, each asked about
+    every URL of its origin.
+
+    Matched by hand: the rule is tiny, and a regular expression built from a
     hostile pattern (``*a*a*a...``) could backtrack for a very long time; this
-    is a left-to-right scan, at most one pass over *path* per ``*``."""
-    pattern = normalize_path(pattern)
-    text = normalize_path(path).replace("$", "%24").replace("*", "%2A")
-    anchored = pattern.endswith("$")
-    body = (pattern[:-1] if anchored else pattern).replace("$", "%24")
-    parts = body.split("*")
-    if not text.startswith(parts[0]):
-        return None
-    position = len(parts[0])
-    if len(parts) == 1:
-        return len(pattern) if not anchored or position == len(text) else None
-    for index, part in enumerate(parts[1:], start=1):
-        if anchored and index == len(parts) - 1:
-            fits = text.endswith(part) and len(text) - len(part) >= position
-            return len(pattern) if fits else None
-        found = text.find(part, position)
-        if found < 0:
+    is a left-to-right scan, at most one pass over the path per ``*``."""
+
+    text: str
+    parts: tuple[str, ...]
+    anchored: bool
+    #: how specific it is: the encoded pattern's length
+    length: int
+
+    @classmethod
+    def of(cls, pattern: str) -> Pattern:
+        encoded = normalize_path(pattern)
+        anchored = encoded.endswith("$")
+        body = (encoded[:-1] if anchored else encoded).replace("$", "%24")
+        return cls(pattern, tuple(body.split("*")), anchored, len(encoded))
+
+    def match(self, target: str) -> int | None:
+        """:attr:`length` when the pattern matches *target* (a
+        :func:`match_target`), else None."""
+        parts = self.parts
+        if not target.startswith(parts[0]):
             return None
-        position = found + len(part)
-    return len(pattern)
+        position = len(parts[0])
+        if len(parts) == 1:
+            return self.length if not self.anchored or position == len(target) else None
+        for index in range(1, len(parts)):
+            part = parts[index]
+            if self.anchored and index == len(parts) - 1:
+                fits = target.endswith(part) and len(target) - len(part) >= position
+                return self.length if fits else None
+            found = target.find(part, position)
+            if found < 0:
+                return None
+            position = found + len(part)
+        return self.length
+
+
+def match_length(pattern: str, path: str) -> int | None:
+    """How specific *pattern* is when it matches *path*, else None."""
+    return Pattern.of(pattern).match(match_target(path))
 
 
 # -- Content Signals --------------------------------------------------------------
@@ -335,6 +362,7 @@ class RobotsStatement:
     field: str
     path: str
     statement: str
+    pattern: Pattern | None = None
 
 
 def robots_statement(field: str, value: str) -> RobotsStatement:
@@ -344,7 +372,7 @@ def robots_statement(field: str, value: str) -> RobotsStatement:
     value = value.strip()
     if value.startswith("/"):
         path, _, rest = value.replace("\t", " ").partition(" ")
-        return RobotsStatement(field, path, rest.strip())
+        return RobotsStatement(field, path, rest.strip(), Pattern.of(path))
     return RobotsStatement(field, "", value)
 
 
@@ -355,7 +383,7 @@ def robots_preferences(
     the longest match (several lines with that path all apply, and any no
     wins). The caller asks only where robots.txt allows crawling: elsewhere
     no preference applies (draft-ietf-aipref-attach §3.1)."""
-    path = url_path(url)
+    target = match_target(url_path(url))
     out: list[Preference] = []
     for field in ROBOTS_FIELDS:
         best: list[RobotsStatement] = []
@@ -363,7 +391,8 @@ def robots_preferences(
         for statement in statements:
             if statement.field != field:
                 continue
-            length = match_length(statement.path, path) if statement.path else 0
+            pattern = statement.pattern
+            length = pattern.match(target) if pattern is not None else 0
             if length is None or length < best_length:
                 continue
             if length > best_length:
@@ -394,6 +423,10 @@ class TdmRule:
     reserved: bool | None
     policy: str | None = None
 
+    @property
+    def pattern(self) -> Pattern:
+        return Pattern.of(self.location)
+
 
 @dataclass(frozen=True)
 class TdmFile:
@@ -401,6 +434,12 @@ class TdmFile:
 
     rules: tuple[TdmRule, ...]
     problems: str | None = None
+    #: each rule's location, encoded once
+    patterns: tuple[Pattern, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.patterns) != len(self.rules):
+            object.__setattr__(self, "patterns", tuple(r.pattern for r in self.rules))
 
 
 def _reservation(value: Any) -> bool | None:
@@ -461,9 +500,9 @@ def tdm_rule_for(tdm: TdmFile, url: str) -> TdmRule | None:
     rule whose reservation is a protocol error is passed over, so a later
     match still decides (the stricter reading: an unreadable rule neither
     reserves nor lifts a reservation)."""
-    path = url_path(url)
-    for rule in tdm.rules:
-        if rule.reserved is not None and match_length(rule.location, path) is not None:
+    target = match_target(url_path(url))
+    for rule, pattern in zip(tdm.rules, tdm.patterns, strict=True):
+        if rule.reserved is not None and pattern.match(target) is not None:
             return rule
     return None
 

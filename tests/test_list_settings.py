@@ -59,14 +59,22 @@ async def test_a_blocklist_extra_entry_that_names_no_host_is_refused_before_any_
 async def test_json_lists_on_the_command_line_block_sign_and_declare(server, tmp_path):
     """One ``scrapy crawl`` in a child process with every list setting given
     as a JSON array with ``-s``: the blocklist entry blocks its host (the
-    origin sees nothing of it), and the extra signature component is covered
-    on the wire."""
-    for host in ("x.test", "ok.test"):
+    origin sees nothing of it), the extra signature component is covered on
+    the wire, and the declared purposes make a site's no to AI input deny."""
+    for host in ("x.test", "ok.test", "input.test"):
         server.origin.route(host, "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
         server.origin.route(host, "/page", Reply(200, "page", {"Content-Type": "text/plain"}))
+    # says no to AI input: it denies only if WALSH_PURPOSES was read
+    server.origin.route(
+        "input.test", "/robots.txt", Reply(200, "User-agent: *\nContent-Signal: ai-input=no\n")
+    )
     key = tmp_path / "key.pem"
     generate_key(key)
-    urls = write_list(tmp_path, [server.url("x.test", "/page"), server.url("ok.test", "/page")])
+    urls = write_list(
+        tmp_path,
+        [server.url("x.test", "/page"), server.url("ok.test", "/page"),
+         server.url("input.test", "/page")],
+    )  # fmt: skip
     out = tmp_path / "out.jl"
     proc = _spawn(
         server,
@@ -77,6 +85,7 @@ async def test_json_lists_on_the_command_line_block_sign_and_declare(server, tmp
             "WALSH_BLOCKLIST_EXTRA": '["x.test"]',
             "WALSH_SIGNING_KEY": str(key),
             "WALSH_SIGNATURE_COMPONENTS": '["@method"]',
+            "WALSH_PURPOSES": '["tdm", "ai-input"]',
         },
     )
     await proc.ended
@@ -88,6 +97,9 @@ async def test_json_lists_on_the_command_line_block_sign_and_declare(server, tmp
     assert records[server.url("ok.test", "/page")]["outcome"] == "fetched"
     (page,) = server.origin.hits_for("ok.test", "/page")
     assert '"@method"' in page.headers["signature-input"]
+    declared = records[server.url("input.test", "/page")]
+    assert (declared["outcome"], declared["rule"]) == ("denied", "PREF")
+    assert server.origin.hits_for("input.test", "/page") == []
 
 
 @pytest_twisted.ensureDeferred
