@@ -101,7 +101,7 @@ def install(server: SandboxServer) -> list[str]:
         "/reserved": page(**{"tdm-reservation": "1", "tdm-policy": "https://header.test/p.json",
                              "ETag": '"v1"', "Last-Modified": "Sat, 21 Nov 2026 00:00:00 GMT"}),
         "/zero": page(**{"tdm-reservation": "0"}),
-        "/conflict": page(**{"tdm-reservation": ["0", "1"]}),
+        "/conflict": page(**{"tdm-reservation": ["1", "0"]}),
     })  # fmt: skip
     route_host(server, "override.test", tdm=tdmrep({"location": "/", "tdm-reservation": 0}),
                pages={"/doc": page(**{"tdm-reservation": "1"})})  # fmt: skip
