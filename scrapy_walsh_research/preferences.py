@@ -357,28 +357,33 @@ ROBOTS_FIELDS = ("content-usage", "content-signal")
 @dataclass(frozen=True)
 class RobotsStatement:
     """One ``Content-Usage`` or ``Content-Signal`` line of the group
-    selected for our token: optional path, then the statement."""
+    selected for our token: its optional path, and what it states, read once
+    (a hostile 400 KB line takes 0.16 s to read: never per URL)."""
 
     field: str
     path: str
-    statement: str
-    pattern: Pattern | None = None
+    pattern: Pattern | None
+    preferences: tuple[Preference, ...]
 
 
-def robots_statement(field: str, value: str) -> RobotsStatement:
-    """Split a line's value (draft-ietf-aipref-attach §3.2): a value that
+def robots_statement(field: str, value: str, group: str) -> RobotsStatement:
+    """Read one line of the group for *group* (its label): a value that
     starts with ``/`` begins with a path, which ends at the first space or
-    tab; otherwise the whole value is the statement (all paths)."""
+    tab; otherwise the whole value is the statement, for all paths
+    (draft-ietf-aipref-attach §3.2)."""
     value = value.strip()
+    path, statement = "", value
     if value.startswith("/"):
         path, _, rest = value.replace("\t", " ").partition(" ")
-        return RobotsStatement(field, path, rest.strip(), Pattern.of(path))
-    return RobotsStatement(field, "", value)
+        statement = rest.strip()
+    where = f"path {path}" if path else "all paths"
+    scope = _clip(f"group User-agent: {group}; {where}")
+    reader = content_usage if field == "content-usage" else content_signal
+    stated = tuple(reader(statement, source=ROBOTS, scope=scope))
+    return RobotsStatement(field, path, Pattern.of(path) if path else None, stated)
 
 
-def robots_preferences(
-    statements: Iterable[RobotsStatement], url: str, group: str
-) -> list[Preference]:
+def robots_preferences(statements: Iterable[RobotsStatement], url: str) -> list[Preference]:
     """The statements that apply to *url*: per field, those whose path is
     the longest match (several lines with that path all apply, and any no
     wins). The caller asks only where robots.txt allows crawling: elsewhere
@@ -399,12 +404,7 @@ def robots_preferences(
                 best, best_length = [], length
             best.append(statement)
         for statement in best:
-            where = f"path {statement.path}" if statement.path else "all paths"
-            scope = _clip(f"group User-agent: {group}; {where}")
-            if field == "content-usage":
-                out += content_usage(statement.statement, source=ROBOTS, scope=scope)
-            else:
-                out += content_signal(statement.statement, source=ROBOTS, scope=scope)
+            out += statement.preferences
     return out[: 2 * MAX_STATEMENTS]
 
 

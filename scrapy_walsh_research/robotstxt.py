@@ -135,8 +135,6 @@ class RobotsPolicy:
     _stated_memo: dict[str, tuple[Preference, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    #: the product token the named groups were selected for
-    token: str = ""
 
     @classmethod
     def parse(cls, text: str, token: str) -> RobotsPolicy:
@@ -147,8 +145,9 @@ class RobotsPolicy:
         if not chosen:
             return cls("none")
         lines = [line for g in chosen for line in g.lines]
+        label = token if named else "*"
         stated = tuple(
-            robots_statement(key, value)
+            robots_statement(key, value, label)
             for key, value in (_split(line) or ("", "") for line in lines)
             if key in ROBOTS_FIELDS
         )
@@ -162,7 +161,7 @@ class RobotsPolicy:
             # heap (0.1 s on the reactor per robots.txt, measured).
             rest = [line for line in lines if (_split(line) or ("",))[0] not in _RULE_FIELDS]
             parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(rest) + "\n")
-        return cls("named" if named else "*", parser, _rules=rules, stated=stated, token=token)
+        return cls("named" if named else "*", parser, _rules=rules, stated=stated)
 
     @classmethod
     def allow_all(cls, reason: str) -> RobotsPolicy:
@@ -196,8 +195,7 @@ class RobotsPolicy:
             return ()
         known = self._stated_memo.get(url)
         if known is None:
-            group = self.token if self.group == "named" else "*"
-            known = tuple(robots_preferences(self.stated, url, group))
+            known = tuple(robots_preferences(self.stated, url))
             if len(self._stated_memo) >= MEMO_SIZE:
                 self._stated_memo.clear()
             self._stated_memo[url] = known

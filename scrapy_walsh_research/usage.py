@@ -324,7 +324,6 @@ class UsagePreferencesMiddleware:
         self, origin: str, previous: TdmEntry | None, max_wait: float | None
     ) -> TdmEntry:
         url = origin + TDMREP_PATH
-        now = self.store.time()
         try:
             response = await internal_fetch(
                 self.crawler,
@@ -342,6 +341,7 @@ class UsagePreferencesMiddleware:
                 return await self._unreachable(origin, previous, None, f"tdmrep.json: {exc}")
             # a gate refused it (robots.txt disallows it, a hop into a blocked
             # host): the file is not read; only the headers can reserve
+            now = self.store.time()
             logger.info(
                 "tdmrep.json of %(origin)s not fetched (%(why)s): only response headers can "
                 "reserve TDM rights there",
@@ -353,7 +353,7 @@ class UsagePreferencesMiddleware:
             return await self._unreachable(
                 origin, previous, None, f"tdmrep.json fetch failed: {exc}"
             )
-        status = response.status
+        status, now = response.status, self.store.time()
         self.stats.inc_value("walsh/tdmrep/fetch")
         self.stats.inc_value(f"walsh/tdmrep/status/{status}")
         if 200 <= status < 300:

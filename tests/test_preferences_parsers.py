@@ -382,3 +382,16 @@ def test_a_hostile_pattern_is_matched_in_linear_time():
     started = time.perf_counter()
     assert P.match_length(pattern, "/" + "a" * 1999 + "b") is None
     assert time.perf_counter() - started < 0.5
+
+
+def test_the_parsers_import_nothing_from_scrapy_or_twisted():
+    """The parsers are pure (design.md): only the standard library and http-sf."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(P))
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}  # fmt: skip
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not {m for m in imported if m.split(".")[0] in ("scrapy", "twisted")}, imported
+    assert not {m for m in imported if m.startswith("scrapy_walsh_research")}, imported
