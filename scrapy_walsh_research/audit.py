@@ -153,6 +153,8 @@ class AuditTrail:
         self.robots: Callable[[str], str | None] = lambda url: None
         #: the interval pacing keeps between requests to a host (its R4 floor)
         self.interval: Callable[[str], float] | None = None
+        #: the purposes the bot declares (WALSH_PURPOSES), set by the PREF gate
+        self.purposes: tuple[str, ...] | None = None
         self.keyid: str | None = None
         #: each request sent -> its entry id (a retry or a hop is a new
         #: request object, so an id is never carried over)
@@ -243,6 +245,10 @@ class AuditTrail:
         entry = self._base("decision", str(record.get("url") or ""))
         entry.update(
             {k: record.get(k) for k in ("line", "outcome", "rule", "reason", "status")},
+            # the usage preferences that applied to the URL (PREF), as stated,
+            # and the purposes they were weighed against
+            preferences=record.get("preferences"),
+            purposes=list(self.purposes) if self.purposes is not None else None,
             blocklist=self.blocklist(),
         )
         done = self.store.append(entry)

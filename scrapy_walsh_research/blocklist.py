@@ -37,6 +37,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research import identity
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research.options import list_setting
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
@@ -141,6 +142,15 @@ def entry_hosts(raw: str) -> set[str]:
 #: tests/test_r3_large_blocklist.py, so that a change to the contract's
 #: schema makes :func:`_one_entry_per_shape` be looked at again
 ENTRY_SCHEMA_FIELDS = {"type", "required", "properties"}
+
+
+#: a normalised host name: LDH labels (``_`` too, as names in the wild have it)
+_HOST_NAME = re.compile(r"(?:[a-z0-9_](?:[a-z0-9_-]{0,62})\.)*[a-z0-9_](?:[a-z0-9_-]{0,62})")
+
+
+def _names_host(host: str) -> bool:
+    """Whether a normalised entry host could be a host the crawl contacts."""
+    return is_ip(host) or _HOST_NAME.fullmatch(host) is not None
 
 
 def _one_entry_per_shape(document: Any) -> Any | None:
@@ -429,11 +439,17 @@ class BlocklistMiddleware:
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
         self._operator_hosts = {url_host(self.url), url_host(self.schema_url)}
+        extra = list_setting(settings, "WALSH_BLOCKLIST_EXTRA")
+        unusable = [d for d in extra if not all(map(_names_host, entry_hosts(d) or {""}))]
+        if unusable:
+            # the project's own opt-out list: refused, not logged and dropped
+            raise WalshConfigurationError(
+                f"WALSH_BLOCKLIST_EXTRA: {unusable[0]!r} names no host, so it would block "
+                "nothing. Give host names or URLs (e.g. -s WALSH_BLOCKLIST_EXTRA=a.test,b.test "
+                "or -s 'WALSH_BLOCKLIST_EXTRA=[\"a.test\"]')."
+            )
         self.extra = DomainSet.from_entries(
-            [
-                {"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"}
-                for d in settings.getlist("WALSH_BLOCKLIST_EXTRA")
-            ],
+            [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in extra],
             source="WALSH_BLOCKLIST_EXTRA",
         )
         #: the published schema as bundled: the contract, never replaced

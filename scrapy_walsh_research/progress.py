@@ -62,8 +62,9 @@ class Progress:
         stats = self.crawler.stats.get_stats()
         outcomes = {k.removeprefix("walsh/outcome/"): v for k, v in stats.items()
                     if k.startswith("walsh/outcome/")}  # fmt: skip
+        decided = ("walsh/denied/", "walsh/skipped/", "walsh/withheld/")
         rules = {k.removeprefix("walsh/"): v for k, v in stats.items()
-                 if k.startswith(("walsh/denied/", "walsh/skipped/"))}  # fmt: skip
+                 if k.startswith(decided)}  # fmt: skip
         done = sum(outcomes.values())
         total = getattr(spider, "targets_total", None)
         from scrapy_walsh_research.pacing import Pacer

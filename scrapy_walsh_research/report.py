@@ -130,6 +130,33 @@ class HostEvidence:
             v["last"], v["n"] = r.ts, v["n"] + 1
         return list(seen.values())
 
+    def stated_preferences(self) -> list[dict[str, Any]]:
+        """Each usage preference the host stated (source, signal, value,
+        scope), when it was first and last in force, and what the bot did
+        with the targets it applied to (outcomes, by rule)."""
+        seen: dict[tuple[str, ...], dict[str, Any]] = {}
+        for d in self.decisions:
+            for p in d.get("preferences") or []:
+                if not isinstance(p, dict):
+                    continue
+                key = tuple(str(p.get(k)) for k in ("source", "signal", "value", "scope"))
+                v = seen.setdefault(key, {
+                    "source": key[0], "signal": key[1], "value": key[2], "scope": key[3],
+                    "purposes": p.get("purposes") or [], "allows": p.get("allows"),
+                    "first": d.get("ts"), "last": d.get("ts"), "did": {},
+                })  # fmt: skip
+                v["last"] = d.get("ts")
+                did = str(d.get("outcome")) + (f" ({d['rule']})" if d.get("rule") else "")
+                v["did"][did] = v["did"].get(did, 0) + 1
+        return list(seen.values())
+
+    def purposes(self) -> list[str] | None:
+        """The purposes the bot declared at its latest decision here."""
+        for d in reversed(self.decisions):
+            if d.get("purposes") is not None:
+                return list(d["purposes"])
+        return None
+
     def blocklist_entries(self) -> list[str]:
         """The operator's entries that R3 decisions name."""
         found: dict[str, None] = {}
@@ -149,6 +176,8 @@ class HostEvidence:
             "robots_versions": self.robots_versions(),
             "blocklist_versions": self.blocklist_versions(),
             "blocklist_entries": self.blocklist_entries(),
+            "purposes": self.purposes(),
+            "stated_preferences": self.stated_preferences(),
             "purges": self.purges,
             "smallest_gap": None if smallest is None else smallest.gap,
             "under_interval": len(self.under),
@@ -366,6 +395,10 @@ def _table(
     return f"{opening}<thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+PREFERENCE_HEADS = ["source", "signal", "value", "scope", "speaks about", "first seen (UTC)",
+                    "what the bot did"]  # fmt: skip
+
+
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
     rows = []
     for r in ev.requests:
@@ -402,6 +435,15 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         for v in ev.blocklist_versions()
     ]
     entries = "".join(f"<li><code>{esc(x)}</code></li>" for x in ev.blocklist_entries())
+    stated = [
+        f'<tr class="preference"><td>{esc(v["source"])}</td><td class="mono">{esc(v["signal"])}'
+        f'</td><td class="mono">{esc(v["value"])}</td><td>{esc(v["scope"])}</td>'
+        f"<td>{esc(', '.join(map(str, v['purposes'])) or '—')}</td>"
+        f'<td class="mono">{esc(str(v["first"]))}</td>'
+        f"<td>{esc(', '.join(f'{k}: {n}' for k, n in v['did'].items()))}</td></tr>"
+        for v in ev.stated_preferences()
+    ]
+    purposes = ev.purposes()
     purges = "".join(
         f'<li><span class="mono">{esc(str(p.get("ts")))}</span> {esc(str(p.get("host")))}: '
         f"{esc(str(p.get('reason')))} — deleted {esc(json.dumps(p.get('deleted')))}</li>"
@@ -431,6 +473,16 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
             ["origin", "sha256", "first", "last", "requests"], robots, "none recorded", n_cols=1
         )
         + (f"<p>Fetches:</p><ul>{''.join(fetches)}</ul>" if fetches else "")
+        + "<h2>Stated usage preferences</h2>"
+        + (
+            f'<p>Purposes the bot declared: <span id="purposes">{esc(", ".join(purposes))}</span>. '
+            "A statement that says no to one of them denies the target before the request "
+            "(robots.txt, tdmrep.json) or withholds it after (response headers: status and "
+            "validators kept, nothing read).</p>"
+            if purposes is not None
+            else ""
+        )
+        + _table(PREFERENCE_HEADS, stated, "none stated", "preferences")
         + "<h2>Operator blocklist</h2>"
         + (f"<p>Entries that applied:</p><ul>{entries}</ul>" if entries else "")
         + _table(["updated", "sha256", "first", "last"], blocklists, "no list was in force")

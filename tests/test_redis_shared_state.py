@@ -26,6 +26,7 @@ from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
+    TDMREP,
     base_settings,
     blocklist_doc,
     crawl,
@@ -106,7 +107,7 @@ async def test_without_redis_a_second_crawl_on_the_same_state_dir_is_refused(ser
         await deferred_from_coro(crawl_task(settings, urls[4:], tmp_path / "2"))
     await first
     assert min(gaps(server.origin.hits_for("a.test"))) >= 1.0
-    assert {h.path for h in server.origin.hits_for("a.test")} == {"/robots.txt"} | {
+    assert {h.path for h in server.origin.hits_for("a.test")} == {"/robots.txt", TDMREP} | {
         f"/p/{i}" for i in range(4)
     }
     # once the first has stopped, the state dir is free again
@@ -182,7 +183,7 @@ async def test_validators_cadence_robots_and_blocklist_are_shared_between_worker
     w2 = base_settings(server, tmp_path / "w2", **shared)
     res = await crawl(w2, [doc, blocked], tmp_path)
     hits = server.origin.hits_for("etag.test")
-    assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/p/0"]  # robots.txt once
+    assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/p/0", "/p/0"]  # each once
     assert hits[-1].headers.get("if-none-match") == '"v1"'  # worker 1's validator
     assert res.by_url()[blocked]["rule"] == "R3"  # worker 1's adopted list, retained
     assert server.origin.hits_for("blocked.test") == []
