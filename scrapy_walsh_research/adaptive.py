@@ -16,8 +16,9 @@ agree step for step):
   refused, reset or dropped connection, or an answer so slow that
   ``factor`` times it passes the cap. Each raises the host's distress
   interval ``backoff`` times (plus up to 10 % jitter, never less) up to the
-  cap; only ``recovery`` answers in a row without a signal bring it one step
-  back down, so it does not flap. A signal while it is at the cap gives the
+  cap; only ``recovery`` answers in a row without a signal bring it a step
+  back down (and each further one another step, until the next signal), so
+  it does not flap. A signal while it is at the cap gives the
   host up: its remaining targets are skipped (rule R5) for ``give_up``
   seconds, across restarts.
 
@@ -56,7 +57,8 @@ DEFAULT_MAX_DELAY = 60.0
 #: each distress signal multiplies the interval by this: a 20 s outage then
 #: gets at most three requests (1 s floor: 3 s, then 9 s, then 27 s)
 DEFAULT_BACKOFF = 3.0
-#: answers in a row without a signal before the interval comes down one step
+#: answers in a row without a signal before the interval comes down a step
+#: (then every further one, until the next signal, brings it down another)
 DEFAULT_RECOVERY = 3
 #: how long a host given up stays skipped (seconds)
 DEFAULT_GIVE_UP = 3600.0
@@ -272,11 +274,14 @@ class HostLoad:
         self.streak += 1
         if self.streak < policy.recovery:
             return "streak"
-        self.streak = 0
+        # sustained: this answer and each one after it, until the next
+        # signal, bring the interval down a step
         self.distress /= policy.backoff
-        if self.distress > floor:
+        # within the jitter of the floor is the floor: not one more step of it
+        if self.distress > floor * (1 + JITTER):
             return "eased"
         self.distress = 0.0
+        self.streak = 0
         self.signals = {}
         return "recovered"
 
@@ -318,8 +323,9 @@ class HostLoad:
         )
 
 
-#: what a host's interval in force was set by, strictest first when equal
-SOURCES = ("distress", "load", "Crawl-delay", "floor")
+#: what a host clock answers for a host whose answers said nothing (read
+#: only: the scheduler asks on every decision, for thousands of hosts)
+IDLE = HostLoad()
 
 
 def worth_noting(view: HostLoad, answer: Answer, policy: AdaptivePolicy, floor: float) -> bool:

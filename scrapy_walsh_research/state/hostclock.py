@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
-from scrapy_walsh_research.adaptive import HostLoad
+from scrapy_walsh_research.adaptive import IDLE, HostLoad
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class MemoryHostClock(RobotsIntervals):
         return max(ready, self._next.get(host, 0.0), self._hold.get(host, 0.0), gave_up)
 
     def host_load(self, host: str) -> HostLoad:
-        return self._loads.get(host) or HostLoad()
+        return self._loads.get(host) or IDLE
 
     def grant_valid(self, host: str) -> bool:
         return True  # nobody else takes this process's slots

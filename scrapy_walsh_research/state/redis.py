@@ -44,7 +44,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
-from scrapy_walsh_research.adaptive import ALPHA, JITTER, HostLoad
+from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
@@ -285,11 +285,11 @@ elseif dd > 0 then
   ds = ds + 1
   event = 'streak'
   if ds >= tonumber(ARGV[7]) then
-    ds = 0
     dd = dd / backoff
     event = 'eased'
-    if dd <= floor then
+    if dd <= floor * (1 + tonumber(ARGV[11])) then
       dd = 0
+      ds = 0
       event = 'recovered'
       local all = redis.call('HKEYS', KEYS[1])
       for i = 1, #all do
@@ -874,13 +874,13 @@ class RedisHostClock(RobotsIntervals):
             streak=int(float(streak)), gave_up_until=time.monotonic() + left if left > 0 else 0.0,
             signals={kind: int(n) for kind, _, n in counts},
         )  # fmt: skip
-        if load == HostLoad():
+        if load == IDLE:
             self._loads.pop(host, None)
         else:
             self._loads[host] = load
 
     def host_load(self, host: str) -> HostLoad:
-        return self._loads.get(host) or HostLoad()
+        return self._loads.get(host) or IDLE
 
     def ready_at(self, host: str, interval: float) -> float:
         last = self._last.get(host)
