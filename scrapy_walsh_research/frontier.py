@@ -143,7 +143,10 @@ class FrontierScheduler:
                 heapq.heappop(self._heap)
                 continue
             actual = self.pacer.ready_at(host)
-            if actual > ready:  # the host's clock moved (robots.txt, a retry hold)
+            if actual != ready:
+                # the host's clock moved: later (robots.txt, a retry hold, a
+                # slow or distressed answer) or earlier (its answers eased
+                # the interval the entry was pushed with)
                 heapq.heappop(self._heap)
                 self._push(host, actual)
                 continue

@@ -56,9 +56,7 @@ async def test_a_slowdown_is_felt_at_the_next_request_and_a_speed_up_only_gradua
 ):
     """Answers of 0.2 s (robots.txt), 0.5 s, then 0.2 s: after the 0.5 s one
     the next request waits 6 x 0.5 s, not the average's 6 x 0.26 s; once the
-    host is fast again it still waits more than 6 x 0.2 s (the average), and
-    each request waits at least the interval in force when the one before it
-    left (so the first fast answer is felt one request later)."""
+    host is fast again it still waits more than 6 x 0.2 s (the average)."""
     delays = iter([0.5, 0.2, 0.2, 0.2])
     server.origin.route("vary.test", "/robots.txt", Reply(200, ALLOW, delay=0.2))
     for i in range(4):
@@ -70,8 +68,8 @@ async def test_a_slowdown_is_felt_at_the_next_request_and_a_speed_up_only_gradua
     g = gaps(server.origin.hits_for("vary.test"))  # robots, p0 (0.5 s) .. p3
     assert 1.2 <= g[0] < 1.5, g  # 6 x 0.2 s
     assert g[1] >= 6 * 0.5, g  # felt at once
-    assert g[2] >= 6 * 0.5, g  # the interval in force when p1 left
-    assert 1.42 <= g[3] < 2.0, g  # eased by the average only: 6 x 0.248 s, not 6 x 0.2 s
+    assert 1.42 <= g[2] < 2.0, g  # eased by the average only: 6 x 0.248 s, not 6 x 0.2 s
+    assert 1.35 <= g[3] < g[2], g  # and on: 6 x 0.238 s
 
 
 @pytest_twisted.ensureDeferred
@@ -81,22 +79,21 @@ async def test_a_503_without_retry_after_slows_the_whole_host_until_answers_are_
     """One 503 raises the host's interval (twofold with
     WALSH_ADAPTIVE_BACKOFF=2): its retry and the next targets all wait for it
     (host-wide memory, across targets), and it comes down only after
-    WALSH_ADAPTIVE_RECOVERY answers in a row (felt from the request after the
-    one that brought it down)."""
+    WALSH_ADAPTIVE_RECOVERY answers in a row."""
     calls = itertools.count()
     urls = site(
-        server, "strained.test", 4, lambda hit: Reply(503 if next(calls) == 0 else 200, "x")
+        server, "strained.test", 3, lambda hit: Reply(503 if next(calls) == 0 else 200, "x")
     )
     settings = base_settings(
         server, tmp_path / "s", WALSH_ADAPTIVE_BACKOFF=2, WALSH_ADAPTIVE_RECOVERY=2
     )
     res = await crawl(settings, urls, tmp_path)
-    assert [i["outcome"] for i in res.items] == ["fetched"] * 4
-    g = gaps(server.origin.hits_for("strained.test"))  # robots, p0 (503), p0, p1, p2, p3
-    assert len(g) == 5, g
+    assert [i["outcome"] for i in res.items] == ["fetched"] * 3
+    g = gaps(server.origin.hits_for("strained.test"))  # robots, p0 (503), p0, p1, p2
+    assert len(g) == 4, g
     assert g[1] >= 2.0, g  # the retry: not its 0-1 s backoff, the host's distress interval
-    assert g[2] >= 2.0 and g[3] >= 2.0, g  # other targets: one answer does not end it
-    assert g[4] < 1.5, g  # two answers in a row: eased back towards the floor
+    assert g[2] >= 2.0, g  # another target: one answer does not end it
+    assert g[3] < 1.5, g  # two answers in a row: eased back to the floor
     assert res.stats["walsh/adaptive/raised"] == 1
     assert res.stats["walsh/adaptive/signal/http_503"] == 1
 

@@ -41,7 +41,12 @@ class HostClock(Protocol):
         ...
 
     async def commit(self, host: str, at: float, interval: float) -> None:
-        """The request reserved last reached the host at *at* (later than reserved)."""
+        """The request reserved last reached the host at *at* (later than
+        reserved) and has its answer: the next may come *interval* (the
+        interval in force now, which the answer may have changed) after it.
+        A shorter interval than the reservation's applies at once: the
+        reservation's next allowed time only guards against a crash before
+        the answer."""
         ...
 
     async def hold(self, host: str, until: float) -> None:
@@ -341,8 +346,9 @@ class PersistentHostClock(MemoryHostClock):
         await self._seed(host)
         self._commit(host, at)
         if self._last[host] + interval <= self._stored_next.get(host, float("-inf")):
-            # the stored reservation already keeps the host this long
-            self._next[host] = max(self._next.get(host, 0.0), self._last[host] + interval)
+            # the stored reservation already keeps the host this long (or
+            # longer: a restart waits that, never less)
+            self._next[host] = self._last[host] + interval
             return
         await self._save(host, interval)
 

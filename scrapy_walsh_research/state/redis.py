@@ -190,7 +190,9 @@ local iv = strictest(KEYS[1])
 local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]),
                           tonumber(h[4] or '0') + tonumber(ARGV[4]))
 local last = math.max(at, tonumber(h[1] or '0'))
-local nxt = math.max(at + interval, tonumber(h[2] or '0'))
+-- the interval in force now: a shorter one than the reservation's (an
+-- answer that eased it) applies at once; 'last' still spaces the next one
+local nxt = at + interval
 redis.call('HSET', KEYS[1], 'last', f(last), 'next', f(nxt))
 if h[3] == ARGV[3] then redis.call('HDEL', KEYS[1], 'lease', 'owner') end
 redis.call('EXPIRE', KEYS[1], 86400)
