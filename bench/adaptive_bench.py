@@ -1,8 +1,8 @@
 """Adaptive pacing benchmark (issue 21): this bundle and stock Scrapy with
 AutoThrottle against hosts that behave like servers under strain, one run.
 
-    .venv/bin/python bench/adaptive_bench.py            # the full layout (about 12 min)
-    .venv/bin/python bench/adaptive_bench.py --quick    # a small one (about 1.5 min)
+    .venv/bin/python bench/adaptive_bench.py            # the full layout (about 5 min)
+    .venv/bin/python bench/adaptive_bench.py --quick    # a small one (under 3 min)
 
 A loopback origin (``multihost_origin.py --model``) serves one host per
 address, each with a capacity model: a request costs service time, latency
