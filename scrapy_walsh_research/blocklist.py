@@ -481,7 +481,8 @@ class BlocklistMiddleware:
             from scrapy_walsh_research.state.redis import RedisConnection
 
             RedisConnection.for_crawler(crawler).guard.on_history_lost(self._publish_again)
-        Pacer.for_crawler(crawler).add_denial_check(
+        self.pacer = Pacer.for_crawler(crawler)
+        self.pacer.add_denial_check(
             lambda r: (
                 self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
                 and self.domains.match(url_host(r.url)) is not None
@@ -642,10 +643,16 @@ class BlocklistMiddleware:
     def _max_wait(self) -> float | None:
         """How long a fetch of the operator's documents may hold the download
         slot waiting for the operator host: a refresh of a list in force may
-        wait a moment only (it is tried again later); the first list is worth
-        waiting for, since every target waits on it anyway."""
+        wait a moment only (it is tried again later, the list in force
+        applying meanwhile), or the operator host's interval in force when
+        its answers slowed it (a 503 to the last refresh: 3 s, at most
+        WALSH_ADAPTIVE_MAX_DELAY). Deferred past that, the refresh would come
+        after the run's last target in a short run, every day until the host
+        eased, and a new opt-out would wait that long. A Retry-After hold
+        beyond it still defers the refresh. The first list is worth waiting
+        for, since every target waits on it anyway."""
         if self.adopted is not None:
-            return SHORT_WAIT
+            return max(SHORT_WAIT, self.pacer.interval(url_host(self.url)))
         return None
 
     async def refresh(self) -> None:

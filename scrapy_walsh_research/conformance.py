@@ -5,7 +5,8 @@ and subdomain, named and ``*`` robots groups, robots 404/503, Crawl-delay,
 429 with Retry-After, redirects into blocked or disallowed places, a page
 full of links and sub-resources, ETag, a feed, markdown, llms.txt,
 duplicates, bad list lines, hosts stating usage preferences in robots.txt,
-tdmrep.json and response headers), runs the project's real ``targets`` spider with
+tdmrep.json and response headers, a slow host and one that answers 503
+without Retry-After once), runs the project's real ``targets`` spider with
 the project's effective settings four times (a first run; a restart with
 the blocklist unreachable; a restart with the blocklist schema-invalid; a
 restart where the schema and blocklist URLs both answer a gateway's error
@@ -85,6 +86,11 @@ async def _sleep(seconds: float) -> None:
 #: a host crawled in the first runs that opts out before the last one: what
 #: was stored about it (validators, cadence) must then be purged
 PURGED_HOST = "etag.test"
+#: how long each answer of the slow host takes, and its pages (the adaptive rows)
+SLOW_S = 0.4
+SLOW_PAGES = ("/s/0", "/s/1", "/s/2")
+#: the strained host answers 503 without Retry-After to its first request
+STRAINED_PAGES = ("/a", "/b")
 
 
 def _blocklist(refresh: str = "PT1S", *, opted_out: bool = False) -> dict[str, Any]:
@@ -110,6 +116,7 @@ class Scenario:
         self.phase = 1
         self._busy_calls = 0
         self._drops = 0
+        self._strained_calls = 0
 
     def url(self, host: str, path: str = "/") -> str:
         return self.server.url(host, path)
@@ -134,7 +141,8 @@ class Scenario:
             o.route(host, "/robots.txt", Reply(200, text))
         for host in ("blocked.test", "www.blocked.test", "xblocked.test", "hop.test", "links.test",
                      "limit.test", "etag.test", "feed.test", "giveup.test",
-                     "drop.test", "moved.test", "reserved.test", "withheld.test"):  # fmt: skip
+                     "drop.test", "moved.test", "reserved.test", "withheld.test",
+                     "strained.test"):  # fmt: skip
             o.route(host, "/robots.txt", Reply(200, ALLOW_ALL))
         o.route("down.test", "/robots.txt", Reply(503, "maintenance"))
         o.route("missing.test", "/robots.txt", Reply(404, "no robots here"))
@@ -172,6 +180,12 @@ class Scenario:
         o.route("etag.test", "/doc", self._etag)
         o.route("feed.test", "/feed.xml", Reply(200, RSS, {"Content-Type": "application/rss+xml"}))
         o.route("feed.test", "/guide.md", Reply(200, MARKDOWN, {"Content-Type": "text/markdown"}))
+        text = {"Content-Type": "text/plain"}
+        o.route("slow.test", "/robots.txt", Reply(200, ALLOW_ALL, delay=SLOW_S))
+        for path in SLOW_PAGES:
+            o.route("slow.test", path, Reply(200, "slow", text, delay=SLOW_S))
+        for path in STRAINED_PAGES:
+            o.route("strained.test", path, self._strained)
 
     def _blocklist(self, hit: Hit) -> Reply:
         if self.phase == 2:
@@ -193,6 +207,13 @@ class Scenario:
         """Read the request, then close the (reused) connection without answering."""
         self._drops += 1
         return Reply(200, "ok", {"Content-Type": "text/plain"}, drop=self._drops == 1)
+
+    def _strained(self, hit: Hit) -> Reply:
+        """503 without Retry-After to the first request, then normal answers."""
+        self._strained_calls += 1
+        if self._strained_calls == 1:
+            return Reply(503, "overloaded")
+        return Reply(200, "ok", {"Content-Type": "text/plain"})
 
     def _busy(self, hit: Hit) -> Reply:
         self._busy_calls += 1
@@ -221,6 +242,8 @@ class Scenario:
             u("named.test", "/page#again"), "not-a-url", "ftp://feed.test/file",
             u("moved.test", "/old"), u("starbot.test", "/page"), u("signal.test", "/page"),
             u("reserved.test", "/page"), u("withheld.test", "/doc"),
+            *(u("slow.test", p) for p in SLOW_PAGES),
+            *(u("strained.test", p) for p in STRAINED_PAGES),
         ]  # fmt: skip
 
     def restart_lines(self) -> list[str]:
@@ -821,6 +844,47 @@ def judge(
         "MUST",
         "connection closed after the request was read: not re-sent at once",
         dropped,
+    )
+
+    def load_aware() -> tuple[bool, str]:
+        hits = r1.hits_for("slow.test")
+        fetched = sum(o(r1, "slow.test", p) == "fetched/-" for p in SLOW_PAGES)
+        if len(hits) < 2:
+            return False, f"{len(hits)} requests to slow.test"
+        busy = SLOW_S * len(hits) / (hits[-1].t + SLOW_S - hits[0].t)
+        g = [b.t - a.t for a, b in itertools.pairwise(hits)]
+        ok = busy <= 0.25 and fetched == len(SLOW_PAGES)
+        return ok, (
+            f"busy {100 * busy:.1f} % of the time with {SLOW_S} s answers (gaps "
+            f"{min(g):.2f}-{max(g):.2f} s); {fetched}/{len(SLOW_PAGES)} fetched"
+        )
+
+    check(
+        "ADP",
+        "SHOULD",
+        f"load-aware: a host answering in {SLOW_S} s is kept at most 25 % busy",
+        load_aware,
+    )
+
+    def distress() -> tuple[bool, str]:
+        hits = r1.hits_for("strained.test")
+        pages = [h for h in hits if h.path != "/robots.txt"]
+        fetched = sum(o(r1, "strained.test", p) == "fetched/-" for p in STRAINED_PAGES)
+        after = [b.t - a.t for a, b in itertools.pairwise(pages[:3])]
+        if len(after) < 2:
+            return False, f"{len(pages)} requests to strained.test's pages"
+        # at least twice the floor: the smallest backoff the start-up check allows
+        ok = min(after) >= 2.0 and fetched == len(STRAINED_PAGES)
+        return ok, (
+            f"after its 503, the next two requests (the retry, another target) came "
+            f"{after[0]:.2f} s and {after[1]:.2f} s apart; {fetched}/{len(STRAINED_PAGES)} fetched"
+        )
+
+    check(
+        "ADP",
+        "SHOULD",
+        "distress: a 503 without Retry-After slows the whole host, which is not abandoned",
+        distress,
     )
 
     def in_scope() -> tuple[bool, str]:

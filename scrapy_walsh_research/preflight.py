@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
+from scrapy_walsh_research import adaptive
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.options import declared_purposes, list_setting
 
@@ -222,6 +223,9 @@ def problems(settings: BaseSettings) -> list[str]:
             f"WALSH_MIN_DELAY={settings.getfloat('WALSH_MIN_DELAY')}: R4 allows at most one "
             "request per second per host. Set WALSH_MIN_DELAY to 1.0 or more."
         )
+    # the adaptive half of R4/R5: nothing may switch it off or weaken it
+    # below its documented floor (docs/adaptive.rst)
+    found.extend(adaptive.problems(settings.get))
     if SCRAPY_ROBOTS_MW in order and settings.getbool("ROBOTSTXT_OBEY"):
         found.append(
             f"Scrapy's {SCRAPY_ROBOTS_MW} is active beside the R2 gate (it selects groups by "

@@ -200,7 +200,7 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     holds: list[float] = []
     pacer = Pacer.for_crawler(crawler)
 
-    async def record_hold(host: str, until: float) -> None:
+    async def record_hold(host: str, until: float, *how: Any) -> None:
         holds.append(until - time.monotonic())
 
     pacer.hold = record_hold  # type: ignore[method-assign]

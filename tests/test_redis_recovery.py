@@ -78,7 +78,11 @@ async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server,
         new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
         await new.ended
         hits = server.origin.hits_for("cd.test")
-        assert [h.path for h in hits][-2:] == ["/robots.txt", "/p/1"], new.err.decode()[-2000:]
+        assert [h.path for h in hits][-3:] == [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/p/1",
+        ], new.err.decode()[-2000:]
         assert min(gaps(hits)) >= 10.0, [round(g, 2) for g in gaps(hits)]
         assert "history in Redis" in new.err.decode()
     finally:
@@ -247,7 +251,9 @@ async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(serv
     try:
         sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
-        push(redis, shared, [sd[0], *site(server, "o.test", 6)], tmp_path, key="a")
+        # o.test keeps A answering after the step: sd.test's page only goes
+        # out after robots.txt and tdmrep.json, 6 s apart each
+        push(redis, shared, [sd[0], *site(server, "o.test", 18)], tmp_path, key="a")
         push(redis, shared, sd[1:], tmp_path, key="b")
         a = spawn_worker(server, "a", tmp_path / "a", **shared)
         await until(lambda: len(pages(server, "sd.test")) >= 1)

@@ -55,6 +55,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
+from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import RobotsIntervals, pause_on_loss
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
 
 logger = logging.getLogger(__name__)
 
@@ -103,9 +106,31 @@ local function strictest(key)
 end
 """
 
+# What a host's answers said (scrapy_walsh_research.adaptive), kept in its
+# hash: 'ad' the adaptive interval (factor x load, or distress), 'la'/'ll'
+# the average and last response time, 'dd' the distress interval, 'ds' the
+# answers in a row without a signal, 'dg' when a host given up may be
+# contacted again, 'sg:<signal>' the signals since it was last at its floor.
+ADAPTIVE = """
+local function adaptive(key)
+  local a = redis.call('HMGET', key, 'ad', 'la', 'll', 'dd', 'ds', 'dg')
+  local signals = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 3) == 'sg:' then
+      table.insert(signals, string.sub(all[i], 4) .. '=' .. all[i + 1])
+    end
+  end
+  return {a[1] or '0', a[2] or '0', a[3] or '0', a[4] or '0', a[5] or '0',
+          f(math.max(0, tonumber(a[6] or '0') - now)), table.concat(signals, ';')}
+end
+local function append(t, more) for _, v in ipairs(more) do table.insert(t, v) end return t end
+"""
+
 RESERVE = (
     PRELUDE
     + GUARD
+    + ADAPTIVE
     + """
 -- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine, KEYS[4] generation
 -- ARGV[1] interval s (with margins), ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner,
@@ -134,12 +159,14 @@ if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
   if gen < tonumber(ARGV[6]) then redis.call('SET', KEYS[4], ARGV[6]) end
   return answer({why, epoch, redis.call('GET', KEYS[4]) or '0', '0', '', '0'})
 end
-local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner', 'ad', 'dg')
 local iv = strictest(KEYS[1])
+local ad = adaptive(KEYS[1])
 if h[4] and h[5] == ARGV[4] then
-  return answer({'ok', h[1], tostring(gen), iv[1], iv[2], iv[3]})
+  return append(answer({'ok', h[1], tostring(gen), iv[1], iv[2], iv[3]}), ad)
 end
-local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]))
+local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]),
+                          tonumber(h[6] or '0') + tonumber(ARGV[7]))
 local ready = tonumber(redis.call('GET', KEYS[3]) or '0')
 -- Issue 22: a clock stepped back makes stored times look later than they
 -- are: no request is in the future, no next slot or lease further ahead
@@ -174,19 +201,20 @@ if h[1] then
     judged = now - tonumber(ARGV[10])
   end
 end
+if h[7] then ready = math.max(ready, tonumber(h[7])) end
 if h[4] and tonumber(h[4]) > now then
   -- in flight from another worker: ready no sooner than its interval, and
   -- asked again shortly after, since its response usually ends the lease
   ready = math.max(ready, judged + math.min(tonumber(h[4]) - now, 0.25))
 end
 if ready > judged then
-  return answer({'wait', f(ready - judged), tostring(gen), iv[1], iv[2], iv[3]})
+  return append(answer({'wait', f(ready - judged), tostring(gen), iv[1], iv[2], iv[3]}), ad)
 end
 gen = redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[1], 'last', f(now), 'next', f(now + interval),
            'lease', f(now + tonumber(ARGV[2])), 'owner', ARGV[4])
 redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
-return answer({'ok', f(now), tostring(gen), iv[1], iv[2], iv[3]})
+return append(answer({'ok', f(now), tostring(gen), iv[1], iv[2], iv[3]}), ad)
 """
 )
 
@@ -223,11 +251,14 @@ COMMIT = (
 -- ARGV[3] owner, ARGV[4] margins. The wire time is mapped onto the server clock
 -- late, never early.
 local at = now - tonumber(ARGV[1])
-local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'owner', 'ad')
 local iv = strictest(KEYS[1])
-local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]))
+local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]),
+                          tonumber(h[4] or '0') + tonumber(ARGV[4]))
 local last = math.max(at, tonumber(h[1] or '0'))
-local nxt = math.max(at + interval, tonumber(h[2] or '0'))
+-- the interval in force now: a shorter one than the reservation's (an
+-- answer that eased it) applies at once; 'last' still spaces the next one
+local nxt = at + interval
 redis.call('HSET', KEYS[1], 'last', f(last), 'next', f(nxt))
 if h[3] == ARGV[3] then redis.call('HDEL', KEYS[1], 'lease', 'owner') end
 redis.call('EXPIRE', KEYS[1], 86400)
@@ -268,17 +299,82 @@ return iv
 
 READY = (
     PRELUDE
+    + ADAPTIVE
     + """
 -- KEYS[1] host hash, KEYS[2] quarantine; ARGV[1] interval. Seconds until ready
 -- (a hint for the scheduler: a lease is ignored, the reservation checks it),
--- seconds until the host's hold (Retry-After) ends, and its strictest interval.
-local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease')
+-- seconds until the host's hold (Retry-After) ends, its strictest interval,
+-- and what its answers said.
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'dg')
 local iv = strictest(KEYS[1])
 local ready = tonumber(redis.call('GET', KEYS[2]) or '0')
 if h[1] then ready = math.max(ready, tonumber(h[1]) + tonumber(ARGV[1])) end
-for i = 2, 3 do if h[i] then ready = math.max(ready, tonumber(h[i])) end end
-return {f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now)),
-        iv[1], iv[2], iv[3]}
+for i = 2, 5 do if h[i] and i ~= 4 then ready = math.max(ready, tonumber(h[i])) end end
+return append({f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now)),
+               iv[1], iv[2], iv[3]}, adaptive(KEYS[1]))
+"""
+)
+
+ANSWER = (
+    PRELUDE
+    + ADAPTIVE
+    + """
+-- KEYS[1] host hash. ARGV[1] response time s ('' for none), ARGV[2] distress
+-- signal ('' for none), ARGV[3] the host's floor s, ARGV[4] factor, ARGV[5]
+-- max delay, ARGV[6] backoff, ARGV[7] recovery, ARGV[8] give up s, ARGV[9]
+-- jitter draw, ARGV[10] average weight, ARGV[11] jitter share, ARGV[12] margins.
+-- One answer folded into the host's load and distress: HostLoad.observe in
+-- scrapy_walsh_research/adaptive.py, step for step (a test runs both). The
+-- host's next allowed time moves with it at once, for every worker.
+local h = redis.call('HMGET', KEYS[1], 'la', 'll', 'dd', 'ds', 'dg', 'last', 'next')
+local floor = math.max(tonumber(ARGV[3]), tonumber(strictest(KEYS[1])[1]))
+local avg, lst = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+local dd, ds, dg = tonumber(h[3] or '0'), tonumber(h[4] or '0'), tonumber(h[5] or '0')
+local factor, cap, backoff = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local signal, event = ARGV[2], 'load'
+if ARGV[1] ~= '' then
+  local rt = tonumber(ARGV[1])
+  if avg <= 0 then avg = rt else avg = avg + tonumber(ARGV[10]) * (rt - avg) end
+  lst = rt
+  if signal == '' and factor * rt > cap then signal = 'slow answer' end
+end
+if signal ~= '' then
+  redis.call('HINCRBY', KEYS[1], 'sg:' .. signal, 1)
+  ds = 0
+  if dd >= cap then
+    dg = math.max(dg, now + tonumber(ARGV[8]))
+    event = 'gave_up'
+  else
+    local raised = math.max(floor, dd) * backoff * (1 + tonumber(ARGV[11]) * tonumber(ARGV[9]))
+    dd = math.min(cap, raised)
+    event = 'raised'
+  end
+elseif dd > 0 then
+  ds = ds + 1
+  event = 'streak'
+  if ds >= tonumber(ARGV[7]) then
+    dd = dd / backoff
+    event = 'eased'
+    if dd <= floor * (1 + tonumber(ARGV[11])) then
+      dd = 0
+      ds = 0
+      event = 'recovered'
+      local all = redis.call('HKEYS', KEYS[1])
+      for i = 1, #all do
+        if string.sub(all[i], 1, 3) == 'sg:' then redis.call('HDEL', KEYS[1], all[i]) end
+      end
+    end
+  end
+end
+local ad = math.max(math.min(cap, factor * math.max(lst, avg)), dd)
+redis.call('HSET', KEYS[1], 'la', f(avg), 'll', f(lst), 'dd', f(dd), 'ds', tostring(ds),
+           'dg', f(dg), 'ad', f(ad))
+if h[6] then
+  local nxt = math.max(tonumber(h[7] or '0'), tonumber(h[6]) + ad + tonumber(ARGV[12]))
+  redis.call('HSET', KEYS[1], 'next', f(nxt))
+end
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(math.max(0, dg - now)))
+return append({event}, adaptive(KEYS[1]))
 """
 )
 
@@ -944,6 +1040,10 @@ class RedisHostClock(RobotsIntervals):
     A host's robots.txt intervals live in its Redis record, so every worker's
     reservation keeps the strictest, whoever read it.
 
+    What a host's answers say (load, distress, a host given up) lives in its
+    Redis record too, folded in by one script per answer, so one worker's
+    signal slows every worker's next reservation at once.
+
     A reservation is leased for ``WALSH_REDIS_LEASE`` seconds and renewed
     while its request is in flight; a worker that dies frees the host when
     its lease runs out. A grant this worker cannot keep renewing (Redis
@@ -976,6 +1076,7 @@ class RedisHostClock(RobotsIntervals):
         self._hold = conn.client.register_script(HOLD)
         self._interval = conn.client.register_script(INTERVAL)
         self._ready_script = conn.client.register_script(READY)
+        self._answer = conn.client.register_script(ANSWER)
         self._hello = conn.client.register_script(HELLO)
         self._epoch: str | None = None
         self._gen = journal.gen if journal else 0
@@ -989,6 +1090,8 @@ class RedisHostClock(RobotsIntervals):
         self._ready: dict[str, float] = {}
         self._last: dict[str, float] = {}
         self._held: dict[str, float] = {}
+        #: what each host's answers said, as Redis last told this worker
+        self._loads: dict[str, HostLoad] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -1067,15 +1170,36 @@ class RedisHostClock(RobotsIntervals):
             )
             self._strictest[host] = (float(seconds), str(origin), time.time() + float(left))
 
+    def _note_load(self, host: str, view: list[Any]) -> None:
+        """The host's load and distress as a script returned them (see ADAPTIVE)."""
+        _, average, last, distress, streak, gave_up_left, signals = view
+        left = float(gave_up_left)
+        counts = (pair.rpartition("=") for pair in str(signals).split(";") if pair)
+        load = HostLoad(
+            average=float(average), last=float(last), distress=float(distress),
+            streak=int(float(streak)), gave_up_until=time.monotonic() + left if left > 0 else 0.0,
+            signals={kind: int(n) for kind, _, n in counts},
+        )  # fmt: skip
+        if load == IDLE:
+            self._loads.pop(host, None)
+        else:
+            self._loads[host] = load
+
+    def host_load(self, host: str) -> HostLoad:
+        return self._loads.get(host) or IDLE
+
     def ready_at(self, host: str, interval: float) -> float:
         last = self._last.get(host)
         ready = self._ready.get(host, 0.0)
+        load = self._loads.get(host)
+        if load is not None:
+            ready = max(ready, load.gave_up_until)
         return max(ready, last + interval) if last is not None else ready
 
     async def warm(self, host: str) -> None:
         if host in self._ready:
             return
-        wait, held, *iv = await self.conn.call(
+        wait, held, *rest = await self.conn.call(
             "read host clock",
             lambda r: self._ready_script(
                 keys=[self._host_key(host), self.conn.key("quarantine")], args=[1.0], client=r
@@ -1086,7 +1210,8 @@ class RedisHostClock(RobotsIntervals):
         self._ready.setdefault(host, time.monotonic() + min(float(wait), self.pause_on_loss))
         if float(held) > 0:
             self._held.setdefault(host, time.monotonic() + float(held))
-        self._note_strictest(host, *iv)
+        self._note_strictest(host, *rest[:3])
+        self._note_load(host, rest[3:])
         if self.cache_size is not None and len(self._ready) > self.cache_size:
             self._forget_settled(keep=host)
 
@@ -1109,9 +1234,11 @@ class RedisHostClock(RobotsIntervals):
                 self._ready[host] > now
                 or self._held.get(host, 0.0) > now
                 or (last is not None and now - last < self.pause_on_loss)
+                or self.host_load(host).gave_up_until > now
             ):
                 continue
-            for view in (self._ready, self._last, self._held, self._intervals, self._strictest):
+            for view in (self._ready, self._last, self._held, self._intervals, self._strictest,
+                         self._loads):  # fmt: skip
                 view.pop(host, None)
             self.conn._inc("host_views_forgotten")
 
@@ -1138,12 +1265,16 @@ class RedisHostClock(RobotsIntervals):
                 lambda r, keys=keys, args=args: self._reserve(keys=keys, args=args, client=r),
             )
             answered = time.monotonic()
-            iv, (server_now, *seen) = rest[:3], rest[3:]
+            # rest: the strictest robots.txt interval (3), the guard's
+            # {now, run, lost, clock} (4), then the host's adaptive state
+            # (7; absent when the state was lost)
+            iv, (server_now, *seen), load = rest[:3], rest[3:7], rest[7:]
             stepped = await guard.observe(float(server_now), asked, answered, *seen)
             if status in ("lost", "replaced", "rollback"):
                 self._state_lost(status)
                 self._epoch, self._gen = value, max(self._gen, int(gen))
                 continue
+            self._note_load(host, load)
             if status == "wait":
                 self._after_answer(epoch, gen, host, iv)
                 self._note(host, float(value))
@@ -1250,6 +1381,21 @@ class RedisHostClock(RobotsIntervals):
 
     def held_until(self, host: str) -> float:
         return self._held.get(host, 0.0)
+
+    async def note_answer(
+        self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
+    ) -> str:
+        rt = "" if answer.response_time is None else answer.response_time
+        args = [
+            rt, answer.signal or "", floor, policy.factor, policy.max_delay, policy.backoff,
+            policy.recovery, policy.give_up, answer.jitter, ALPHA, JITTER, self._margins(),
+        ]  # fmt: skip
+        event, *view = await self.conn.call(
+            "note answer",
+            lambda r: self._answer(keys=[self._host_key(host)], args=args, client=r),
+        )
+        self._note_load(host, view)
+        return str(event)
 
     async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
         ttl = expires - self.conn.time()  # *expires* is on the fleet's clock
