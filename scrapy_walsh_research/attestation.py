@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research import __version__, preflight
+from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity import SPEC_VERSION, USER_AGENT
+from scrapy_walsh_research.options import declared_purposes
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -48,6 +50,7 @@ _SHARED = {
     "CONCURRENT_REQUESTS": "R4",
     "WALSH_MIN_DELAY": "R4",
     "REDIRECT_MAX_TIMES": "R6",
+    "WALSH_PURPOSES": "R6",
     "WALSH_BLOCKLIST": "R3",
     "ROBOTSTXT_OBEY": "R2",
     "RETRY_ENABLED": "R5",
@@ -122,10 +125,21 @@ def attest(settings: BaseSettings, report: Report | None = None) -> dict[str, An
         "spec": SPEC_VERSION,
         "user_agent": USER_AGENT,
         "settings_sha256": settings_hash(settings),
+        "purposes": _purposes(settings),
         "requirements": requirements,
         "evidence": evidence,
         "identity": _identity(settings),
     }
+
+
+def _purposes(settings: BaseSettings) -> list[str] | dict[str, str]:
+    """What the bot declares it does with what it fetches (WALSH_PURPOSES):
+    the purposes sites' usage preferences are honoured for; a refused value
+    is reported, not raised (the attestation describes a refusal)."""
+    try:
+        return list(declared_purposes(settings))
+    except WalshConfigurationError as exc:
+        return {"refused": str(exc)}
 
 
 def _identity(settings: BaseSettings) -> dict[str, Any]:

@@ -151,8 +151,11 @@ class AuditTrail:
         self.retention = retention
         self.blocklist: Callable[[], dict[str, Any] | None] = lambda: None
         self.robots: Callable[[str], str | None] = lambda url: None
-        #: the interval pacing keeps between requests to a host (its R4 floor)
-        self.interval: Callable[[str], float] | None = None
+        #: the interval pacing kept before a request went out, and what set it
+        #: (floor, Crawl-delay, load, distress, Retry-After, backoff)
+        self.interval: Callable[[Request], tuple[float, str]] | None = None
+        #: the purposes the bot declares (WALSH_PURPOSES), set by the PREF gate
+        self.purposes: tuple[str, ...] | None = None
         self.keyid: str | None = None
         #: each request sent -> its entry id (a retry or a hop is a new
         #: request object, so an id is never carried over)
@@ -206,6 +209,9 @@ class AuditTrail:
         self._sent[request] = audit_id
         entry = self._base("request", request.url)
         agent = request.headers.get("User-Agent")
+        interval, set_by = (
+            self.interval(request) if self.interval and entry["host"] else (None, None)
+        )
         entry.update(
             id=audit_id,
             kind=kind,
@@ -213,7 +219,8 @@ class AuditTrail:
             user_agent=agent.decode("latin-1") if agent is not None else None,
             blocklist=self.blocklist(),
             robots_sha256=self.robots(request.url),
-            interval=self.interval(entry["host"]) if self.interval and entry["host"] else None,
+            interval=round(interval, 6) if interval is not None else None,
+            interval_set_by=set_by,
             keyid=self.keyid,
         )
         return self.store.append(entry)
@@ -224,17 +231,18 @@ class AuditTrail:
         status: int | None = None,
         error: str | None = None,
         hold: float | None = None,
+        hold_by: str | None = None,
     ) -> None:
         """The answer to a request sent; *hold* is the R5 hold it started
-        (Retry-After, or the planned backoff): the host is not contacted
-        again before ``hold_until`` (wall time)."""
+        (*hold_by*: Retry-After, or the planned backoff): the host is not
+        contacted again before ``hold_until`` (wall time)."""
         audit_id = self._sent.pop(request, None)
         if audit_id is None:
             return  # never sent: its gate's decision is the record's entry
         entry = self._base("response", request.url)
         entry.update(id=audit_id, status=status, error=error)
         if hold:
-            entry.update(hold=hold, hold_until=entry["t"] + hold)
+            entry.update(hold=hold, hold_until=entry["t"] + hold, hold_by=hold_by or "backoff")
         done = self.store.append(entry)
         if done is not None:
             await done
@@ -243,6 +251,10 @@ class AuditTrail:
         entry = self._base("decision", str(record.get("url") or ""))
         entry.update(
             {k: record.get(k) for k in ("line", "outcome", "rule", "reason", "status")},
+            # the usage preferences that applied to the URL (PREF), as stated,
+            # and the purposes they were weighed against
+            preferences=record.get("preferences"),
+            purposes=list(self.purposes) if self.purposes is not None else None,
             blocklist=self.blocklist(),
         )
         done = self.store.append(entry)

@@ -12,6 +12,7 @@ opt-out.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hashlib
@@ -36,6 +37,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research import identity
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research.options import list_setting
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
@@ -76,6 +78,10 @@ LARGE_LIST = 5_000
 MAX_SCHEMA_BYTES = 1024 * 1024
 #: how long a refresh of a list in force may wait for the operator host
 SHORT_WAIT = 2.0
+#: how long a target waits for another worker to publish again a list that
+#: Redis lost, before it is denied: two heartbeats, within which every live
+#: worker has seen the loss (issue 22)
+RECOVERY_WAIT = 10.0
 #: a stored fetch time this far ahead of our clock means a clock was wrong
 CLOCK_TOLERANCE = 5.0
 #: Formats the published schema uses; without a checker for each, "validate
@@ -136,6 +142,15 @@ def entry_hosts(raw: str) -> set[str]:
 #: tests/test_r3_large_blocklist.py, so that a change to the contract's
 #: schema makes :func:`_one_entry_per_shape` be looked at again
 ENTRY_SCHEMA_FIELDS = {"type", "required", "properties"}
+
+
+#: a normalised host name: LDH labels (``_`` too, as names in the wild have it)
+_HOST_NAME = re.compile(r"(?:[a-z0-9_](?:[a-z0-9_-]{0,62})\.)*[a-z0-9_](?:[a-z0-9_-]{0,62})")
+
+
+def _names_host(host: str) -> bool:
+    """Whether a normalised entry host could be a host the crawl contacts."""
+    return is_ip(host) or _HOST_NAME.fullmatch(host) is not None
 
 
 def _one_entry_per_shape(document: Any) -> Any | None:
@@ -424,11 +439,17 @@ class BlocklistMiddleware:
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
         self._operator_hosts = {url_host(self.url), url_host(self.schema_url)}
+        extra = list_setting(settings, "WALSH_BLOCKLIST_EXTRA")
+        unusable = [d for d in extra if not all(map(_names_host, entry_hosts(d) or {""}))]
+        if unusable:
+            # the project's own opt-out list: refused, not logged and dropped
+            raise WalshConfigurationError(
+                f"WALSH_BLOCKLIST_EXTRA: {unusable[0]!r} names no host, so it would block "
+                "nothing. Give host names or URLs (e.g. -s WALSH_BLOCKLIST_EXTRA=a.test,b.test "
+                "or -s 'WALSH_BLOCKLIST_EXTRA=[\"a.test\"]')."
+            )
         self.extra = DomainSet.from_entries(
-            [
-                {"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"}
-                for d in settings.getlist("WALSH_BLOCKLIST_EXTRA")
-            ],
+            [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in extra],
             source="WALSH_BLOCKLIST_EXTRA",
         )
         #: the published schema as bundled: the contract, never replaced
@@ -450,8 +471,18 @@ class BlocklistMiddleware:
         self.local = local_state_for(crawler)
         self._restored = False
         #: why every target is denied: a list was adopted before, none is left
+        #: (or, with Redis, none is left and no one can tell whether one was)
         self._lost: str | None = None
-        Pacer.for_crawler(crawler).add_denial_check(
+        #: until when (monotonic) a target waits for another worker to publish
+        #: the list again before that denial is made (issue 22)
+        self._recover_until = 0.0
+        self._next_look = 0.0
+        if self.local is not self.store:
+            from scrapy_walsh_research.state.redis import RedisConnection
+
+            RedisConnection.for_crawler(crawler).guard.on_history_lost(self._publish_again)
+        self.pacer = Pacer.for_crawler(crawler)
+        self.pacer.add_denial_check(
             lambda r: (
                 self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
                 and self.domains.match(url_host(r.url)) is not None
@@ -477,6 +508,12 @@ class BlocklistMiddleware:
             self._check_operator_request(request)
             return
         await self.ensure_fresh()
+        while self._lost is not None and time.monotonic() < self._recover_until:
+            # Another worker may hold the list Redis lost and publish it again
+            # within a heartbeat: worth waiting for, rather than deny now.
+            await self._look_for_shared(force=True)
+            if self._lost is not None:
+                await asyncio.sleep(0.5)
         self._deny_if_blocked(request)
 
     def _deny_if_blocked(self, request: Request) -> None:
@@ -521,6 +558,8 @@ class BlocklistMiddleware:
     # -- refresh ------------------------------------------------------------
 
     async def ensure_fresh(self) -> None:
+        if self._lost is not None and self._restored:
+            await self._look_for_shared()
         if self._restored and self.store.time() < self._next_check:
             return
         if self._pending is None:
@@ -604,10 +643,16 @@ class BlocklistMiddleware:
     def _max_wait(self) -> float | None:
         """How long a fetch of the operator's documents may hold the download
         slot waiting for the operator host: a refresh of a list in force may
-        wait a moment only (it is tried again later); the first list is worth
-        waiting for, since every target waits on it anyway."""
+        wait a moment only (it is tried again later, the list in force
+        applying meanwhile), or the operator host's interval in force when
+        its answers slowed it (a 503 to the last refresh: 3 s, at most
+        WALSH_ADAPTIVE_MAX_DELAY). Deferred past that, the refresh would come
+        after the run's last target in a short run, every day until the host
+        eased, and a new opt-out would wait that long. A Retry-After hold
+        beyond it still defers the refresh. The first list is worth waiting
+        for, since every target waits on it anyway."""
         if self.adopted is not None:
-            return SHORT_WAIT
+            return max(SHORT_WAIT, self.pacer.interval(url_host(self.url)))
         return None
 
     async def refresh(self) -> None:
@@ -649,7 +694,7 @@ class BlocklistMiddleware:
             )
             return
         except Exception as exc:
-            self._failed(exc)
+            await self._failed(exc)
             await self._share_attempt(ok=False, why=str(exc))
             return
         await self._adopt(adopted, persist=True, canonical=canonical)
@@ -671,7 +716,22 @@ class BlocklistMiddleware:
         attempt = {"at": self.store.time(), "ok": ok, "next_check": self._next_check, "why": why}
         await self.store.put(STATE_NAMESPACE, ATTEMPT_KEY, attempt)
 
-    def _failed(self, exc: Exception) -> None:
+    async def _failed(self, exc: Exception) -> None:
+        if self.adopted is None and self._lost is None and not await self.store.history_complete():
+            # "First-ever" is what the spec fails open on; with a Redis that
+            # lost (or may have lost) the fleet's state, nobody can tell a
+            # first fetch from a list the fleet adopted and Redis forgot.
+            self.stats.inc_value("walsh/blocklist/history_unknown")
+            self._lost = (
+                "no blocklist is held and the fleet's history in Redis is incomplete (Redis "
+                "restarted without AOF appendfsync always, or lost its data), so a list the "
+                "fleet adopted may be lost: every host is denied until a list is fetched or "
+                "another worker publishes its copy"
+            )
+            self._recover_until = time.monotonic() + RECOVERY_WAIT
+        self._failed_log(exc)
+
+    def _failed_log(self, exc: Exception) -> None:
         self.stats.inc_value("walsh/blocklist/fetch_failed")
         self._next_check = self.store.time() + self.retry_delay
         if isinstance(exc, BlocklistError):
@@ -1010,6 +1070,41 @@ class BlocklistMiddleware:
             )
             return None
 
+    async def _look_for_shared(self, *, force: bool = False) -> None:
+        """While no list is in force for a loss, adopt one another worker
+        published (or fetched) as soon as it is in the shared store."""
+        if self.local is self.store or (not force and time.monotonic() < self._next_look):
+            return
+        self._next_look = time.monotonic() + 1.0
+        found = await self._stored(self.store, quiet=True)
+        if found is not None and self._lost is not None:
+            await self._adopt(found[0], persist=False, canonical=found[1])
+            self.stats.inc_value("walsh/blocklist/adopted_from_worker")
+            logger.info(
+                "Blocklist: adopted the list another worker published (%(n)d entries).",
+                {"n": len(self.domains)},
+            )
+
+    async def _publish_again(self) -> None:
+        """Redis lost or rolled back the fleet's history: put this worker's
+        copy of the list in force back, unless the shared one is as new."""
+        own = await self._stored(self.local, quiet=True)
+        if own is None:
+            return
+        shared = await self._stored(self.store, quiet=True)
+        if shared is not None and shared[0].fetched_at >= own[0].fetched_at:
+            return
+        adopted, canonical = own
+        copy = {"url": adopted.url, "fetched_at": adopted.fetched_at, "sha256": adopted.sha256,
+                "blob": blob_name(adopted.sha256)}  # fmt: skip
+        await self._persist(self.store, adopted, copy, {"at": adopted.fetched_at}, canonical)
+        self.stats.inc_value("walsh/blocklist/published_again")
+        logger.warning(
+            "Blocklist: Redis lost the fleet's copy; published this worker's again "
+            "(%(n)d entries, fetched %(t)s).",
+            {"n": len(adopted.domains), "t": time.ctime(adopted.fetched_at)},
+        )
+
     async def _restore(self) -> None:
         """The list adopted by an earlier run (or another process), before any
         request: the newer valid one of the shared copy and this worker's own.
@@ -1027,6 +1122,8 @@ class BlocklistMiddleware:
                         "lost or damaged): every host is denied until the list is fetched again"
                     )
                     logger.error("Blocklist: %(why)s.", {"why": self._lost})
+                    if self.local is not self.store:  # another worker may publish it again
+                        self._recover_until = time.monotonic() + RECOVERY_WAIT
                     return
             return
         stored, data = max(candidates, key=lambda found: found[0].fetched_at)

@@ -4,7 +4,9 @@ It starts a loopback origin with virtual hosts for every case (blocked apex
 and subdomain, named and ``*`` robots groups, robots 404/503, Crawl-delay,
 429 with Retry-After, redirects into blocked or disallowed places, a page
 full of links and sub-resources, ETag, a feed, markdown, llms.txt,
-duplicates, bad list lines), runs the project's real ``targets`` spider with
+duplicates, bad list lines, hosts stating usage preferences in robots.txt,
+tdmrep.json and response headers, a slow host and one that answers 503
+without Retry-After once), runs the project's real ``targets`` spider with
 the project's effective settings four times (a first run; a restart with
 the blocklist unreachable; a restart with the blocklist schema-invalid; a
 restart where the schema and blocklist URLs both answer a gateway's error
@@ -38,6 +40,7 @@ from scrapy_walsh_research.identity import USER_AGENT
 from scrapy_walsh_research.sandbox.crawl import crawl_list
 from scrapy_walsh_research.sandbox.origin import Hit, Reply, SandboxServer
 from scrapy_walsh_research.schemas import bundled_schema_text
+from scrapy_walsh_research.usage import TDMREP_PATH
 
 if TYPE_CHECKING:
     from scrapy.http import Response
@@ -83,6 +86,11 @@ async def _sleep(seconds: float) -> None:
 #: a host crawled in the first runs that opts out before the last one: what
 #: was stored about it (validators, cadence) must then be purged
 PURGED_HOST = "etag.test"
+#: how long each answer of the slow host takes, and its pages (the adaptive rows)
+SLOW_S = 0.4
+SLOW_PAGES = ("/s/0", "/s/1", "/s/2")
+#: the strained host answers 503 without Retry-After to its first request
+STRAINED_PAGES = ("/a", "/b")
 
 
 def _blocklist(refresh: str = "PT1S", *, opted_out: bool = False) -> dict[str, Any]:
@@ -108,6 +116,7 @@ class Scenario:
         self.phase = 1
         self._busy_calls = 0
         self._drops = 0
+        self._strained_calls = 0
 
     def url(self, host: str, path: str = "/") -> str:
         return self.server.url(host, path)
@@ -123,12 +132,17 @@ class Scenario:
             "star.test": "User-agent: Walsh\nDisallow: /\n\nUser-agent: *\nDisallow: /nope\n",
             "versioned.test": "User-agent: *\nAllow: /\n\n"
             "User-agent: Walsh-Research/1.0\nDisallow: /\n",
+            # a pattern sites write for one bot: not the global group
+            "starbot.test": "User-agent: *SomeBot*\nDisallow: /\n\nUser-agent: *\nAllow: /\n",
+            # usage preferences about purposes the bot never declares (R6)
+            "signal.test": "User-agent: *\nContent-Signal: search=no, ai-train=no\nAllow: /\n",
         }
         for host, text in robots.items():
             o.route(host, "/robots.txt", Reply(200, text))
         for host in ("blocked.test", "www.blocked.test", "xblocked.test", "hop.test", "links.test",
                      "limit.test", "etag.test", "feed.test", "giveup.test",
-                     "drop.test", "moved.test"):  # fmt: skip
+                     "drop.test", "moved.test", "reserved.test", "withheld.test",
+                     "strained.test"):  # fmt: skip
             o.route(host, "/robots.txt", Reply(200, ALLOW_ALL))
         o.route("down.test", "/robots.txt", Reply(503, "maintenance"))
         o.route("missing.test", "/robots.txt", Reply(404, "no robots here"))
@@ -138,9 +152,14 @@ class Scenario:
                  ("blocked.test", "/page"), ("blocked.test", "/landing"),
                  ("www.blocked.test", "/page"), ("xblocked.test", "/page"),
                  ("down.test", "/page"), ("missing.test", "/page"),
-                 ("giveup.test", "/after")]  # fmt: skip
+                 ("giveup.test", "/after"), ("starbot.test", "/page"), ("signal.test", "/page"),
+                 ("reserved.test", "/page")]  # fmt: skip
         for host, path in pages:
             o.route(host, path, page)
+        reservation = json.dumps([{"location": "/", "tdm-reservation": 1}])
+        o.route("reserved.test", TDMREP_PATH, Reply(200, reservation))
+        o.route("withheld.test", "/doc", Reply(200, MARKDOWN, {
+            "Content-Type": "text/markdown", "tdm-reservation": "1", "ETag": '"w1"'}))  # fmt: skip
         o.route(
             "hop.test", "/to-blocked", Reply(302, "", {"Location": url("blocked.test", "/landing")})
         )
@@ -161,6 +180,12 @@ class Scenario:
         o.route("etag.test", "/doc", self._etag)
         o.route("feed.test", "/feed.xml", Reply(200, RSS, {"Content-Type": "application/rss+xml"}))
         o.route("feed.test", "/guide.md", Reply(200, MARKDOWN, {"Content-Type": "text/markdown"}))
+        text = {"Content-Type": "text/plain"}
+        o.route("slow.test", "/robots.txt", Reply(200, ALLOW_ALL, delay=SLOW_S))
+        for path in SLOW_PAGES:
+            o.route("slow.test", path, Reply(200, "slow", text, delay=SLOW_S))
+        for path in STRAINED_PAGES:
+            o.route("strained.test", path, self._strained)
 
     def _blocklist(self, hit: Hit) -> Reply:
         if self.phase == 2:
@@ -182,6 +207,13 @@ class Scenario:
         """Read the request, then close the (reused) connection without answering."""
         self._drops += 1
         return Reply(200, "ok", {"Content-Type": "text/plain"}, drop=self._drops == 1)
+
+    def _strained(self, hit: Hit) -> Reply:
+        """503 without Retry-After to the first request, then normal answers."""
+        self._strained_calls += 1
+        if self._strained_calls == 1:
+            return Reply(503, "overloaded")
+        return Reply(200, "ok", {"Content-Type": "text/plain"})
 
     def _busy(self, hit: Hit) -> Reply:
         self._busy_calls += 1
@@ -208,7 +240,10 @@ class Scenario:
             u("giveup.test", "/huge"), u("giveup.test", "/after"), u("drop.test", "/page"),
             u("etag.test", "/doc"), u("feed.test", "/feed.xml"), u("feed.test", "/guide.md"),
             u("named.test", "/page#again"), "not-a-url", "ftp://feed.test/file",
-            u("moved.test", "/old"),
+            u("moved.test", "/old"), u("starbot.test", "/page"), u("signal.test", "/page"),
+            u("reserved.test", "/page"), u("withheld.test", "/doc"),
+            *(u("slow.test", p) for p in SLOW_PAGES),
+            *(u("strained.test", p) for p in STRAINED_PAGES),
         ]  # fmt: skip
 
     def restart_lines(self) -> list[str]:
@@ -567,13 +602,14 @@ def judge(
 
     all_hits = r1.hits + r2.hits + r3.hits + r4.hits
     site_hits = [h for h in all_hits if h.host != OPERATOR]
-    targets = [h for h in site_hits if h.path not in ("/robots.txt", "/llms.txt")]
+    own = ("/robots.txt", TDMREP_PATH)  # the bundle's per-origin documents
+    targets = [h for h in site_hits if h.path not in (*own, "/llms.txt")]
     check("R1", "MUST", "exact User-Agent on target requests", lambda: ua(targets))
     check(
         "R1",
         "MUST",
-        "exact User-Agent on robots.txt requests",
-        lambda: ua([h for h in site_hits if h.path == "/robots.txt"]),
+        "exact User-Agent on robots.txt and tdmrep.json requests",
+        lambda: ua([h for h in site_hits if h.path in own]),
     )
     check(
         "R1",
@@ -628,6 +664,12 @@ def judge(
         "MUST",
         "'User-agent: Walsh' does not claim the Walsh-Research token",
         lambda: (o(r1, "star.test", "/page") == "fetched/-", o(r1, "star.test", "/page")),
+    )
+    check(
+        "R2",
+        "MUST",
+        "'User-agent: *SomeBot*' is not the * group: its Disallow: / does not close the site",
+        lambda: (o(r1, "starbot.test", "/page") == "fetched/-", o(r1, "starbot.test", "/page")),
     )
     check(
         "R2",
@@ -804,6 +846,47 @@ def judge(
         dropped,
     )
 
+    def load_aware() -> tuple[bool, str]:
+        hits = r1.hits_for("slow.test")
+        fetched = sum(o(r1, "slow.test", p) == "fetched/-" for p in SLOW_PAGES)
+        if len(hits) < 2:
+            return False, f"{len(hits)} requests to slow.test"
+        busy = SLOW_S * len(hits) / (hits[-1].t + SLOW_S - hits[0].t)
+        g = [b.t - a.t for a, b in itertools.pairwise(hits)]
+        ok = busy <= 0.25 and fetched == len(SLOW_PAGES)
+        return ok, (
+            f"busy {100 * busy:.1f} % of the time with {SLOW_S} s answers (gaps "
+            f"{min(g):.2f}-{max(g):.2f} s); {fetched}/{len(SLOW_PAGES)} fetched"
+        )
+
+    check(
+        "ADP",
+        "SHOULD",
+        f"load-aware: a host answering in {SLOW_S} s is kept at most 25 % busy",
+        load_aware,
+    )
+
+    def distress() -> tuple[bool, str]:
+        hits = r1.hits_for("strained.test")
+        pages = [h for h in hits if h.path != "/robots.txt"]
+        fetched = sum(o(r1, "strained.test", p) == "fetched/-" for p in STRAINED_PAGES)
+        after = [b.t - a.t for a, b in itertools.pairwise(pages[:3])]
+        if len(after) < 2:
+            return False, f"{len(pages)} requests to strained.test's pages"
+        # at least twice the floor: the smallest backoff the start-up check allows
+        ok = min(after) >= 2.0 and fetched == len(STRAINED_PAGES)
+        return ok, (
+            f"after its 503, the next two requests (the retry, another target) came "
+            f"{after[0]:.2f} s and {after[1]:.2f} s apart; {fetched}/{len(STRAINED_PAGES)} fetched"
+        )
+
+    check(
+        "ADP",
+        "SHOULD",
+        "distress: a 503 without Retry-After slows the whole host, which is not abandoned",
+        distress,
+    )
+
     def in_scope() -> tuple[bool, str]:
         lines = [x for x in s.run1_lines() + s.restart_lines() if "://" in x]
         # the bundle's own /llms.txt probe (R9) of a host whose target answered HTML
@@ -813,11 +896,11 @@ def judge(
         allowed |= {("named.test", "/private"), ("blocked.test", "/landing")}
         allowed |= {("moved.test", "/new")}
         extra = [f"{h.host}{h.path}" for h in site_hits
-                 if h.path != "/robots.txt" and (h.host, h.path) not in allowed]  # fmt: skip
+                 if h.path not in own and (h.host, h.path) not in allowed]  # fmt: skip
         return not extra, f"{len(extra)} requests beyond the declared targets {extra[:3]}"
 
     check("R6", "MUST", "no request beyond declared targets (no recursion)", in_scope)
-    subs = [h for h in r1.hits_for("links.test") if h.path not in ("/", "/robots.txt", "/llms.txt")]
+    subs = [h for h in r1.hits_for("links.test") if h.path not in ("/", *own, "/llms.txt")]
     denied_r6 = r1.stats.get("walsh/denied/R6", 0)
     check(
         "R6",
@@ -936,4 +1019,67 @@ def judge(
         "SHOULD",
         "llms.txt probed for an HTML-only host; link map recorded",
         lambda: (llms_links == 1, f"llms.txt links recorded: {llms_links}"),
+    )
+    judge_preferences(check, s, r1, o, n)
+
+
+def judge_preferences(
+    check: Callable[[str, str, str, Callable[[], tuple[bool, str]]], None],
+    s: Scenario,
+    r1: Run,
+    o: Callable[[Run, str, str], str],
+    n: Callable[..., int],
+) -> None:
+    """PREF: the hosts' stated usage preferences, honoured for the declared
+    purposes, judged from what the origin received and the records."""
+
+    def tdmrep_first() -> tuple[bool, str]:
+        hosts = sorted({h.host for h in r1.hits if h.path not in ("/robots.txt", TDMREP_PATH)}
+                       - {OPERATOR})  # fmt: skip
+        bad = []
+        for host in hosts:
+            paths = [h.path for h in r1.hits_for(host)]
+            first = next(i for i, p in enumerate(paths) if p not in ("/robots.txt", TDMREP_PATH))
+            if paths.count(TDMREP_PATH) != 1 or TDMREP_PATH not in paths[:first]:
+                bad.append(host)
+        return bool(hosts) and not bad, (
+            f"{len(hosts) - len(bad)}/{len(hosts)} hosts: tdmrep.json once, before the first "
+            f"target" + (f"; not: {bad[:3]}" if bad else "")
+        )
+
+    reserved = n(r1, "reserved.test", "/page")
+    check("PREF", "MUST", "tdmrep.json fetched once per origin, before its first target",
+          tdmrep_first)  # fmt: skip
+    check(
+        "PREF",
+        "MUST",
+        "a TDM reservation in tdmrep.json denies the target, with no request",
+        lambda: (
+            o(r1, "reserved.test", "/page") == "denied/PREF" and reserved == 0,
+            f"{o(r1, 'reserved.test', '/page')}; /page requested {reserved}x",
+        ),
+    )
+    withheld = r1.record(s.url("withheld.test", "/doc"))
+    kept = {k: withheld.get(k) for k in ("status", "etag", "sha256", "headings", "links")}
+    check(
+        "PREF",
+        "MUST",
+        "a tdm-reservation header withholds the content: status and validators only",
+        lambda: (
+            o(r1, "withheld.test", "/doc") == "withheld/PREF"
+            and kept["status"] == 200 and kept["etag"] == '"w1"'
+            and kept["sha256"] is None and not kept["headings"] and not kept["links"],
+            f"{o(r1, 'withheld.test', '/doc')}; kept {kept}",
+        ),
+    )  # fmt: skip
+    signal = r1.record(s.url("signal.test", "/page"))
+    stated = [p.get("signal") for p in signal.get("preferences") or []]
+    check(
+        "PREF",
+        "MUST",
+        "a preference about an undeclared purpose never denies; the record carries it",
+        lambda: (
+            o(r1, "signal.test", "/page") == "fetched/-" and "Content-Signal: ai-train" in stated,
+            f"{o(r1, 'signal.test', '/page')}; preferences recorded: {stated}",
+        ),
     )

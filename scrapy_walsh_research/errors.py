@@ -8,7 +8,7 @@ the stats can name it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from scrapy.exceptions import IgnoreRequest
 
@@ -20,12 +20,22 @@ if TYPE_CHECKING:
 class WalshDenied(IgnoreRequest):
     """A gate refused a request before it reached the network."""
 
-    def __init__(self, rule: str, reason: str, outcome: str = "denied") -> None:
+    def __init__(
+        self,
+        rule: str,
+        reason: str,
+        outcome: str = "denied",
+        record: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{rule}: {reason}")
         self.rule = rule
         self.reason = reason
-        #: the record outcome: "denied", or "skipped" (R4 Crawl-delay too long)
+        #: the record outcome: "denied", "skipped" (R4 Crawl-delay too long), or
+        #: "withheld" (PREF: the response came, its content may not be used)
         self.outcome = outcome
+        #: further fields of the target's record (the preferences that applied;
+        #: for "withheld", the response's status and validators)
+        self.record: dict[str, Any] = dict(record or {})
 
 
 class WalshConfigurationError(RuntimeError):
@@ -44,8 +54,9 @@ def deny(
     reason: str,
     *,
     outcome: str = "denied",
+    record: dict[str, Any] | None = None,
 ) -> NoReturn:
-    """Count (``walsh/denied/<rule>`` or ``walsh/skipped/<rule>``), log the reason, raise."""
+    """Count (``walsh/<outcome>/<rule>``), log the reason, raise."""
     assert crawler.stats is not None
     crawler.stats.inc_value(f"walsh/{outcome}/{rule}")
     log.info(
@@ -53,4 +64,4 @@ def deny(
         {"what": outcome.capitalize(), "rule": rule, "url": request.url, "reason": reason},
         extra={"spider": crawler.spider},
     )
-    raise WalshDenied(rule, reason, outcome=outcome)
+    raise WalshDenied(rule, reason, outcome=outcome, record=record)

@@ -17,14 +17,20 @@ decides, not the dedup).
 from __future__ import annotations
 
 import json
+import logging
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from scrapy_walsh_research.state.lua import GUARD, NOW
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from scrapy_walsh_research.state.redis import RedisConnection
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TARGETS_KEY = "targets"
 #: how long a batch's canonical-URL claims are kept once its last line is taken
@@ -65,9 +71,21 @@ def enqueue(
 
 #: LMOVE a line into this worker's in-flight list, after giving the lines of
 #: workers whose heartbeat ran out back to the head of the queue
-TAKE = """
+TAKE_BODY = """
 -- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
 -- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
+-- Issue 22: KEYS[4..7] run, quarantine, lost, clock and ARGV[4..6] lossless,
+-- pause, checked (GUARD). Answers {line or false, lines in flight elsewhere,
+-- seconds to wait before asking again, now, run, lost, clock}.
+local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, {ARGV[4], ARGV[5], ARGV[6]})
+local function answer(raw, pending, wait)
+  return {raw, pending, f(wait), f(now), g[2], g[3], g[4]}
+end
+-- While the fleet's history is being recovered (the quarantine after Redis
+-- lost or rolled back data), no line is handed out: the workers that wrote
+-- records since publish them again first, and no host can be contacted anyway.
+local q = tonumber(redis.call('GET', KEYS[5]) or '0')
+if q > now then return answer(false, 0, q - now) end
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if id ~= ARGV[2] and redis.call('EXISTS', ARGV[3] .. id) == 0 then
     local lost = ARGV[1] .. 'inflight:' .. id
@@ -78,15 +96,29 @@ for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   end
 end
 redis.call('SADD', KEYS[2], ARGV[2])
-local raw = redis.call('LMOVE', KEYS[1], KEYS[3], 'LEFT', 'RIGHT')
-if raw then return {raw, 0} end
+-- a line that has its record already (the queue came back from an older
+-- snapshot, and the record was published again) is acknowledged, not taken
+for _ = 1, 100 do
+  local raw = redis.call('LMOVE', KEYS[1], KEYS[3], 'LEFT', 'RIGHT')
+  if not raw then break end
+  local ok, item = pcall(cjson.decode, raw)
+  local recorded = 0
+  if ok and type(item) == 'table' and item.line and item.batch then
+    recorded = redis.call('HEXISTS', ARGV[1] .. 'records:' .. tostring(item.batch),
+                          tostring(item.line))
+  end
+  if recorded == 0 then return answer(raw, 0, 0) end
+  redis.call('LREM', KEYS[3], -1, raw)
+end
+if redis.call('LLEN', KEYS[1]) > 0 then return answer(false, 0, 0.001) end
 -- nothing queued: are lines still in flight somewhere (their worker may die)?
 local pending = 0
 for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
   if id ~= ARGV[2] then pending = pending + redis.call('LLEN', ARGV[1] .. 'inflight:' .. id) end
 end
-return {false, pending}
+return answer(false, pending, 0)
 """
+TAKE = NOW + GUARD + TAKE_BODY
 
 #: claim a canonical URL for a line and keep the claims a week, in one step:
 #: a worker killed (or a connection lost) between the two would leave a
@@ -146,15 +178,22 @@ class RedisFeed:
         self._take = conn.client.register_script(TAKE)
         self._claim = conn.client.register_script(CLAIM)
 
-    async def take(self) -> tuple[str | None, int]:
-        """(the next line as queued, or None; lines other workers hold in flight)."""
+    async def take(self) -> tuple[str | None, int, float]:
+        """(the next line as queued, or None; lines other workers hold in
+        flight; seconds to wait before asking again: the fleet is recovering
+        history Redis lost)."""
         await self.conn.announce()
-        keys = [self.queue, self.base + "workers", self.inflight]
-        args = [self.base, self.conn.worker, self.conn.key("alive", "")]
-        raw, pending = await self.conn.call(
+        guard = self.conn.guard
+        await guard.prepare()
+        keys = [self.queue, self.base + "workers", self.inflight, *guard.keys()]
+        args = [self.base, self.conn.worker, self.conn.key("alive", ""), *guard.args()]
+        asked = time.monotonic()
+        raw, pending, wait, *seen = await self.conn.call(
             "take target", lambda r: self._take(keys=keys, args=args, client=r)
         )
-        return raw or None, int(pending)
+        now, *tail = seen
+        await guard.observe(float(now), asked, time.monotonic(), *tail)
+        return raw or None, int(pending), float(wait)
 
     async def drop(self, raw: str) -> None:
         """Acknowledge a queued item that is no line at all (logged by the caller)."""
@@ -194,22 +233,132 @@ async def finish(
     write its cadence, atomically; (whether this was the line's first record,
     Redis's time)."""
     script = conn.client.register_script(FINISH)
-    host = _record_host(record)
+    index, member = _index_entry(conn, ticket, record)
     keys = [
         ticket["records"],
         ticket["inflight"],
         conn.key("state", "cadence"),
         conn.key("state", "cadence_claims"),
-        record_index(conn, host or ""),
+        index,
     ]
-    # where the record and its canonical claim are (a ticket from before
-    # "claims" was kept in it names only the records)
-    claims = ticket.get("claims") or ticket["records"].replace(":records:", ":canonical:", 1)
-    member = json.dumps([ticket["records"], claims, record["line"]]) if host else ""
     args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,
             CLAIMS_TTL_S, claim_key, conn.worker, member]  # fmt: skip
     first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
     return bool(int(first)), float(now)
+
+
+def _index_entry(
+    conn: RedisConnection, ticket: dict[str, str], record: dict[str, Any]
+) -> tuple[str, str]:
+    """The host's record index and this record's member in it ('' for no host)."""
+    host = _record_host(record)
+    # where the record and its canonical claim are (a ticket from before
+    # "claims" was kept in it names only the records)
+    claims = ticket.get("claims") or ticket["records"].replace(":records:", ":canonical:", 1)
+    member = json.dumps([ticket["records"], claims, record["line"]]) if host else ""
+    return record_index(conn, host or ""), member
+
+
+class RecordCopies:
+    """This machine's copy of the records its workers stored in Redis, so a
+    Redis that comes back older or empty gets them again (issue 22).
+
+    A record is in Redis before its line is acknowledged; a Redis restored
+    from an older snapshot has the line back in its queue and no record, and
+    the fleet would fetch it again. Each worker appends the records it
+    stores to its own file in ``WALSH_STATE_DIR`` (``feed-records-*.jl``,
+    one line each, flushed: it survives the process being killed; kept a
+    week, as Redis keeps records). When a worker first sees the fleet's
+    history marked unknown it publishes every record of this machine again
+    (first record still wins), and takes its lines out of the in-flight
+    lists they came back to; the feed then acknowledges, instead of handing
+    out, a queued line that has its record. Records of machines whose
+    workers never run again are not recovered: those lines are fetched again.
+    """
+
+    PATTERN = "feed-records-*.jl"
+
+    def __init__(self, conn: RedisConnection, directory: Path) -> None:
+        self.conn = conn
+        self.directory = directory
+        self.path = directory / f"feed-records-{conn.worker}.jl"
+        self._file: Any = None
+        conn.guard.on_history_lost(self.republish)
+
+    def keep(self, ticket: dict[str, str], record: dict[str, Any]) -> None:
+        if self._file is None:
+            self._prune()
+            self._file = self.path.open("a", encoding="utf-8")
+        entry = {"ticket": {k: ticket[k] for k in ("raw", "inflight", "records") if k in ticket}}
+        if "claims" in ticket:
+            entry["ticket"]["claims"] = ticket["claims"]
+        entry["record"] = record
+        self._file.write(json.dumps(entry, sort_keys=True) + "\n")
+        self._file.flush()
+
+    def _prune(self) -> None:
+        """Files older than the records they copy (a week) go."""
+        cutoff = time.time() - CLAIMS_TTL_S
+        for path in self.directory.glob(self.PATTERN):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except OSError:
+                continue
+
+    def _read(self) -> list[dict[str, Any]]:
+        entries: dict[tuple[str, int], dict[str, Any]] = {}
+        for path in sorted(self.directory.glob(self.PATTERN)):
+            try:
+                lines = path.read_text(encoding="utf-8").splitlines()
+            except OSError:
+                continue
+            for text in lines:
+                try:
+                    entry = json.loads(text)
+                    key = (str(entry["ticket"]["records"]), int(entry["record"]["line"]))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by a kill mid-write
+                entries.setdefault(key, entry)
+        return list(entries.values())
+
+    async def republish(self) -> None:
+        from scrapy.utils.defer import maybe_deferred_to_future
+        from twisted.internet.threads import deferToThread
+
+        entries = await maybe_deferred_to_future(deferToThread(self._read))
+        if not entries:
+            return
+        for i in range(0, len(entries), 500):
+            chunk = entries[i : i + 500]
+
+            async def put(r: Any, chunk: list[dict[str, Any]] = chunk) -> None:
+                pipe = r.pipeline(transaction=False)
+                for entry in chunk:
+                    ticket, record = entry["ticket"], entry["record"]
+                    pipe.hsetnx(ticket["records"], record["line"],
+                                json.dumps(record, sort_keys=True))  # fmt: skip
+                    pipe.expire(ticket["records"], CLAIMS_TTL_S)
+                    index, member = _index_entry(self.conn, ticket, record)
+                    if member:
+                        pipe.sadd(index, member)
+                        pipe.expire(index, CLAIMS_TTL_S)
+                    if ticket.get("inflight") and ticket.get("raw"):
+                        pipe.lrem(ticket["inflight"], 1, ticket["raw"])
+                await pipe.execute()
+
+            await self.conn.call("publish records again", put)
+        self.conn._inc("records_republished", len(entries))
+        logger.warning(
+            "Published again %(n)d records this machine's workers stored in Redis: lines that "
+            "came back with an older Redis are not fetched again.",
+            {"n": len(entries)},
+        )
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _record_host(record: dict[str, Any]) -> str | None:

@@ -119,8 +119,9 @@ class FrontierScheduler:
             if c_ready <= now:
                 return self._take(c_host, now)
             # Start another host's request only if it will be done before
-            # the critical host is ready: its chain is the crawl's length.
-            fits = max(ready, now) + self._expected_duration() <= c_ready
+            # the critical host is ready: its chain is the crawl's length. A
+            # slow host's request is expected to take its own response time.
+            fits = max(ready, now) + self._expected_duration(host) <= c_ready
             if ready <= now and fits:
                 return self._take(host, now)
             return self._pop_denied() or self._wait_until(ready if fits else c_ready)
@@ -142,7 +143,10 @@ class FrontierScheduler:
                 heapq.heappop(self._heap)
                 continue
             actual = self.pacer.ready_at(host)
-            if actual > ready:  # the host's clock moved (robots.txt, a retry hold)
+            if actual != ready:
+                # the host's clock moved: later (robots.txt, a retry hold, a
+                # slow or distressed answer) or earlier (its answers eased
+                # the interval the entry was pushed with)
                 heapq.heappop(self._heap)
                 self._push(host, actual)
                 continue
@@ -221,9 +225,14 @@ class FrontierScheduler:
             return host
         return None
 
-    def _expected_duration(self) -> float:
+    def _expected_duration(self, host: str | None = None) -> float:
+        """How long a request is expected to hold the slot: the mean over
+        the crawl, or *host*'s own smoothed response time when longer."""
         mean = self.pacer.mean_duration
-        return 1.25 * (mean if mean is not None else 0.2)
+        expected = mean if mean is not None else 0.2
+        if host is not None:
+            expected = max(expected, self.pacer.clock.host_load(host).load)
+        return 1.25 * expected
 
     def _wait_until(self, when: float) -> None:
         self._wake_at(when)

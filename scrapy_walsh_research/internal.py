@@ -44,12 +44,14 @@ logger = logging.getLogger(__name__)
 INTERNAL_META = "walsh_internal"
 TARGET = "target"
 ROBOTS, BLOCKLIST, SCHEMA = "robots", "blocklist", "schema"
+#: /.well-known/tdmrep.json (TDMRep), fetched once per origin like robots.txt
+TDMREP = "tdmrep"
 #: The /llms.txt probe (R9): scheduled like a target and subject to every gate.
 LLMS = "llms"
-#: Fetched with engine.download_async from inside another request's chain:
-#: not robots-gated (they are robots.txt or the operator's own documents),
-#: and paced in place, since they cannot be requeued.
-DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA})
+#: Fetched with engine.download_async from inside another request's chain,
+#: and paced in place, since they cannot be requeued. robots.txt and the
+#: operator's documents are not robots-gated; tdmrep.json is.
+DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA, TDMREP})
 PURPOSES = frozenset({TARGET, LLMS, *DIRECT})
 #: Meta key the targets spider sets on each declared target (its list line).
 TARGET_META = "walsh_target"

@@ -15,18 +15,25 @@ Two parts share one :class:`Pacer` per crawler:
 Correctness lives in the middleware; the scheduler only makes it fast.
 
 A host's interval is the strictest of what its origins' robots.txt files
-ask for (Crawl-delay, Request-rate), at least ``WALSH_MIN_DELAY``. A host
-whose interval exceeds ``WALSH_MAX_CRAWL_DELAY``, or that is held by a
-Retry-After beyond ``WALSH_RETRY_MAX_DELAY``, is skipped: its targets get a
-``skipped`` record (rule R4 or R5) and it receives nothing, not even
-robots.txt. No request waits long while holding the only download slot: a
-target goes back to the frontier, and the bundle's own requests wait in place
-at most ``meta["walsh_max_wait"]`` (then :class:`HostBusy`).
+ask for (Crawl-delay, Request-rate), at least ``WALSH_MIN_DELAY`` (its
+floor), and of what its answers say (:mod:`scrapy_walsh_research.adaptive`:
+a multiple of its response time, and its distress interval); a
+Retry-After or backoff hold comes on top. Every answer to a request this
+gate let through (targets, retries, robots.txt, the operator's documents)
+is folded into the host's clock before the request's slot is released. A
+host whose interval exceeds ``WALSH_MAX_CRAWL_DELAY``, that is held by a
+Retry-After beyond ``WALSH_RETRY_MAX_DELAY``, or that was given up for
+distress, is skipped: its targets get a ``skipped`` record (rule R4 or R5)
+and it receives nothing, not even robots.txt. No request waits long while
+holding the only download slot: a target goes back to the frontier, and the
+bundle's own requests wait in place at most ``meta["walsh_max_wait"]`` (then
+:class:`HostBusy`).
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 import weakref
 from typing import TYPE_CHECKING
@@ -34,11 +41,18 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task
 
+from scrapy_walsh_research.adaptive import (
+    AdaptivePolicy,
+    Answer,
+    distress_signal,
+    worth_noting,
+)
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.state import clock_for
+from scrapy_walsh_research.state.hostclock import DEFAULT_MAX_CRAWL_DELAY
 from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
 
@@ -55,7 +69,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_CRAWL_DELAY = 30.0
 #: added to every host interval: spacing counts from when a request's bytes
 #: left, and a busy origin may stamp one arrival a few ms later than the next
 #: (seen on a loaded 2-core machine: origin gaps of 0.9942 s and 0.996 s with
@@ -93,7 +106,18 @@ class Pacer:
                 "cannot be negative."
             )
         self.retry_max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", 600.0)
+        try:
+            self.adaptive = AdaptivePolicy.from_settings(settings.get)
+        except ValueError as exc:
+            raise WalshConfigurationError(f"{exc}.") from None
         self.clock: HostClock = clock or clock_for(crawler)
+        #: host -> (the gap an R5 hold imposes after the request it answered,
+        #: Retry-After or backoff), until the host's next request is granted
+        self._hold_gaps: dict[str, tuple[float, str]] = {}
+        #: each granted request -> the interval in force before it, and what set it
+        self._granted: weakref.WeakKeyDictionary[Request, tuple[float, str]] = (
+            weakref.WeakKeyDictionary()
+        )
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
         self._not_before: dict[str, float] = {}
@@ -149,13 +173,45 @@ class Pacer:
         await self.clock.note_interval(url_host(origin), origin, max(delays, default=0.0), expires)
 
     def required(self, host: str) -> float:
-        """The interval R4 requires between two requests to *host*:
+        """The interval R4 requires between two requests to *host*, its floor:
         max(1 s or WALSH_MIN_DELAY, its robots.txt Crawl-delay/Request-rate)."""
         return max(self.min_delay, self.clock.robots_interval(host)[0])
 
+    def in_force(self, host: str) -> tuple[float, str]:
+        """The interval kept between requests to *host* (without the margin),
+        and what set it: ``floor``, ``Crawl-delay``, ``load`` or ``distress``
+        (the strictest; the plainer reason when two are equal)."""
+        seconds, source = self.min_delay, "floor"
+        robots = self.clock.robots_interval(host)[0]
+        if robots > seconds:
+            seconds, source = robots, "Crawl-delay"
+        view = self.clock.host_load(host)
+        load = view.load_interval(self.adaptive)
+        if load > seconds:
+            seconds, source = load, "load"
+        if view.distress > seconds:
+            seconds, source = view.distress, "distress"
+        return seconds, source
+
     def interval(self, host: str) -> float:
-        """What pacing keeps: the required interval plus its safety margin."""
-        return self.required(host) + self.margin
+        """What pacing keeps: the interval in force plus its safety margin."""
+        return self.in_force(host)[0] + self.margin
+
+    def granted(self, request: Request, host: str) -> None:
+        """*request* got its host's slot: remember the interval that held it
+        back (the audit entry names it), a hold from the last answer included."""
+        seconds, source = self.in_force(host)
+        held = self._hold_gaps.pop(host, None)
+        if held is not None and held[0] > seconds:
+            seconds, source = held
+        self._granted[request] = (seconds, source)
+        self.stats.inc_value(f"walsh/adaptive/set_by/{source}")
+        self.stats.max_value("walsh/adaptive/max_interval", round(seconds, 3))
+
+    def interval_for(self, request: Request) -> tuple[float, str]:
+        """The interval in force before *request* and what set it (see :meth:`granted`)."""
+        granted = self._granted.get(request)
+        return granted if granted is not None else self.in_force(url_host(request.url))
 
     def skip_reason(self, host: str) -> tuple[str, str] | None:
         """(rule, reason) when *host* must not be contacted at all in this run
@@ -168,12 +224,20 @@ class Pacer:
                 f"(Crawl-delay / Request-rate), beyond WALSH_MAX_CRAWL_DELAY "
                 f"({self.max_crawl_delay:g} s): host skipped"
             )
-        held = self.clock.held_until(host) - time.monotonic()
+        now = time.monotonic()
+        held = self.clock.held_until(host) - now
         if held > self.retry_max_delay:
             return "R5", (
                 f"the host answered Retry-After: it is not to be contacted for another "
                 f"{held:.0f} s, beyond WALSH_RETRY_MAX_DELAY ({self.retry_max_delay:g} s): "
                 "host skipped"
+            )
+        load = self.clock.host_load(host)
+        if load.gave_up_until > now:
+            return "R5", (
+                f"the host kept signalling distress ({load.describe()}) with its interval at "
+                f"WALSH_ADAPTIVE_MAX_DELAY ({self.adaptive.max_delay:g} s): host given up for "
+                f"another {load.gave_up_until - now:.0f} s (WALSH_ADAPTIVE_GIVE_UP)"
             )
         return None
 
@@ -215,14 +279,64 @@ class Pacer:
     async def commit(self, host: str, at: float) -> None:
         await self.clock.commit(host, at, self.interval(host))
 
-    async def hold(self, host: str, until: float) -> None:
+    async def hold(
+        self, host: str, until: float, source: str = "backoff", sent_at: float | None = None
+    ) -> None:
+        """No request to *host* before *until* (*source*: ``Retry-After`` or
+        ``backoff``); *sent_at*: when the request this answers left, so the
+        audit entry of the host's next request can name the gap the hold set."""
+        if sent_at is not None:
+            gap = until - sent_at
+            previous = self._hold_gaps.get(host)
+            if previous is None or gap > previous[0]:
+                self._hold_gaps[host] = (gap, source)
         await self.clock.hold(host, until)
+
+    async def note_answer(
+        self,
+        host: str,
+        *,
+        response_time: float | None = None,
+        status: int | None = None,
+        exception: Exception | None = None,
+    ) -> None:
+        """Fold an answer to a request this process sent to *host* into the
+        host's load and distress (before its slot is released)."""
+        answer = Answer(response_time, distress_signal(status, exception), random.random())
+        signal = answer.distress(self.adaptive)
+        floor = self.required(host)
+        view = self.clock.host_load(host)
+        if not worth_noting(view, answer, self.adaptive, floor):
+            return
+        event = await self.clock.note_answer(host, answer, self.adaptive, floor)
+        stats = self.stats
+        if signal is not None:
+            stats.inc_value("walsh/adaptive/signals")
+            stats.inc_value(f"walsh/adaptive/signal/{signal.lower().replace(' ', '_')}")
+        if event in ("raised", "eased", "recovered", "gave_up"):
+            stats.inc_value(f"walsh/adaptive/{event}")
+        view = self.clock.host_load(host)
+        if event == "raised":
+            logger.info(
+                "Distress from %(host)s (%(signal)s): its requests now at least %(s).1f s "
+                "apart (signals so far: %(all)s)",
+                {"host": host, "signal": signal, "s": view.distress, "all": view.describe()},
+            )
+        elif event == "gave_up":
+            logger.warning(
+                "Distress from %(host)s (%(signal)s) with its interval at "
+                "WALSH_ADAPTIVE_MAX_DELAY (%(cap)g s): host given up for %(for)g s, its "
+                "remaining targets skipped (signals: %(all)s)",
+                {"host": host, "signal": signal, "cap": self.adaptive.max_delay,
+                 "for": self.adaptive.give_up, "all": view.describe()},
+            )  # fmt: skip
+        elif event == "recovered":
+            logger.info("%(host)s answers normally again: back to its floor pace", {"host": host})
 
     def grant_valid(self, host: str) -> bool:
         """Whether the slot this process reserved for *host* is still its own
         (a shared clock's lease can run out while Redis is unreachable)."""
-        check = getattr(self.clock, "grant_valid", None)
-        return True if check is None else bool(check(host))
+        return self.clock.grant_valid(host)
 
     def note_duration(self, seconds: float) -> None:
         if self.mean_duration is None:
@@ -252,7 +366,7 @@ class PacingMiddleware:
         from scrapy_walsh_research.audit import AuditTrail
 
         self.audit = AuditTrail.for_crawler(crawler)
-        self.audit.interval = self.pacer.required
+        self.audit.interval = self.pacer.interval_for
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
         # straight back, so with one the gate waits in place.
@@ -286,6 +400,7 @@ class PacingMiddleware:
             if wait <= 0:
                 self._reserved[request] = now
                 request.meta.pop(WIRE_TIME_META, None)
+                self.pacer.granted(request, host)
                 return None
             if direct and wait > limit:
                 # The bundle's own request would hold the only download slot
@@ -316,19 +431,27 @@ class PacingMiddleware:
             spent += step
 
     async def process_response(self, request: Request, response: Response) -> Response:
+        answered = time.monotonic()  # the response is complete
         host = url_host(request.url)
         seconds = None
         if response.status in RATE_LIMIT_CODES:
             seconds = parse_retry_after(response.headers.get(b"Retry-After"))
-        # The hold that follows this answer is written while this request
-        # still holds the host's slot, then the slot is released: written
-        # after, another worker waiting for the host could take the slot in
-        # between (a Retry-After of 20 s once let one in 0.2 s later).
+        # The hold that follows this answer, and what the answer says about
+        # the host's load and distress, are written while this request still
+        # holds the host's slot, then the slot is released: written after,
+        # another worker waiting for the host could take the slot in between
+        # (a Retry-After of 20 s once let one in 0.2 s later).
+        sent_at = self._sent_at(request)
         hold = seconds or self.pacer.plan_hold(request, status=response.status)
+        hold_by = "Retry-After" if seconds else "backoff"
         if hold:
-            await self.pacer.hold(host, time.monotonic() + hold)
+            await self.pacer.hold(host, time.monotonic() + hold, hold_by, sent_at)
+        if sent_at is not None:
+            await self.pacer.note_answer(
+                host, response_time=answered - sent_at, status=response.status
+            )
         await self._commit(request)
-        await self.audit.answered(request, status=response.status, hold=hold)
+        await self.audit.answered(request, status=response.status, hold=hold, hold_by=hold_by)
         if seconds:
             self.stats.inc_value("walsh/pacing/retry_after_hold")
             logger.info(
@@ -339,12 +462,25 @@ class PacingMiddleware:
         return response
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
+        host = url_host(request.url)
+        sent_at = self._sent_at(request)
         hold = self.pacer.plan_hold(request, exception=exception)
         if hold:  # as for a response: the backoff is in force before the slot is free
-            await self.pacer.hold(url_host(request.url), time.monotonic() + hold)
+            await self.pacer.hold(host, time.monotonic() + hold, "backoff", sent_at)
+        if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
+            await self.pacer.note_answer(host, exception=exception)
         await self._commit(request)
         error = f"{type(exception).__name__}: {exception}"
         await self.audit.answered(request, error=error, hold=hold)
+
+    def _sent_at(self, request: Request) -> float | None:
+        """When *request* left (its wire stamp, else its reservation), or None
+        when this gate did not let it through (nothing was sent)."""
+        reserved = self._reserved.get(request)
+        if reserved is None:
+            return None
+        wire = request.meta.get(WIRE_TIME_META)
+        return wire if wire is not None else reserved
 
     async def _commit(self, request: Request) -> None:
         reserved = self._reserved.pop(request, None)

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
+from scrapy_walsh_research import adaptive
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.options import declared_purposes, list_setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -47,6 +49,7 @@ VALIDATORS_MW = f"{PACKAGE}.validators.ConditionalRequestMiddleware"
 NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
 BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
 ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
+USAGE_MW = f"{PACKAGE}.usage.UsagePreferencesMiddleware"
 RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
 PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
 USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
@@ -55,6 +58,7 @@ DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     CADENCE_MW: 60,  # R8: a target fetched too recently is skipped, no request at all
     BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
     ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
+    USAGE_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
     VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
     NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
     RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware
@@ -123,6 +127,7 @@ def problems(settings: BaseSettings) -> list[str]:
         (SCOPE_MW, "R6"),
         (BLOCKLIST_MW, "R3"),
         (ROBOTS_MW, "R2"),
+        (USAGE_MW, "PREF"),
         (PACING_MW, "R4"),
         (RETRY_MW, "R5"),
     )
@@ -171,6 +176,19 @@ def problems(settings: BaseSettings) -> list[str]:
             f"after the robots.txt gate ({order[ROBOTS_MW]}): the spec checks the operator "
             "blocklist first. Give the blocklist gate the lower number."
         )
+    if USAGE_MW in order and ROBOTS_MW in order and order[USAGE_MW] <= order[ROBOTS_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the usage-preferences gate ({order[USAGE_MW]}) at "
+            f"or before the robots.txt gate ({order[ROBOTS_MW]}): preferences apply only where "
+            "robots.txt allows crawling, and tdmrep.json is fetched under robots.txt's rules. "
+            "Give the usage-preferences gate the higher number."
+        )
+    if USAGE_MW in order and PACING_MW in order and order[PACING_MW] <= order[USAGE_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
+            f"the usage-preferences gate ({order[USAGE_MW]}): pace only requests that may be "
+            "sent. Give the pacing gate the higher number."
+        )
     if ROBOTS_MW in order and PACING_MW in order and order[PACING_MW] <= order[ROBOTS_MW]:
         found.append(
             f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
@@ -205,6 +223,9 @@ def problems(settings: BaseSettings) -> list[str]:
             f"WALSH_MIN_DELAY={settings.getfloat('WALSH_MIN_DELAY')}: R4 allows at most one "
             "request per second per host. Set WALSH_MIN_DELAY to 1.0 or more."
         )
+    # the adaptive half of R4/R5: nothing may switch it off or weaken it
+    # below its documented floor (docs/adaptive.rst)
+    found.extend(adaptive.problems(settings.get))
     if SCRAPY_ROBOTS_MW in order and settings.getbool("ROBOTSTXT_OBEY"):
         found.append(
             f"Scrapy's {SCRAPY_ROBOTS_MW} is active beside the R2 gate (it selects groups by "
@@ -228,6 +249,7 @@ def problems(settings: BaseSettings) -> list[str]:
             f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
             "requests. Set CONCURRENT_REQUESTS=1."
         )
+    found.extend(_list_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(
@@ -236,6 +258,22 @@ def problems(settings: BaseSettings) -> list[str]:
         )
     found.extend(_bypass_problems(settings))
     found.extend(_signing_problems(settings))
+    return found
+
+
+def _list_problems(settings: BaseSettings) -> list[str]:
+    """List settings whose value has no list shape, and WALSH_PURPOSES that
+    are unknown, forbidden (R6) or leave out ``tdm``."""
+    found: list[str] = []
+    for name in ("WALSH_BLOCKLIST_EXTRA", "WALSH_SIGNATURE_COMPONENTS"):
+        try:
+            list_setting(settings, name)
+        except WalshConfigurationError as exc:
+            found.append(str(exc))
+    try:
+        declared_purposes(settings)
+    except WalshConfigurationError as exc:
+        found.append(str(exc))
     return found
 
 

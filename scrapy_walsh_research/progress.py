@@ -4,8 +4,10 @@ total, outcomes by rule, and an ETA from the frontier's own lower bound.
 A list of 10^4 targets at one request a second per host takes hours; the
 operator should see how far it is and why it cannot go faster. The bound is
 the larger of the serial work left (targets left times the mean time a
-request takes) and the busiest host's remaining chain (its targets left minus one, times
-its interval): no schedule can beat either, so it is an honest "at least".
+request takes) and the busiest host's remaining chain (its targets left minus
+one, times the interval in force for it now: a slow or distressed host's
+adapted one, named in the line; a host being skipped has none): no schedule
+can beat either at today's pace, so it is an honest "at least".
 """
 
 from __future__ import annotations
@@ -62,8 +64,9 @@ class Progress:
         stats = self.crawler.stats.get_stats()
         outcomes = {k.removeprefix("walsh/outcome/"): v for k, v in stats.items()
                     if k.startswith("walsh/outcome/")}  # fmt: skip
+        decided = ("walsh/denied/", "walsh/skipped/", "walsh/withheld/")
         rules = {k.removeprefix("walsh/"): v for k, v in stats.items()
-                 if k.startswith(("walsh/denied/", "walsh/skipped/"))}  # fmt: skip
+                 if k.startswith(decided)}  # fmt: skip
         done = sum(outcomes.values())
         total = getattr(spider, "targets_total", None)
         from scrapy_walsh_research.pacing import Pacer
@@ -71,14 +74,20 @@ class Progress:
         pacer = Pacer.for_crawler(self.crawler)
         left = sum(left_by_host.values())
         serial = left * (pacer.mean_duration or 0.1)
-        chain, busiest = 0.0, None
+        # Each host's chain at the interval in force now (a slow or
+        # distressed host's adapted one); a skipped host's targets need none.
+        chain, busiest, paced = 0.0, None, (0.0, "floor")
         for host, n in left_by_host.items():
-            if n > 1 and (n - 1) * pacer.interval(host) > chain:
-                chain, busiest = (n - 1) * pacer.interval(host), host
+            if n < 2 or pacer.skip_reason(host) is not None:
+                continue
+            seconds, source = pacer.in_force(host)
+            if (n - 1) * (seconds + pacer.margin) > chain:
+                chain, busiest, paced = (n - 1) * (seconds + pacer.margin), host, (seconds, source)
         return {
             "done": done, "total": total, "outcomes": outcomes, "rules": rules,
             "eta_s": max(serial, chain), "busiest": busiest,
             "busiest_left": left_by_host.get(busiest, 0) if busiest else 0,
+            "busiest_interval_s": paced[0], "busiest_set_by": paced[1],
         }  # fmt: skip
 
     def log(self, final: bool = False) -> None:
@@ -97,7 +106,8 @@ class Progress:
             line += f"; ETA at least {_duration(eta)}"
             if state["busiest"]:
                 line += (f" (busiest host {state['busiest']}: {state['busiest_left']} "
-                         "targets left, one per interval)")  # fmt: skip
+                         f"targets left, one per {state['busiest_interval_s']:.1f} s, set by "
+                         f"{state['busiest_set_by']})")  # fmt: skip
             else:
                 line += " (serial work left)"
         logger.info(line, extra={"spider": self.crawler.spider})

@@ -13,17 +13,28 @@ import logging
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
 
+    from scrapy_walsh_research.feed import RecordCopies
+
 logger = logging.getLogger(__name__)
 
 #: key of a record's feed ticket on its way to :class:`RecordPipeline` (never exported)
 TICKET_KEY = "_walsh_ticket"
-OUTCOMES = ("fetched", "not_modified", "denied", "failed", "duplicate", "skipped", "invalid")
-RULES = ("R2", "R3", "R4", "R5", "R6", "R8")
+OUTCOMES = (
+    "fetched", "not_modified", "denied", "failed", "duplicate", "skipped", "invalid", "withheld"
+)  # fmt: skip
+RULES = ("R2", "R3", "R4", "R5", "R6", "R8", "PREF")
+#: outcomes of a request that reached the target (its cadence is stamped)
+SENT_OUTCOMES = ("fetched", "not_modified", "withheld")
+#: request meta: the usage preferences that applied to the URL, as record
+#: dicts (set by the PREF gate, read into the record)
+PREFERENCES_META = "walsh_preferences"
 
 
 def now_iso() -> str:
@@ -53,29 +64,36 @@ def new_record(
         "etag": None,
         "last_modified": None,
         "fetched_at": None,
+        "preferences": None,
     }
     record.update(extra)
     return record
 
 
-def response_metadata(response: Response) -> dict[str, Any]:
-    """HTTP metadata of a response; the body only as its length and digest."""
-    headers = response.headers
+def _header(response: Response, name: bytes) -> str | None:
+    value = response.headers.get(name)
+    return value.decode("latin-1") if value is not None else None
 
-    def header(name: bytes) -> str | None:
-        value = headers.get(name)
-        return value.decode("latin-1") if value is not None else None
 
-    body = response.body
+def response_validators(response: Response) -> dict[str, Any]:
+    """Status and validators only: what a ``withheld`` record keeps."""
     return {
         "status": response.status,
         "final_url": response.url,
-        "content_type": header(b"Content-Type"),
+        "etag": _header(response, b"ETag"),
+        "last_modified": _header(response, b"Last-Modified"),
+        "fetched_at": now_iso(),
+    }
+
+
+def response_metadata(response: Response) -> dict[str, Any]:
+    """HTTP metadata of a response; the body only as its length and digest."""
+    body = response.body
+    return {
+        **response_validators(response),
+        "content_type": _header(response, b"Content-Type"),
         "content_length": len(body),
         "sha256": hashlib.sha256(body).hexdigest(),
-        "etag": header(b"ETag"),
-        "last_modified": header(b"Last-Modified"),
-        "fetched_at": now_iso(),
     }
 
 
@@ -91,6 +109,15 @@ class RecordPipeline:
         self.crawler = crawler
         self.stats = crawler.stats
         self.audit = AuditTrail.for_crawler(crawler)
+        #: with Redis, this machine's copy of the fed records (issue 22)
+        self.copies: RecordCopies | None = None
+        if crawler.settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.feed import RecordCopies
+            from scrapy_walsh_research.state.base import state_dir
+            from scrapy_walsh_research.state.redis import RedisConnection
+
+            self.copies = RecordCopies(RedisConnection.for_crawler(crawler), state_dir(crawler))
+            crawler.signals.connect(self.copies.close, signal=signals.engine_stopped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -103,7 +130,7 @@ class RecordPipeline:
 
         ticket = item.pop(TICKET_KEY, None)
         key = str(item.get("canonical_url") or "")
-        fetched = bool(key) and item["outcome"] in ("fetched", "not_modified")
+        fetched = bool(key) and item["outcome"] in SENT_OUTCOMES
         cadence = cadence_of(self.crawler)
         if ticket is None:
             if fetched and cadence is not None:
@@ -118,6 +145,8 @@ class RecordPipeline:
         first, now = await finish(conn, ticket, item, key if fetched else "", key)
         if fetched and cadence is not None:
             await cadence.stamp(key, at=now)
+        if first and self.copies is not None:
+            self.copies.keep(ticket, item)
         if not first:
             from scrapy.exceptions import DropItem
 

@@ -6,8 +6,11 @@ from the crawler's memory), every request sent to HOST and its subdomains
 with its time, path, status, User-Agent and keyid; every denial and its
 reason; each robots.txt version in force and when; the blocklist versions
 and the R3 decisions; purges; and, per exact host (pacing is per host), the
-gap between consecutive requests against the interval that applied then:
-max(1 s, the Crawl-delay in force, any R5 hold the previous answers started).
+gap between consecutive requests against the interval that applied then and
+what set it: the floor (1 s), the Crawl-delay in force, the host's load (a
+multiple of its response time) or its distress (errors, timeouts), or an R5
+hold the previous answers started (Retry-After, backoff). A site owner sees
+the bot slow down when their server struggled.
 
 The page is static and self-contained: inline CSS and SVG, no script, no
 external asset, every value from the log escaped (paths and reasons come
@@ -47,9 +50,12 @@ class Sent:
     robots_sha256: str | None
     blocklist: dict[str, Any] | None
     interval: float | None
+    #: what set the interval: floor, Crawl-delay, load, distress, Retry-After, backoff
+    set_by: str | None = None
     status: int | None = None
     error: str | None = None
     hold_until: float | None = None
+    hold_by: str | None = None
     #: seconds since the previous request to the same exact host
     gap: float | None = None
     #: the smallest gap that was allowed before this request
@@ -130,6 +136,33 @@ class HostEvidence:
             v["last"], v["n"] = r.ts, v["n"] + 1
         return list(seen.values())
 
+    def stated_preferences(self) -> list[dict[str, Any]]:
+        """Each usage preference the host stated (source, signal, value,
+        scope), when it was first and last in force, and what the bot did
+        with the targets it applied to (outcomes, by rule)."""
+        seen: dict[tuple[str, ...], dict[str, Any]] = {}
+        for d in self.decisions:
+            for p in d.get("preferences") or []:
+                if not isinstance(p, dict):
+                    continue
+                key = tuple(str(p.get(k)) for k in ("source", "signal", "value", "scope"))
+                v = seen.setdefault(key, {
+                    "source": key[0], "signal": key[1], "value": key[2], "scope": key[3],
+                    "purposes": p.get("purposes") or [], "allows": p.get("allows"),
+                    "first": d.get("ts"), "last": d.get("ts"), "did": {},
+                })  # fmt: skip
+                v["last"] = d.get("ts")
+                did = str(d.get("outcome")) + (f" ({d['rule']})" if d.get("rule") else "")
+                v["did"][did] = v["did"].get(did, 0) + 1
+        return list(seen.values())
+
+    def purposes(self) -> list[str] | None:
+        """The purposes the bot declared at its latest decision here."""
+        for d in reversed(self.decisions):
+            if d.get("purposes") is not None:
+                return list(d["purposes"])
+        return None
+
     def blocklist_entries(self) -> list[str]:
         """The operator's entries that R3 decisions name."""
         found: dict[str, None] = {}
@@ -149,6 +182,8 @@ class HostEvidence:
             "robots_versions": self.robots_versions(),
             "blocklist_versions": self.blocklist_versions(),
             "blocklist_entries": self.blocklist_entries(),
+            "purposes": self.purposes(),
+            "stated_preferences": self.stated_preferences(),
             "purges": self.purges,
             "smallest_gap": None if smallest is None else smallest.gap,
             "under_interval": len(self.under),
@@ -194,9 +229,11 @@ def _sent(e: dict[str, Any], answer: dict[str, Any]) -> Sent:
         robots_sha256=e.get("robots_sha256"),
         blocklist=e.get("blocklist"),
         interval=e.get("interval"),
+        set_by=e.get("interval_set_by"),
         status=answer.get("status"),
         error=answer.get("error"),
         hold_until=answer.get("hold_until"),
+        hold_by=answer.get("hold_by"),
     )
 
 
@@ -205,19 +242,22 @@ def _measure_gaps(requests: list[Sent]) -> None:
     the interval that applied (the interval R4 required as the request was
     sent, or longer while an R5 hold from an earlier answer ran)."""
     previous: dict[str, Sent] = {}
-    holds: dict[str, float] = {}
+    holds: dict[str, tuple[float, str]] = {}
     for r in requests:
         before = previous.get(r.host)
         if before is not None:
             r.gap = r.t - before.t
             required = r.interval if r.interval is not None else 1.0
+            r.set_by = r.set_by or "floor"
             hold = holds.get(r.host)
-            if hold is not None and hold > before.t:
-                required = max(required, hold - before.t)
+            if hold is not None and hold[0] - before.t > required:
+                required = hold[0] - before.t
+                if r.set_by not in ("Retry-After", "backoff"):
+                    r.set_by = hold[1]
             r.required = required
         previous[r.host] = r
-        if r.hold_until is not None:
-            holds[r.host] = max(holds.get(r.host, 0.0), r.hold_until)
+        if r.hold_until is not None and r.hold_until > holds.get(r.host, (0.0, ""))[0]:
+            holds[r.host] = (r.hold_until, r.hold_by or "backoff")
 
 
 def hosts_of(entries: list[dict[str, Any]]) -> list[str]:
@@ -305,30 +345,60 @@ def _chart(requests: list[Sent]) -> str:
         f'<text x="4" y="{y(top) + 4:.1f}" font-size="10">{top:.1f} s</text>',
         f'<text x="4" y="{y(0) + 4:.1f}" font-size="10">0 s</text>',
     ]
+    steps = []
     for i, r in enumerate(gaps):
         x = pad + i * step
         colour = "#c00" if r.under else "#4a8"
         gap = r.gap or 0.0
+        by = r.set_by or "floor"
         parts.append(
             f'<rect class="gap{" under" if r.under else ""}" x="{x:.1f}" y="{y(gap):.1f}" '
             f'width="{bar:.1f}" height="{y(0) - y(gap):.1f}" fill="{colour}">'
             f"<title>{esc(r.ts)} {esc(r.path)}: gap {gap:.3f} s, interval "
-            f"{(r.required or 0):.3f} s</title></rect>"
+            f"{(r.required or 0):.3f} s (set by {esc(by)})</title></rect>"
         )
         req = y(r.required or 0.0)
+        steps.append(f"{x - 1:.1f},{req:.1f} {x + bar + 1:.1f},{req:.1f}")
         parts.append(
-            f'<line x1="{x - 1:.1f}" y1="{req:.1f}" x2="{x + bar + 1:.1f}" y2="{req:.1f}" '
-            'stroke="#000" stroke-width="1.5"/>'
+            f'<line class="interval {_slug(by)}" x1="{x - 1:.1f}" y1="{req:.1f}" '
+            f'x2="{x + bar + 1:.1f}" y2="{req:.1f}" stroke="{SET_BY_COLOURS.get(by, "#000")}" '
+            'stroke-width="2.5"/>'
         )
         if gap > top:
             parts.append(f'<text x="{x:.1f}" y="{y(top) - 2:.1f}" font-size="9">▲</text>')
+    # the interval as one line across the bars: where it rises, the bot slowed down
+    parts.insert(
+        4,
+        f'<polyline class="interval-line" points="{" ".join(steps)}" fill="none" '
+        'stroke="#888" stroke-width="1" stroke-dasharray="3,2"/>',
+    )
     parts.append("</svg>")
+    keys = ", ".join(
+        f'<span style="color:{c}">■</span> {esc(k)}' for k, c in SET_BY_COLOURS.items()
+    )
     legend = (
         '<p class="note">Bars: the gap before each request (to the same host), in request '
-        "order; black tick: the interval that applied (max(1 s, Crawl-delay, any "
-        "Retry-After or backoff hold)); red: under it; ▲: longer than the chart.</p>"
+        "order; tick and dashed line: the interval that applied, coloured by what set it "
+        f"({keys}): the floor (1 s), the Crawl-delay, the host's load (a multiple of its "
+        "response time), its distress (errors, timeouts), or a Retry-After or backoff hold; "
+        "red bar: under it; ▲: longer than the chart.</p>"
     )
     return "".join(parts) + legend
+
+
+#: the tick colour of each thing that can set a host's interval
+SET_BY_COLOURS = {
+    "floor": "#000",
+    "Crawl-delay": "#555",
+    "load": "#d80",
+    "distress": "#a0a",
+    "Retry-After": "#06c",
+    "backoff": "#39c",
+}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def _facts(ev: HostEvidence) -> str:
@@ -366,6 +436,10 @@ def _table(
     return f"{opening}<thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+PREFERENCE_HEADS = ["source", "signal", "value", "scope", "speaks about", "first seen (UTC)",
+                    "what the bot did"]  # fmt: skip
+
+
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
     rows = []
     for r in ev.requests:
@@ -375,6 +449,7 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
             f'<td>{esc(r.host)}</td><td class="mono">{esc(r.method)} {esc(r.path)}</td>'
             f"<td>{esc(r.kind)}</td><td>{esc(answer)}</td>"
             f'<td class="n">{_seconds(r.gap)}</td><td class="n">{_seconds(r.required)}</td>'
+            f'<td class="set-by">{esc(r.set_by or "—") if r.gap is not None else "—"}</td>'
             f'<td class="mono">{esc(r.user_agent or "—")}</td>'
             f'<td class="mono">{esc(r.keyid or "unsigned")}</td></tr>'
         )
@@ -402,6 +477,15 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         for v in ev.blocklist_versions()
     ]
     entries = "".join(f"<li><code>{esc(x)}</code></li>" for x in ev.blocklist_entries())
+    stated = [
+        f'<tr class="preference"><td>{esc(v["source"])}</td><td class="mono">{esc(v["signal"])}'
+        f'</td><td class="mono">{esc(v["value"])}</td><td>{esc(v["scope"])}</td>'
+        f"<td>{esc(', '.join(map(str, v['purposes'])) or '—')}</td>"
+        f'<td class="mono">{esc(str(v["first"]))}</td>'
+        f"<td>{esc(', '.join(f'{k}: {n}' for k, n in v['did'].items()))}</td></tr>"
+        for v in ev.stated_preferences()
+    ]
+    purposes = ev.purposes()
     purges = "".join(
         f'<li><span class="mono">{esc(str(p.get("ts")))}</span> {esc(str(p.get("host")))}: '
         f"{esc(str(p.get('reason')))} — deleted {esc(json.dumps(p.get('deleted')))}</li>"
@@ -422,7 +506,8 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         f"{_facts(ev)}<h2>Timeline</h2>{charts}"
         '<h2>Requests</h2><table id="requests"><thead><tr><th>time (UTC)</th><th>host</th>'
         '<th>request</th><th>kind</th><th>answer</th><th class="n">gap</th>'
-        '<th class="n">interval</th><th>User-Agent</th><th>keyid</th></tr></thead><tbody>'
+        '<th class="n">interval</th><th>set by</th><th>User-Agent</th><th>keyid</th></tr>'
+        "</thead><tbody>"
         + "".join(rows)
         + "</tbody></table><h2>Denials</h2>"
         + _table(["time (UTC)", "target", "outcome", "rule", "reason"], denials, "none", "denials")
@@ -431,6 +516,16 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
             ["origin", "sha256", "first", "last", "requests"], robots, "none recorded", n_cols=1
         )
         + (f"<p>Fetches:</p><ul>{''.join(fetches)}</ul>" if fetches else "")
+        + "<h2>Stated usage preferences</h2>"
+        + (
+            f'<p>Purposes the bot declared: <span id="purposes">{esc(", ".join(purposes))}</span>. '
+            "A statement that says no to one of them denies the target before the request "
+            "(robots.txt, tdmrep.json) or withholds it after (response headers: status and "
+            "validators kept, nothing read).</p>"
+            if purposes is not None
+            else ""
+        )
+        + _table(PREFERENCE_HEADS, stated, "none stated", "preferences")
         + "<h2>Operator blocklist</h2>"
         + (f"<p>Entries that applied:</p><ul>{entries}</ul>" if entries else "")
         + _table(["updated", "sha256", "first", "last"], blocklists, "no list was in force")

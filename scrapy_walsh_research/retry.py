@@ -31,6 +31,7 @@ from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.urls import url_host
+from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -90,7 +91,8 @@ class RetryMiddleware:
             delay = request.meta.pop(PLANNED_HOLD_META, None) or min(
                 self.max_delay, self.base * 2**attempt
             )
-            await self.pacer.hold(url_host(request.url), time.monotonic() + delay)
+            until, sent_at = time.monotonic() + delay, request.meta.get(WIRE_TIME_META)
+            await self.pacer.hold(url_host(request.url), until, "backoff", sent_at)
         return self._give_up(
             request, response, f"HTTP {status} after {self.max_times} retries: gave up"
         )
@@ -149,7 +151,8 @@ class RetryMiddleware:
             return None
         host = url_host(request.url)
         if retry_after is None:  # a Retry-After hold is set by the pacing gate
-            await self.pacer.hold(host, time.monotonic() + delay)
+            sent_at = request.meta.get(WIRE_TIME_META)
+            await self.pacer.hold(host, time.monotonic() + delay, "backoff", sent_at)
         logger.info(
             "R5: %(reason)s on %(url)s; holding %(host)s for %(delay).2f s (%(source)s)",
             {"reason": reason, "url": request.url, "host": host, "delay": delay, "source": source},

@@ -27,6 +27,7 @@ import atexit
 import hashlib
 import logging
 import time
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import (
     BLOCKLIST,
+    DIRECT,
     ROBOTS,
     SCHEMA,
     HostBusy,
@@ -70,6 +72,12 @@ ABSENT_NAMESPACE = "robots_4xx"
 #: another worker keeps the backoff instead of fetching at once
 UNREACHABLE_NAMESPACE = "robots_unreachable"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
+#: WALSH_ROBOTS_TTL and WALSH_ROBOTS_RETRY_DELAY (also tdmrep.json's, usage.py)
+DEFAULT_TTL = 86400.0
+DEFAULT_RETRY_DELAY = 60.0
+#: an origin's documents (robots.txt, tdmrep.json) stay in force at least this
+#: many of its host's intervals: their two fetches, then the target
+USABLE_INTERVALS = 3
 #: how long a robots.txt fetch may wait in place when its target can go back
 #: to the frontier instead (a stale view of a shared clock, another origin)
 SHORT_WAIT = 2.0
@@ -89,17 +97,22 @@ class RobotsEntry:
 class RobotsTxtMiddleware:
     """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
 
+    _instances: weakref.WeakKeyDictionary[Crawler, RobotsTxtMiddleware] = (
+        weakref.WeakKeyDictionary()
+    )
+
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
+        RobotsTxtMiddleware._instances[crawler] = self
         self.crawler = crawler
         self.stats = crawler.stats
         from scrapy_walsh_research.audit import AuditTrail
 
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", 86400.0)
+        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", DEFAULT_TTL)
         #: how long other workers wait for one worker's fetch of an origin's robots.txt
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", 60.0)
+        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", DEFAULT_RETRY_DELAY)
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
         self.pacer = Pacer.for_crawler(crawler)
@@ -121,6 +134,17 @@ class RobotsTxtMiddleware:
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
         return cls(crawler)
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> RobotsTxtMiddleware | None:
+        """The crawler's R2 gate, once built (the PREF gate reads the
+        selected group's usage preferences from it)."""
+        return cls._instances.get(crawler)
+
+    def cached_policy(self, url: str) -> RobotsPolicy | None:
+        """The policy in force for *url*'s origin, when one is cached."""
+        entry = self._fresh(origin_of(url))
+        return entry.policy if entry is not None else None
 
     def _exempt(self, request: Request) -> bool:
         """The bundle's own fetches of robots.txt (any origin's /robots.txt,
@@ -157,14 +181,18 @@ class RobotsTxtMiddleware:
             skip = await self.pacer.skip(host)
             if skip is not None:  # fetching robots.txt would contact the host
                 deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
-            if self.requeue and self.pacer.ready_at(host) > time.monotonic():
+            # The bundle's own tdmrep.json redirected to another origin is
+            # fetched from inside a target's chain: it cannot go back to the
+            # frontier, so it waits in place (bounded) for that robots.txt.
+            direct = self.marks.purpose(request, quiet=True) in DIRECT
+            requeue = self.requeue and not direct
+            if requeue and self.pacer.ready_at(host) > time.monotonic():
                 return self.pacer.requeue(request)
+            wait = self.pacer.max_crawl_delay if direct else None
             try:
-                entry = await self.entry_for(
-                    request.url, max_wait=SHORT_WAIT if self.requeue else None
-                )
+                entry = await self.entry_for(request.url, max_wait=SHORT_WAIT if requeue else wait)
             except HostBusy as exc:
-                if self.requeue:
+                if requeue:
                     self.pacer.defer(host, exc.ready_in)
                     return self.pacer.requeue(request)
                 reason = f"robots.txt cannot be fetched: {exc}"
@@ -222,10 +250,11 @@ class RobotsTxtMiddleware:
                 origin, self._cache.get(origin), max_wait
             )
             await self.pacer.note_robots(origin, entry.policy, entry.expires)
-            # An answer outlives the wait its own fetch imposes on the host:
-            # a TTL shorter than the Crawl-delay would otherwise re-fetch
-            # robots.txt forever while the target waits for its turn.
-            usable = self.store.time() + 2 * self.pacer.interval(url_host(url))
+            # An answer outlives the waits its own fetch and the origin's
+            # tdmrep.json fetch (usage.py) impose on the host: a TTL shorter
+            # than the Crawl-delay would otherwise re-fetch the two in turn
+            # forever while the target waits for its turn.
+            usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
             entry.expires = max(entry.expires, usable)
             self._remember(origin, entry)
         finally:

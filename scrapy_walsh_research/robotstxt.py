@@ -20,6 +20,14 @@ from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from protego import Protego
 
+from scrapy_walsh_research.preferences import (
+    ROBOTS_FIELDS,
+    Preference,
+    RobotsStatement,
+    robots_preferences,
+    robots_statement,
+)
+
 #: RFC 9309 §2.5: parse at least 500 KiB; we parse exactly that much.
 MAX_ROBOTS_BYTES = 500 * 1024
 
@@ -51,9 +59,16 @@ def _split(line: str) -> tuple[str, str] | None:
 
 
 def product_token(value: str) -> str | None:
-    """``"*"`` for the global group, else the leading identifier run, lower-cased."""
+    """``"*"`` for the global group, else the leading identifier run, lower-cased.
+
+    ``*`` names the global group only alone or followed by whitespace
+    (RFC 9309 §2.2.1; Google's parser, robots.cc ``HandleUserAgent``): a
+    pattern such as ``*SomeBot*``, which sites write for one bot, starts with
+    no identifier character, so it names no token at all. Read as ``*``, its
+    ``Disallow: /`` closed whole sites to us.
+    """
     value = value.strip()
-    if value.startswith("*"):
+    if value == "*" or (value.startswith("*") and value[1].isspace()):
         return "*"
     m = _TOKEN_RE.match(value)
     return m.group(0).lower() if m else None
@@ -114,6 +129,12 @@ class RobotsPolicy:
     _memo: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
     #: Protego's answers, found without trying every rule (see _Rules)
     _rules: _Rules | None = field(default=None, compare=False, repr=False)
+    #: the selected group's Content-Usage and Content-Signal lines (usage
+    #: preferences: chosen by the same selection as the rules, never another)
+    stated: tuple[RobotsStatement, ...] = ()
+    _stated_memo: dict[str, tuple[Preference, ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def parse(cls, text: str, token: str) -> RobotsPolicy:
@@ -124,6 +145,12 @@ class RobotsPolicy:
         if not chosen:
             return cls("none")
         lines = [line for g in chosen for line in g.lines]
+        label = token if named else "*"
+        stated = tuple(
+            robots_statement(key, value, label)
+            for key, value in (_split(line) or ("", "") for line in lines)
+            if key in ROBOTS_FIELDS
+        )
         parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(lines) + "\n")
         rules = _Rules.of(parser)
         if rules is not None:
@@ -134,7 +161,7 @@ class RobotsPolicy:
             # heap (0.1 s on the reactor per robots.txt, measured).
             rest = [line for line in lines if (_split(line) or ("",))[0] not in _RULE_FIELDS]
             parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(rest) + "\n")
-        return cls("named" if named else "*", parser, _rules=rules)
+        return cls("named" if named else "*", parser, _rules=rules, stated=stated)
 
     @classmethod
     def allow_all(cls, reason: str) -> RobotsPolicy:
@@ -159,6 +186,19 @@ class RobotsPolicy:
             if len(memo) >= MEMO_SIZE:
                 memo.clear()
             memo[url] = known
+        return known
+
+    def preferences(self, url: str) -> tuple[Preference, ...]:
+        """The usage preferences the selected group states for *url*: none
+        where crawling is disallowed (draft-ietf-aipref-attach §3.1)."""
+        if not self.stated or not self.allows(url):
+            return ()
+        known = self._stated_memo.get(url)
+        if known is None:
+            known = tuple(robots_preferences(self.stated, url))
+            if len(self._stated_memo) >= MEMO_SIZE:
+                self._stated_memo.clear()
+            self._stated_memo[url] = known
         return known
 
     def _can_fetch(self, url: str) -> bool:

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from http_message_signatures import HTTPMessageSigner, HTTPSignatureKeyResolver, algorithms
 
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.options import list_setting
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
@@ -285,7 +286,7 @@ class Signer:
                 "(the protocol recommends expiry within 24 hours; shorter limits replay, but "
                 "the signature must outlive a TLS handshake)"
             )
-        extra = tuple(settings.getlist("WALSH_SIGNATURE_COMPONENTS"))
+        extra = tuple(list_setting(settings, "WALSH_SIGNATURE_COMPONENTS"))
         unknown = [c for c in extra if c not in EXTRA_COMPONENTS]
         if unknown:
             raise WalshConfigurationError(

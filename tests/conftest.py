@@ -25,6 +25,8 @@ from scrapy_walsh_research.spiders.targets import TargetsSpider
 BLOCKLIST_HOST = "operator.test"
 BLOCKLIST_PATH = "/.well-known/walsh-research/blocklist.json"
 SCHEMA_PATH = "/.well-known/walsh-research/blocklist.schema.json"
+#: fetched once per origin after robots.txt, before its first target (PREF)
+TDMREP = "/.well-known/tdmrep.json"
 SCHEMA_TEXT = Path(__file__).parent.parent / "scrapy_walsh_research/schemas/blocklist.schema.json"
 
 

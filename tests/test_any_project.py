@@ -12,7 +12,7 @@ import pytest_twisted
 
 from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import _spawn
+from tests.conftest import TDMREP, _spawn
 
 
 @pytest_twisted.ensureDeferred
@@ -38,5 +38,6 @@ async def test_a_new_project_with_the_addon_line_crawls_targets(server, tmp_path
     assert b"Spider not found" not in proc.err, proc.err.decode()[-2000:]
     (record,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["outcome"] == "fetched"
-    assert [h.path for h in server.origin.hits_for("shop.test")] == ["/robots.txt", "/item"]
+    paths = [h.path for h in server.origin.hits_for("shop.test")]
+    assert paths == ["/robots.txt", TDMREP, "/item"]
     assert {h.user_agent for h in server.origin.hits} == {USER_AGENT}

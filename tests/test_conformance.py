@@ -20,6 +20,7 @@ from scrapy_walsh_research.preflight import (
     RETRY_MW,
     ROBOTS_MW,
     SCOPE_MW,
+    USAGE_MW,
     USERAGENT_MW,
     apply_addons,
 )
@@ -97,6 +98,7 @@ BROKEN = {
         }
     },
     "R6": {"DOWNLOADER_MIDDLEWARES": {SCOPE_MW: None}},
+    "PREF": {"DOWNLOADER_MIDDLEWARES": {USAGE_MW: None}},
 }
 
 

@@ -32,6 +32,7 @@ from scrapy_walsh_research.urls import (
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
+    TDMREP,
     base_settings,
     blocklist_doc,
     crawl,
@@ -223,7 +224,8 @@ async def test_two_spellings_of_one_address_share_one_pacing_clock_and_robots_tx
     assert [i["outcome"] for i in res.items] == ["fetched"] * 4
     hits = target_hits(server)
     assert [h.path for h in hits].count("/robots.txt") == 1
-    assert len(hits) == 5
+    assert [h.path for h in hits].count(TDMREP) == 1
+    assert len(hits) == 6
     assert min(arrival_gaps(hits)) >= 1.0
 
 

@@ -508,4 +508,4 @@ async def test_behind_a_forward_proxy_the_signature_names_the_target_authority(
         await proxy.stop()
     assert server.url("p.test", "/x") in proxy.seen  # it did go through the proxy
     assert {h.signature for h in server.origin.hits} == {"verified"}
-    assert len(server.origin.hits_for("p.test")) == 2
+    assert len(server.origin.hits_for("p.test")) == 3  # robots.txt, tdmrep.json, /x

@@ -17,6 +17,7 @@ from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
+    TDMREP,
     base_settings,
     blocklist_doc,
     crawl,
@@ -86,7 +87,7 @@ async def test_a_host_header_on_a_request_is_removed_the_url_host_is_what_goes_o
         )
     )
     assert server.origin.hits_for("blocked.test") == [], items
-    assert [h.path for h in server.origin.hits_for("ok.test")] == ["/robots.txt", "/"]
+    assert [h.path for h in server.origin.hits_for("ok.test")] == ["/robots.txt", TDMREP, "/"]
 
 
 # -- 2. robots.txt redirected to another host's disallowed path ---------------------

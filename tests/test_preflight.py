@@ -135,6 +135,31 @@ REFUSALS = {
         "RETRY_ENABLED=False",
     ),
     "minimum delay under 1 s": ({"WALSH_MIN_DELAY": 0.2}, "WALSH_MIN_DELAY=0.2"),
+    # the adaptive half of R4/R5 (docs/adaptive.rst): off or below its floors
+    "load factor below its floor": (
+        {"WALSH_ADAPTIVE_FACTOR": 1},
+        "Set WALSH_ADAPTIVE_FACTOR to 4 or more",
+    ),
+    "load factor off": (
+        {"WALSH_ADAPTIVE_FACTOR": "off"},
+        "WALSH_ADAPTIVE_FACTOR='off' is not a number",
+    ),
+    "adaptive cap below its floor": (
+        {"WALSH_ADAPTIVE_MAX_DELAY": 5},
+        "Set WALSH_ADAPTIVE_MAX_DELAY to 30 or more",
+    ),
+    "distress backoff that does not grow": (
+        {"WALSH_ADAPTIVE_BACKOFF": 1},
+        "Set WALSH_ADAPTIVE_BACKOFF to 2 or more",
+    ),
+    "distress eased after one answer": (
+        {"WALSH_ADAPTIVE_RECOVERY": 1},
+        "Set WALSH_ADAPTIVE_RECOVERY to 2 or more",
+    ),
+    "give-up shorter than the cap": (
+        {"WALSH_ADAPTIVE_GIVE_UP": 10},
+        "Set WALSH_ADAPTIVE_GIVE_UP to 60 or more",
+    ),
     "scope guard missing": ({"DOWNLOADER_MIDDLEWARES": {SCOPE_MW: None}}, "R6 gate"),
     "link-dropping middleware missing": (
         {"SPIDER_MIDDLEWARES": {SCOPE_SPIDER_MW: None}},

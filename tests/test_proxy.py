@@ -9,6 +9,7 @@ from scrapy_walsh_research.sandbox import RecordingProxy, Reply
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
+    TDMREP,
     base_settings,
     blocklist_doc,
     crawl,
@@ -45,4 +46,4 @@ async def test_gates_key_on_the_target_host_behind_a_forward_proxy(server, tmp_p
     assert server.url("open.test", "/yes") in proxy.seen
     assert not any("blocked.test" in uri or uri.endswith("/no") for uri in proxy.seen)
     assert {h.user_agent for h in server.origin.hits} == {USER_AGENT}
-    assert [h.path for h in server.origin.hits_for("open.test")] == ["/robots.txt", "/yes"]
+    assert [h.path for h in server.origin.hits_for("open.test")] == ["/robots.txt", TDMREP, "/yes"]

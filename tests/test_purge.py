@@ -168,7 +168,7 @@ async def test_the_commands_read_a_host_as_the_crawl_stored_it(server, tmp_path)
     assert about(state, "xn--bcher-kva.test")
     at = ["-s", f"WALSH_STATE_DIR={state}"]
     report = scrapy_command("walsh-report", *at, "--host", "Bücher.test", "--json", cwd=tmp_path)
-    assert len(json.loads(report.stdout)["requests"]) == 2  # robots.txt and the feed
+    assert len(json.loads(report.stdout)["requests"]) == 3  # robots.txt, tdmrep.json, the feed
     purged = scrapy_command("walsh-purge", *at, "BÜCHER.test.", cwd=tmp_path)
     assert purged.returncode == 0, purged.stderr
     assert about(state, "xn--bcher-kva.test") == []

@@ -13,7 +13,7 @@ import pytest_twisted
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.preflight import PACING_MW
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import base_settings, crawl, gaps
+from tests.conftest import TDMREP, base_settings, crawl, gaps
 
 
 def pages(
@@ -32,7 +32,7 @@ async def test_arrivals_at_a_host_are_at_least_one_second_apart_and_serial(serve
     assert [i["outcome"] for i in res.items] == ["fetched"] * 8
     for host in ("a.test", "b.test"):
         hits = server.origin.hits_for(host)
-        assert len(hits) == 5  # robots.txt counts too
+        assert len(hits) == 6  # robots.txt and tdmrep.json count too
         assert min(gaps(hits)) >= 1.0
     assert server.origin.max_inflight == 1
     # the pacing clock ran from when each request went onto its connection
@@ -49,8 +49,9 @@ async def test_the_first_request_to_a_new_host_is_not_delayed_and_hosts_interlea
     # b.test is first contacted while a.test waits out its second, not after a.test is done
     assert b[0].t - a[0].t < 0.5
     assert b[0].t < a[1].t
-    # two hosts, four requests each, 1 s apart: about 3 s, not 7
-    assert max(h.t for h in a + b) - a[0].t < 4.0
+    # two hosts, five requests each (robots.txt, tdmrep.json, three pages), 1 s
+    # apart: about 4 s, not 9
+    assert max(h.t for h in a + b) - a[0].t < 5.0
 
 
 @pytest_twisted.ensureDeferred
@@ -116,8 +117,8 @@ async def test_a_restarted_crawl_keeps_a_hosts_spacing(server, tmp_path):
     await crawl(base_settings(server, state), urls, tmp_path)
     await crawl(base_settings(server, state), urls, tmp_path)  # at once, in a "new process"
     hits = server.origin.hits_for("again.test")
-    # the second run reuses the stored robots.txt (fresh for WALSH_ROBOTS_TTL)
-    assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/p/0"]
+    # the second run reuses the stored robots.txt and tdmrep.json (WALSH_ROBOTS_TTL)
+    assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/p/0", "/p/0"]
     assert min(gaps(hits)) >= 1.0
 
 
@@ -141,7 +142,7 @@ async def test_a_connection_dropped_after_the_request_was_read_is_not_resent_at_
     url = server.url("drop.test", "/page")
     res = await crawl(base_settings(server, tmp_path / "s"), [url], tmp_path)
     hits = server.origin.hits_for("drop.test")
-    assert [h.path for h in hits] == ["/robots.txt", "/page", "/page"]
+    assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/page", "/page"]
     assert min(gaps(hits)) >= 1.0
     assert res.items[0]["outcome"] == "fetched"
     assert res.stats["walsh/retry/count"] == 1
@@ -174,7 +175,7 @@ async def test_an_origin_without_robots_does_not_lower_the_hosts_crawl_delay(ser
     res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
     assert [i["outcome"] for i in res.items] == ["fetched"] * 3
     hits = server.origin.hits_for("twin.test")
-    assert len(hits) == 5  # two robots.txt, three pages
+    assert len(hits) == 7  # two robots.txt, two tdmrep.json, three pages
     assert min(gaps(hits)) >= 3.0
 
 
@@ -270,9 +271,12 @@ async def test_robots_of_a_held_host_does_not_hold_the_download_slot(server, tmp
     res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
     assert {i["outcome"] for i in res.items} == {"fetched"}
     held = server.origin.hits_for("held.test")
-    first_busy = held[1].t
-    assert min(h.t for h in held[2:]) - first_busy >= 6.0  # nothing to the host while held
-    pages_out = [h for h in server.origin.hits_for("other.test") if h.path != "/robots.txt"]
+    first_busy = next(h.t for h in held if h.path == "/busy")
+    after = [h.t for h in held if h.t > first_busy]
+    assert min(after) - first_busy >= 6.0  # nothing to the host while held
+    pages_out = [
+        h for h in server.origin.hits_for("other.test") if h.path not in ("/robots.txt", TDMREP)
+    ]
     assert sum(first_busy < h.t < first_busy + 6.0 for h in pages_out) >= 4
 
 
@@ -301,8 +305,8 @@ async def test_a_reservation_is_kept_when_the_crawler_is_killed_mid_request(serv
     await proc.ended
     await crawl(base_settings(server, state), [server.url("slow.test", "/next")], tmp_path)
     hits = server.origin.hits_for("slow.test")
-    assert [h.path for h in hits] == ["/robots.txt", "/slow", "/next"]
-    assert hits[2].t - hits[1].t >= 5.0
+    assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/slow", "/next"]
+    assert hits[3].t - hits[2].t >= 5.0
 
 
 @pytest_twisted.ensureDeferred
@@ -315,7 +319,7 @@ async def test_a_restart_knows_the_crawl_delay_before_refetching_robots(server, 
     await crawl(settings, urls, tmp_path)
     await crawl(settings, urls, tmp_path)
     hits = server.origin.hits_for("cd.test")
-    assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/robots.txt", "/p/0"]
+    assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/p/0"] * 2
     assert min(gaps(hits)) >= 4.0
 
 

@@ -17,7 +17,7 @@ from scrapy_walsh_research.preflight import RETRY_MW
 from scrapy_walsh_research.retry import parse_retry_after
 from scrapy_walsh_research.retry_after import MAX_RETRY_AFTER
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import base_settings, crawl
+from tests.conftest import TDMREP, base_settings, crawl
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -127,7 +127,7 @@ async def test_while_one_host_backs_off_another_hosts_requests_go_out(server, tm
     res = await crawl(base_settings(server, tmp_path / "s"), [held, *others], tmp_path)
     first, retry = server.origin.hits_for("held.test", "/x")
     assert retry.t - first.t >= 4.0
-    free = [h for h in server.origin.hits_for("free.test") if h.path != "/robots.txt"]
+    free = [h for h in server.origin.hits_for("free.test") if h.path not in ("/robots.txt", TDMREP)]
     assert len(free) == 3
     # free.test keeps receiving its pages (1 s apart) while held.test is held
     assert sum(first.t < h.t < retry.t for h in free) >= 2
@@ -154,8 +154,8 @@ async def test_a_retry_passes_the_gates_again(server, tmp_path):
         )
 
     server.origin.route("gate.test", "/robots.txt", robots)
-    server.origin.route("gate.test", "/x", Reply(503, "busy", {"Retry-After": "3"}))
-    settings = base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=2)
+    server.origin.route("gate.test", "/x", Reply(503, "busy", {"Retry-After": "5"}))
+    settings = base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=4)
     res = await crawl(settings, [server.url("gate.test", "/x")], tmp_path)
     assert (res.items[0]["outcome"], res.items[0]["rule"]) == ("denied", "R2")
     assert len(server.origin.hits_for("gate.test", "/x")) == 1
@@ -200,7 +200,7 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     holds: list[float] = []
     pacer = Pacer.for_crawler(crawler)
 
-    async def record_hold(host: str, until: float) -> None:
+    async def record_hold(host: str, until: float, *how: Any) -> None:
         holds.append(until - time.monotonic())
 
     pacer.hold = record_hold  # type: ignore[method-assign]
@@ -229,7 +229,7 @@ async def test_a_given_up_retry_after_still_holds_the_host_and_skips_its_targets
     for url in later:
         assert (by_url[url]["outcome"], by_url[url]["rule"]) == ("skipped", "R5")
         assert "Retry-After" in by_url[url]["reason"]
-    assert [h.path for h in server.origin.hits_for("gone.test")] == ["/robots.txt", "/huge"]
+    assert [h.path for h in server.origin.hits_for("gone.test")] == ["/robots.txt", TDMREP, "/huge"]
 
 
 @pytest_twisted.ensureDeferred

@@ -13,7 +13,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_walsh_research.preflight import SCOPE_MW, SCOPE_SPIDER_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import base_settings, crawl
+from tests.conftest import TDMREP, base_settings, crawl
 
 LINKY_HTML = """<html><head>
 <link rel="stylesheet" href="/style.css"><script src="/app.js"></script>
@@ -49,7 +49,7 @@ class FollowingSpider(TargetsSpider):
 
 
 def assert_only_declared(server: Any) -> None:
-    assert [h.path for h in server.origin.hits_for("site.test")] == ["/robots.txt", "/"]
+    assert [h.path for h in server.origin.hits_for("site.test")] == ["/robots.txt", TDMREP, "/"]
     assert server.origin.hits_for("other.test") == []
 
 
@@ -131,6 +131,7 @@ async def test_redirects_are_followed_at_most_five_hops(server, tmp_path):
     )
     assert [h.path for h in o.hits_for("hops.test")] == [
         "/robots.txt",
+        TDMREP,
         "/0",
         "/1",
         "/2",

@@ -10,7 +10,7 @@ import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.structured import HTML_NOTE
-from tests.conftest import base_settings, crawl
+from tests.conftest import TDMREP, base_settings, crawl
 
 MARKDOWN = """# Docs home
 
@@ -83,7 +83,7 @@ async def test_markdown_gives_headings_and_links_and_no_body_and_links_are_not_r
         ("API", server.url("md.test", "/api.md")),
     ]
     assert "Intro with" not in json.dumps(rec)
-    assert [h.path for h in server.origin.hits_for("md.test")] == ["/robots.txt", "/docs"]
+    assert [h.path for h in server.origin.hits_for("md.test")] == ["/robots.txt", TDMREP, "/docs"]
 
 
 @pytest_twisted.ensureDeferred
@@ -119,6 +119,7 @@ async def test_feeds_give_per_entry_metadata_and_no_body(server, tmp_path):
     assert "BODY TEXT" not in json.dumps(res.items)
     assert {h.path for h in server.origin.hits_for("feeds.test")} == {
         "/robots.txt",
+        TDMREP,
         "/rss",
         "/atom",
         "/json",

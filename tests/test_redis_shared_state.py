@@ -9,6 +9,7 @@ only a real redis-server on loopback, and the origin judges them.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
+    TDMREP,
     base_settings,
     blocklist_doc,
     crawl,
@@ -106,7 +108,7 @@ async def test_without_redis_a_second_crawl_on_the_same_state_dir_is_refused(ser
         await deferred_from_coro(crawl_task(settings, urls[4:], tmp_path / "2"))
     await first
     assert min(gaps(server.origin.hits_for("a.test"))) >= 1.0
-    assert {h.path for h in server.origin.hits_for("a.test")} == {"/robots.txt"} | {
+    assert {h.path for h in server.origin.hits_for("a.test")} == {"/robots.txt", TDMREP} | {
         f"/p/{i}" for i in range(4)
     }
     # once the first has stopped, the state dir is free again
@@ -182,7 +184,7 @@ async def test_validators_cadence_robots_and_blocklist_are_shared_between_worker
     w2 = base_settings(server, tmp_path / "w2", **shared)
     res = await crawl(w2, [doc, blocked], tmp_path)
     hits = server.origin.hits_for("etag.test")
-    assert [h.path for h in hits] == ["/robots.txt", "/p/0", "/p/0"]  # robots.txt once
+    assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/p/0", "/p/0"]  # each once
     assert hits[-1].headers.get("if-none-match") == '"v1"'  # worker 1's validator
     assert res.by_url()[blocked]["rule"] == "R3"  # worker 1's adopted list, retained
     assert server.origin.hits_for("blocked.test") == []
@@ -405,3 +407,92 @@ async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
         assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 9)) == 7
     finally:
         await deferred_from_coro(conn.close())
+
+
+# -- what a host's answers say, shared (the adaptive half of R4/R5) ------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_workers_distress_signal_slows_every_worker(server, redis_server, tmp_path):
+    """A 503 answered to one worker raises the host's interval for the other,
+    which never saw it: all its requests keep the distress interval."""
+    serve(server, "strained.test", 0)
+    server.origin.route("strained.test", "/x", Reply(503, "busy"))
+    for path in ("/y", "/z"):
+        server.origin.route("strained.test", path, Reply(200, "ok"))
+    shared = redis_settings(redis_server, WALSH_RETRY_TIMES=0)
+    push(redis_server, shared, "k1", [server.url("strained.test", "/x")], tmp_path)
+    push(redis_server, shared, "k2", [server.url("strained.test", p) for p in ("/y", "/z")],
+         tmp_path)  # fmt: skip
+    w1 = base_settings(server, tmp_path / "w1", **shared)
+    w2 = base_settings(server, tmp_path / "w2", **shared)
+
+    async def later() -> Any:
+        while not server.origin.hits_for("strained.test", "/x"):
+            await asyncio.sleep(0.05)
+        return await crawl_feed(w2, "k2")
+
+    _, second = await together(crawl_feed(w1, "k1"), later())
+    assert [r["outcome"] for r in second.items] == ["fetched"] * 2
+    g = gaps(server.origin.hits_for("strained.test"))  # robots, /x (503), /y, /z
+    assert g[-2] >= 3.0 and g[-1] >= 3.0, g
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_one_worker_gave_up_is_skipped_by_every_worker(
+    server, redis_server, tmp_path, without_preflight
+):
+    """The give-up is in the host's Redis record: a worker that never contacted
+    the host skips its targets (R5, naming the signals) and sends nothing."""
+    serve(server, "down.test", 0)
+    server.origin.route("down.test", "/x", Reply(500, "oops"))
+    for path in ("/y", "/z"):
+        server.origin.route("down.test", path, Reply(200, "ok"))
+    shared = redis_settings(redis_server, WALSH_ADAPTIVE_MAX_DELAY=3)
+    await crawl(base_settings(server, tmp_path / "w1", **shared),
+                [server.url("down.test", "/x")], tmp_path)  # fmt: skip
+    before = len(server.origin.hits_for("down.test"))
+    res = await crawl(base_settings(server, tmp_path / "w2", **shared),
+                      [server.url("down.test", p) for p in ("/y", "/z")], tmp_path)  # fmt: skip
+    assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R5")] * 2
+    assert "HTTP 500 x2" in res.items[0]["reason"]
+    assert len(server.origin.hits_for("down.test")) == before
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_redis_clock_applies_the_adaptive_rule_step_for_step(redis_server):
+    """The ANSWER script and HostLoad.observe fold the same answers into the
+    same load, distress, streak, signals and give-up (one rule, two runtimes)."""
+    import random
+
+    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer, HostLoad
+
+    policy = AdaptivePolicy(factor=6, max_delay=30, backoff=3, recovery=2, give_up=100)
+    conn = RedisConnection(redis_server.url, redis_settings(redis_server)["WALSH_REDIS_PREFIX"])
+    clock = RedisHostClock(conn, lease=30.0, pause_on_loss=30.0)
+    model = HostLoad()
+    rng = random.Random(21)
+
+    async def run() -> list[tuple[str, str]]:
+        events = []
+        for _ in range(200):
+            signal = rng.choice([*[None] * 8, "HTTP 503", "timeout"])
+            rt = None if signal == "timeout" else rng.choice([0.05, 0.2, 0.2, 0.5, 1.5, 6.0])
+            answer = Answer(rt, signal, rng.random())
+            expected = model.observe(answer, policy, 1.0, time.monotonic())
+            got = await clock.note_answer("eq.test", answer, policy, 1.0)
+            events.append((expected, got))
+            view = clock.host_load("eq.test")
+            for name in ("average", "last", "distress"):
+                assert getattr(view, name) == pytest.approx(
+                    getattr(model, name), rel=1e-4, abs=1e-5
+                )
+            assert (view.streak, view.signals) == (model.streak, model.signals)
+            assert (view.gave_up_until > 0) == (model.gave_up_until > 0)
+        await conn.close()
+        return events
+
+    events = await deferred_from_coro(run())
+    assert all(expected == got for expected, got in events), events
+    kinds = {e for e, _ in events}
+    assert {"raised", "eased", "recovered", "gave_up", "streak", "load"} <= kinds, kinds

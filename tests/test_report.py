@@ -89,11 +89,11 @@ async def test_the_report_shows_in_a_browser_what_the_origin_saw(server, tmp_pat
     state = tmp_path / "state"
     await crawl(base_settings(server, state, WALSH_SIGNING_KEY=str(key)), world(server), tmp_path)
     seen = server.origin.hits_for("r.test")
-    assert len(seen) == 5  # robots.txt, /a, /busy (429), /busy again, /b
+    assert len(seen) == 6  # robots.txt, tdmrep.json, /a, /busy (429), /busy again, /b
 
     out = tmp_path / "report.html"
     printed = walsh_report(state, "--host", "r.test", "--out", str(out), cwd=tmp_path).stdout
-    assert "5 requests to r.test" in printed
+    assert "6 requests to r.test" in printed
     dom = render(out, tmp_path / "report.png")
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
@@ -104,7 +104,7 @@ async def test_the_report_shows_in_a_browser_what_the_origin_saw(server, tmp_pat
     assert smallest >= 1.5  # the Crawl-delay held ...
     assert text_of(dom, "under-count") == "0"
     rows = re.findall(r'<tr class="request[^"]*">(.*?)</tr>', dom, re.S)
-    assert len(rows) == 5
+    assert len(rows) == 6
     assert all(USER_AGENT in row for row in rows)
     keyid = Signer(load_key(key)).keyid
     assert all(keyid in row for row in rows)
@@ -146,7 +146,7 @@ async def test_the_summary_links_every_host_to_its_page(server, tmp_path):
         page = (out.parent / href).read_text()
         assert f'<span id="host">{host}</span>' in page
     r_test = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", dom, re.S) if ">r.test<" in r)
-    assert re.findall(r'<td class="n">([^<]*)</td>', r_test)[:2] == ["5", "1"]
+    assert re.findall(r'<td class="n">([^<]*)</td>', r_test)[:2] == ["6", "1"]
 
 
 def entry(event: str, t: float, **fields: Any) -> dict[str, Any]:

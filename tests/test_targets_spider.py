@@ -12,7 +12,7 @@ import pytest_twisted
 from scrapy_walsh_research.records import OUTCOMES
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import base_settings, crawl
+from tests.conftest import TDMREP, base_settings, crawl
 
 BODY = b"<html><body>secret page content</body></html>"
 
@@ -73,7 +73,8 @@ async def test_exactly_one_record_per_line_with_metadata_and_no_body(server, tmp
     assert all(i["outcome"] in OUTCOMES for i in got)
     assert "line 4: not an http(s) URL" in caplog.text and "line 5" in caplog.text
     assert res.stats["walsh/outcome/invalid"] == 2
-    assert [h.path for h in server.origin.hits_for("t.test")] == ["/robots.txt", "/page", "/gone"]
+    assert [h.path for h in server.origin.hits_for("t.test")] == [
+        "/robots.txt", TDMREP, "/page", "/gone"]  # fmt: skip
 
 
 def test_a_missing_list_is_a_clear_error(tmp_path):

@@ -35,7 +35,8 @@ class Reply:
 
     status: int = 200
     body: bytes | str = b""
-    headers: dict[str, str] = field(default_factory=dict)
+    #: a list sends the header once per value (repeated field lines)
+    headers: dict[str, str | list[str]] = field(default_factory=dict)
     delay: float = 0.0
     drop: bool = False
 
@@ -126,7 +127,10 @@ class Origin(resource.Resource):
                 return
             request.setResponseCode(reply.status)
             for name, value in reply.headers.items():
-                request.setHeader(name.encode(), value.encode("latin-1"))
+                values = value if isinstance(value, list) else [value]
+                request.responseHeaders.setRawHeaders(
+                    name.encode(), [v.encode("latin-1") for v in values]
+                )
             body = reply.encoded()
             if request.method != b"HEAD":
                 request.write(body)

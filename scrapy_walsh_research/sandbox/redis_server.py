@@ -6,13 +6,24 @@ operators to run it, so a SIGKILL loses nothing that was acknowledged. With
 ``persist="rdb"`` it keeps only snapshots taken by :meth:`snapshot`, which
 :meth:`restore` puts back before a start: Redis restarted from an older
 snapshot, as Debian's default persistence would after a crash.
+
+With ``steppable_clock`` its wall clock can be stepped while it runs
+(:meth:`step_clock`), as an NTP correction on the Redis host steps it: a
+small shim (``stepclock.c``, compiled with the system's C compiler on first
+use) is preloaded into the real ``redis-server``, so ``TIME`` (and its key
+expiry, and ``uptime_in_seconds``) jump while its monotonic clock does not.
 """
 
 from __future__ import annotations
 
+import hashlib
+import mmap
+import os
 import shutil
 import socket
+import struct
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,7 +36,9 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, workdir: Path, *, persist: bool | str = True) -> None:
+    def __init__(
+        self, workdir: Path, *, persist: bool | str = True, steppable_clock: bool = False
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -37,6 +50,15 @@ class RedisServer:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
+        self.env: dict[str, str] | None = None
+        if steppable_clock:
+            self._offset_file = workdir / "clock-offset"
+            self._offset_file.write_bytes(struct.pack("=q", 0))
+            self.env = {
+                **os.environ,
+                "LD_PRELOAD": str(stepclock_library()),
+                "WALSH_CLOCK_OFFSET_FILE": str(self._offset_file),
+            }
 
     @property
     def url(self) -> str:
@@ -54,7 +76,9 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -73,6 +97,16 @@ class RedisServer:
             self.proc.wait()
             self.proc = None
 
+    def wipe(self) -> None:
+        """Delete its data files (Redis stopped): the next start is empty, as
+        after losing its volume."""
+        for path in self.workdir.iterdir():
+            if path.name.startswith(("appendonly", "dump.rdb")):
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+
     def snapshot(self, name: str) -> None:
         """SAVE now and keep the snapshot as *name*."""
         client = self.client()
@@ -84,8 +118,34 @@ class RedisServer:
         """Put snapshot *name* back as the one the next start loads (Redis stopped)."""
         shutil.copy(self.workdir / f"{name}.rdb", self.workdir / "dump.rdb")
 
+    def step_clock(self, seconds: float) -> None:
+        """Step the running (and any later) server's wall clock by *seconds*
+        (negative: back), on top of any earlier step."""
+        with open(self._offset_file, "r+b") as f, mmap.mmap(f.fileno(), 8) as shared:
+            (offset,) = struct.unpack("=q", shared[:8])
+            shared[:8] = struct.pack("=q", offset + round(seconds * 1e9))
+
     def client(self) -> Any:
         """A synchronous client (redis.Redis), for checks from outside a crawl."""
         import redis
 
         return redis.Redis.from_url(self.url, decode_responses=True)
+
+
+def stepclock_library() -> Path:
+    """The steppable-clock shim, compiled once per source version (needs a C
+    compiler: ``cc``, as on any machine that builds Python packages)."""
+    source = Path(__file__).with_name("stepclock.c")
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    target = Path(tempfile.gettempdir()) / f"walsh-stepclock-{digest}.so"
+    if not target.exists():
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise RuntimeError("a C compiler (cc) is needed to step redis-server's clock")
+        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(source)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        os.replace(tmp, target)
+    return target

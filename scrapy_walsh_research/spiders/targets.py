@@ -32,7 +32,13 @@ from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.feed import list_lines
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
-from scrapy_walsh_research.records import TICKET_KEY, new_record, now_iso, response_metadata
+from scrapy_walsh_research.records import (
+    PREFERENCES_META,
+    TICKET_KEY,
+    new_record,
+    now_iso,
+    response_metadata,
+)
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
@@ -156,7 +162,12 @@ class TargetsSpider(scrapy.Spider):
         if self._feed is not None:
             while True:
                 await self._wait_for_room()
-                raw, pending = await self._feed.take()
+                raw, pending, wait = await self._feed.take()
+                if wait > 0:
+                    # Redis lost or rolled back history: the fleet recovers
+                    # it before lines are handed out again
+                    await asyncio.sleep(min(wait, 1.0))
+                    continue
                 if raw is None:
                     if not pending:
                         return
@@ -307,6 +318,7 @@ class TargetsSpider(scrapy.Spider):
         target = response.meta[TARGET_META]
         base = new_record(
             **target, outcome="fetched", **response_metadata(response),
+            preferences=response.meta.get(PREFERENCES_META),
             **_ticket(response.meta.get(FEED_META)),
         )  # fmt: skip
         try:
@@ -363,7 +375,7 @@ class TargetsSpider(scrapy.Spider):
         exc = failure.value
         info: dict[str, Any] = {"url": request.url}
         if isinstance(exc, WalshDenied):
-            info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason)
+            info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **exc.record)
         elif isinstance(exc, HttpError):
             info["status"] = exc.response.status
         elif (too_large := self._too_large(request, exc)) is not None:
@@ -396,12 +408,11 @@ class TargetsSpider(scrapy.Spider):
         exc = failure.value
         final_url = request.url
         if isinstance(exc, WalshDenied):
+            # a PREF decision brings the preferences that applied (and, for
+            # "withheld", the response's status and validators)
+            fields = {"final_url": final_url, **exc.record}
             yield self._record(
-                **target,
-                outcome=exc.outcome,
-                rule=exc.rule,
-                reason=exc.reason,
-                final_url=final_url,
+                **target, outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **fields
             )
         elif isinstance(exc, HttpError):
             meta = response_metadata(exc.response)
@@ -409,7 +420,10 @@ class TargetsSpider(scrapy.Spider):
             reason = None
             if outcome != "not_modified":
                 reason = request.meta.get(GAVE_UP_META) or f"HTTP {exc.response.status}"
-            yield self._record(**target, outcome=outcome, reason=reason, **meta)
+            yield self._record(
+                **target, outcome=outcome, reason=reason,
+                preferences=request.meta.get(PREFERENCES_META), **meta,
+            )  # fmt: skip
         elif (too_large := self._too_large(request, exc)) is not None:
             yield self._record(**target, outcome="failed", final_url=final_url, reason=too_large)
         else:

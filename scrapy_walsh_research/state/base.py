@@ -58,6 +58,13 @@ class StateStore(Protocol):
 
     async def delete_blob(self, name: str) -> None: ...
 
+    async def history_complete(self) -> bool:
+        """Whether the store holds everything ever written to it, as far as
+        can be told: False for a shared store that lost or may have lost
+        data (a Redis restarted without AOF appendfsync always). The
+        blocklist fails open on a first-ever failure only when this is True."""
+        ...
+
     def time(self) -> float:
         """Wall-clock now on the clock every user of this store shares (Redis's
         for a fleet): timestamps written here are compared by other

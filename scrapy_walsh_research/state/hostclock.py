@@ -1,5 +1,6 @@
 """Per-host timing state (R4, R5): when each host may next receive a request,
-and the interval its robots.txt files ask for.
+the interval its robots.txt files ask for, and what its answers say about
+it (load and distress, :mod:`scrapy_walsh_research.adaptive`).
 
 One owner, a small interface: the embedded backend is a few dicts, persisted
 in the state store; a shared backend (Redis) implements the same calls
@@ -12,12 +13,30 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
+from scrapy_walsh_research.adaptive import IDLE, HostLoad
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
 
 if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
+    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
     from scrapy_walsh_research.state.base import StateStore
+
+#: WALSH_MAX_CRAWL_DELAY: a host asking for more is skipped, so no honoured
+#: interval is longer
+DEFAULT_MAX_CRAWL_DELAY = 30.0
+
+
+def pause_on_loss(settings: BaseSettings) -> float:
+    """How long lost history can matter: the longest interval any honoured
+    robots.txt can ask for (``WALSH_MAX_CRAWL_DELAY``), at least ``WALSH_MIN_DELAY``.
+    A shared backend that may have lost when hosts were last contacted makes
+    every host wait this long."""
+    return max(
+        settings.getfloat("WALSH_MIN_DELAY", 1.0),
+        settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY),
+    )
 
 
 class HostClock(Protocol):
@@ -38,7 +57,12 @@ class HostClock(Protocol):
         ...
 
     async def commit(self, host: str, at: float, interval: float) -> None:
-        """The request reserved last reached the host at *at* (later than reserved)."""
+        """The request reserved last reached the host at *at* (later than
+        reserved) and has its answer: the next may come *interval* (the
+        interval in force now, which the answer may have changed) after it.
+        A shorter interval than the reservation's applies at once: the
+        reservation's next allowed time only guards against a crash before
+        the answer."""
         ...
 
     async def hold(self, host: str, until: float) -> None:
@@ -70,6 +94,31 @@ class HostClock(Protocol):
 
     async def warm(self, host: str) -> None:
         """Load what is stored about *host*, so :meth:`ready_at` knows it."""
+        ...
+
+    async def note_answer(
+        self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
+    ) -> str:
+        """Fold one answer from *host* into its load and distress
+        (:meth:`HostLoad.observe <scrapy_walsh_research.adaptive.HostLoad.observe>`;
+        *floor* is the host's interval without it) and return what happened.
+
+        Atomic: answers of several workers to one host each count once. Called
+        before the answered request's slot is released (:meth:`commit`), so no
+        request leaves under the interval in force before the answer; stored
+        before it returns, so a restart keeps it. A host whose ``gave_up_until``
+        is ahead is not ready before then (:meth:`ready_at`).
+        """
+        ...
+
+    def host_load(self, host: str) -> HostLoad:
+        """The host's load and distress as far as this process knows (never I/O;
+        a new :class:`HostLoad` for a host nothing is known about)."""
+        ...
+
+    def grant_valid(self, host: str) -> bool:
+        """Whether the slot this process reserved for *host* is still its own
+        (a shared clock's lease can run out while its server is unreachable)."""
         ...
 
 
@@ -108,11 +157,27 @@ class MemoryHostClock(RobotsIntervals):
         #: a floor set by an earlier run (its last request plus the interval then)
         self._next: dict[str, float] = {}
         self._hold: dict[str, float] = {}
+        #: hosts whose answers said something (load, distress); others have none
+        self._loads: dict[str, HostLoad] = {}
 
     def ready_at(self, host: str, interval: float) -> float:
         last = self._last.get(host)
         ready = 0.0 if last is None else last + interval
-        return max(ready, self._next.get(host, 0.0), self._hold.get(host, 0.0))
+        load = self._loads.get(host)
+        gave_up = load.gave_up_until if load is not None else 0.0
+        return max(ready, self._next.get(host, 0.0), self._hold.get(host, 0.0), gave_up)
+
+    def host_load(self, host: str) -> HostLoad:
+        return self._loads.get(host) or IDLE
+
+    def grant_valid(self, host: str) -> bool:
+        return True  # nobody else takes this process's slots
+
+    def _note_answer(self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float) -> str:
+        load = self._loads.get(host)
+        if load is None:
+            load = self._loads[host] = HostLoad()
+        return load.observe(answer, policy, floor, time.monotonic())
 
     def held_until(self, host: str) -> float:
         return self._hold.get(host, 0.0)
@@ -141,6 +206,11 @@ class MemoryHostClock(RobotsIntervals):
 
     async def hold(self, host: str, until: float) -> None:
         self._hold_until(host, until)
+
+    async def note_answer(
+        self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
+    ) -> str:
+        return self._note_answer(host, answer, policy, floor)
 
 
 class PersistentHostClock(MemoryHostClock):
@@ -226,6 +296,8 @@ class PersistentHostClock(MemoryHostClock):
         for origin, pair in (saved.get("intervals") or {}).items():
             if origin not in self._intervals.get(host, {}):
                 self._note_interval(host, origin, float(pair[0]), float(pair[1]))
+        if "adaptive" in saved and host not in self._loads:
+            self._loads[host] = HostLoad.from_json(saved["adaptive"], self._to_mono)
 
     def _evict(self, keep: str) -> None:
         """Forget the least recently used settled hosts beyond the bound. A
@@ -240,12 +312,13 @@ class PersistentHostClock(MemoryHostClock):
                 host == keep
                 or max(self._next.get(host, 0.0), self._hold.get(host, 0.0)) > now
                 or (host in self._last and host not in self._next)
+                or self.host_load(host).gave_up_until > now
             ):
                 self._seeded.move_to_end(host)
                 continue
             del self._seeded[host]
             for into in (self._last, self._next, self._hold, self._intervals, self._strictest,
-                         self._stored_next):  # fmt: skip
+                         self._stored_next, self._loads):  # fmt: skip
                 into.pop(host, None)
             self.evicted += 1
             if self.stats is not None:
@@ -266,16 +339,16 @@ class PersistentHostClock(MemoryHostClock):
         # "last" takes the slack too: with the commit skipped, an interval
         # read back later (after an eviction or a restart, a stricter
         # Crawl-delay) must count from no earlier than the request left.
-        await self.store.put(
-            self.NAMESPACE,
-            host,
-            {
-                "last": wall(last + slack if last is not None else None),
-                "next": wall(next_),
-                "hold": wall(self._hold.get(host)),
-                "intervals": {o: list(v) for o, v in self._intervals.get(host, {}).items()},
-            },
-        )
+        saved = {
+            "last": wall(last + slack if last is not None else None),
+            "next": wall(next_),
+            "hold": wall(self._hold.get(host)),
+            "intervals": {o: list(v) for o, v in self._intervals.get(host, {}).items()},
+        }
+        load = self._loads.get(host)
+        if load is not None:
+            saved["adaptive"] = load.as_json(self._to_wall)
+        await self.store.put(self.NAMESPACE, host, saved)
 
     async def reserve(self, host: str, now: float, interval: float) -> float:
         await self._seed(host)
@@ -289,8 +362,9 @@ class PersistentHostClock(MemoryHostClock):
         await self._seed(host)
         self._commit(host, at)
         if self._last[host] + interval <= self._stored_next.get(host, float("-inf")):
-            # the stored reservation already keeps the host this long
-            self._next[host] = max(self._next.get(host, 0.0), self._last[host] + interval)
+            # the stored reservation already keeps the host this long (or
+            # longer: a restart waits that, never less)
+            self._next[host] = self._last[host] + interval
             return
         await self._save(host, interval)
 
@@ -303,3 +377,12 @@ class PersistentHostClock(MemoryHostClock):
         await self._seed(host)
         self._note_interval(host, origin, seconds, expires)
         await self._save(host, self.robots_interval(host)[0] or None)
+
+    async def note_answer(
+        self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
+    ) -> str:
+        await self._seed(host)
+        event = self._note_answer(host, answer, policy, floor)
+        # the next allowed time moves with the commit that follows
+        await self._save(host)
+        return event

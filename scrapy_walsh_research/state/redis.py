@@ -18,6 +18,17 @@ shares the stores (blocklist, robots copies, validators, cadence, first-seen).
 * **Data loss is detected.** An epoch key is written at start; if it vanishes
   (Redis restarted without persistence, or flushed), nobody knows when hosts
   were last contacted, so every host waits ``WALSH_MAX_CRAWL_DELAY`` first.
+* **So is a restart, by anyone.** Every deciding script compares Redis's run
+  id with the one the fleet last saw (:data:`GUARD`): a Redis that restarted
+  without AOF ``appendfsync always`` may have lost or rolled back writes, so
+  every host waits until ``WALSH_MAX_CRAWL_DELAY`` after Redis's start, and
+  the fleet's history is marked unknown (the blocklist then never fails
+  open). This needs no memory of the worker's own: one that never ran sees it.
+* **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
+  own monotonic clock on every answer (:class:`FleetGuard`); a forward step
+  makes stored times look older than they are, so the hosts contacted before
+  it wait ``WALSH_MAX_CRAWL_DELAY``, and a grant taken on the stepped clock is
+  never used.
 
 All calls use ``redis.asyncio``: nothing blocks the reactor, which must be
 the asyncio one (Scrapy's default).
@@ -44,15 +55,19 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
+from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.state.hostclock import RobotsIntervals
+from scrapy_walsh_research.state.hostclock import RobotsIntervals, pause_on_loss
+from scrapy_walsh_research.state.lua import GUARD
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
 
     from scrapy.crawler import Crawler
     from typing_extensions import Self
+
+    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +106,44 @@ local function strictest(key)
 end
 """
 
+# What a host's answers said (scrapy_walsh_research.adaptive), kept in its
+# hash: 'ad' the adaptive interval (factor x load, or distress), 'la'/'ll'
+# the average and last response time, 'dd' the distress interval, 'ds' the
+# answers in a row without a signal, 'dg' when a host given up may be
+# contacted again, 'sg:<signal>' the signals since it was last at its floor.
+ADAPTIVE = """
+local function adaptive(key)
+  local a = redis.call('HMGET', key, 'ad', 'la', 'll', 'dd', 'ds', 'dg')
+  local signals = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 3) == 'sg:' then
+      table.insert(signals, string.sub(all[i], 4) .. '=' .. all[i + 1])
+    end
+  end
+  return {a[1] or '0', a[2] or '0', a[3] or '0', a[4] or '0', a[5] or '0',
+          f(math.max(0, tonumber(a[6] or '0') - now)), table.concat(signals, ';')}
+end
+local function append(t, more) for _, v in ipairs(more) do table.insert(t, v) end return t end
+"""
+
 RESERVE = (
     PRELUDE
+    + GUARD
+    + ADAPTIVE
     + """
 -- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine, KEYS[4] generation
 -- ARGV[1] interval s (with margins), ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner,
 -- ARGV[5] pause s, ARGV[6] generation seen, ARGV[7] margins s
+-- Issue 22: KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine;
+-- ARGV[8] lossless, ARGV[9] checked, ARGV[10] seconds this worker cannot
+-- rule out as a clock step before it joined, for records older than ARGV[11].
+-- Every answer ends with {now, run, lost, clock} for the worker's guard.
+local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7]}, {ARGV[8], ARGV[5], ARGV[9]})
+local function answer(t)
+  for _, v in ipairs({f(now), g[2], g[3], g[4]}) do table.insert(t, v) end
+  return t
+end
 local epoch = redis.call('GET', KEYS[2])
 local gen = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
@@ -108,28 +155,66 @@ if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
   if not epoch then redis.call('SET', KEYS[2], ARGV[3]); epoch = ARGV[3] end
   local q = math.max(tonumber(redis.call('GET', KEYS[3]) or '0'), now + tonumber(ARGV[5]))
   redis.call('SET', KEYS[3], f(q))
+  redis.call('SET', KEYS[6], f(now))  -- issue 22: the fleet's history is unknown
   if gen < tonumber(ARGV[6]) then redis.call('SET', KEYS[4], ARGV[6]) end
-  return {why, epoch, redis.call('GET', KEYS[4]) or '0'}
+  return answer({why, epoch, redis.call('GET', KEYS[4]) or '0', '0', '', '0'})
 end
-local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner', 'ad', 'dg')
 local iv = strictest(KEYS[1])
-if h[4] and h[5] == ARGV[4] then return {'ok', h[1], tostring(gen), iv[1], iv[2], iv[3]} end
-local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]))
+local ad = adaptive(KEYS[1])
+if h[4] and h[5] == ARGV[4] then
+  return append(answer({'ok', h[1], tostring(gen), iv[1], iv[2], iv[3]}), ad)
+end
+local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]),
+                          tonumber(h[6] or '0') + tonumber(ARGV[7]))
 local ready = tonumber(redis.call('GET', KEYS[3]) or '0')
+-- Issue 22: a clock stepped back makes stored times look later than they
+-- are: no request is in the future, no next slot or lease further ahead
+-- than it can be. Stored so, once (a cap from each new now would slide):
+-- a step back then costs at most WALSH_MAX_CRAWL_DELAY, not the step.
+local cap, fix = now + math.max(interval, tonumber(ARGV[5])), {}
+if h[1] and tonumber(h[1]) > now then h[1] = f(now); table.insert(fix, 'last') end
+if h[2] and tonumber(h[2]) > cap then h[2] = f(cap); table.insert(fix, 'next') end
+if h[4] and tonumber(h[4]) > now + tonumber(ARGV[2]) then
+  h[4] = f(now + tonumber(ARGV[2])); table.insert(fix, 'lease')
+end
+for _, field in ipairs(fix) do
+  local i = ({last = 1, next = 2, lease = 4})[field]
+  redis.call('HSET', KEYS[1], field, h[i])
+end
 if h[1] then ready = math.max(ready, tonumber(h[1]) + interval) end
 if h[2] then ready = math.max(ready, tonumber(h[2])) end
 if h[3] then ready = math.max(ready, tonumber(h[3])) end
+local judged = now
+if h[1] then
+  -- Issue 22: a clock stepped forward makes them look earlier. Hosts last
+  -- contacted before a step a worker saw wait out the clock quarantine.
+  local cq = redis.call('GET', KEYS[8])
+  if cq then
+    local u, lo, hi = string.match(cq, '([^|]+)|([^|]+)|([^|]+)')
+    local last = tonumber(h[1])
+    if last >= tonumber(lo) and last < tonumber(hi) then ready = math.max(ready, tonumber(u)) end
+  end
+  -- A worker that joined after the fleet last checked the clock cannot rule
+  -- out a step in between: it judges older records as if that were one.
+  if tonumber(ARGV[10]) > 0 and tonumber(h[1]) < tonumber(ARGV[11]) then
+    judged = now - tonumber(ARGV[10])
+  end
+end
+if h[7] then ready = math.max(ready, tonumber(h[7])) end
 if h[4] and tonumber(h[4]) > now then
   -- in flight from another worker: ready no sooner than its interval, and
   -- asked again shortly after, since its response usually ends the lease
-  ready = math.max(ready, now + math.min(tonumber(h[4]) - now, 0.25))
+  ready = math.max(ready, judged + math.min(tonumber(h[4]) - now, 0.25))
 end
-if ready > now then return {'wait', f(ready - now), tostring(gen), iv[1], iv[2], iv[3]} end
+if ready > judged then
+  return append(answer({'wait', f(ready - judged), tostring(gen), iv[1], iv[2], iv[3]}), ad)
+end
 gen = redis.call('INCR', KEYS[4])
 redis.call('HSET', KEYS[1], 'last', f(now), 'next', f(now + interval),
            'lease', f(now + tonumber(ARGV[2])), 'owner', ARGV[4])
 redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
-return {'ok', f(now), tostring(gen), iv[1], iv[2], iv[3]}
+return append(answer({'ok', f(now), tostring(gen), iv[1], iv[2], iv[3]}), ad)
 """
 )
 
@@ -139,8 +224,21 @@ RENEW = (
 -- KEYS[1] host hash; ARGV[1] owner, ARGV[2] lease s. Extends the lease of a
 -- request still in flight; 0 when it is no longer ours, or ran out (another
 -- worker could have taken the host meanwhile: a late renewal revives nothing).
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'lease') or '0') < now then return 0 end
+-- Issue 22: KEYS[2] the lost marker, ARGV[3] when the grant was taken (server
+-- time). Redis lost the grant with the fleet's history (restarted empty or
+-- older) while its request is out: the lease is put back, with the request
+-- no earlier than now, unless another worker holds the host.
+local h = redis.call('HMGET', KEYS[1], 'owner', 'lease')
+if h[1] ~= ARGV[1] then
+  local lost = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if lost <= tonumber(ARGV[3]) or (h[1] and tonumber(h[2] or '0') >= now) then return 0 end
+  local last = math.max(tonumber(redis.call('HGET', KEYS[1], 'last') or '0'), now)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', f(now + tonumber(ARGV[2])),
+             'last', f(last))
+  redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
+  return 1
+end
+if tonumber(h[2] or '0') < now then return 0 end
 redis.call('HSET', KEYS[1], 'lease', f(now + tonumber(ARGV[2])))
 return 1
 """
@@ -153,11 +251,14 @@ COMMIT = (
 -- ARGV[3] owner, ARGV[4] margins. The wire time is mapped onto the server clock
 -- late, never early.
 local at = now - tonumber(ARGV[1])
-local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'owner')
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'owner', 'ad')
 local iv = strictest(KEYS[1])
-local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]))
+local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]),
+                          tonumber(h[4] or '0') + tonumber(ARGV[4]))
 local last = math.max(at, tonumber(h[1] or '0'))
-local nxt = math.max(at + interval, tonumber(h[2] or '0'))
+-- the interval in force now: a shorter one than the reservation's (an
+-- answer that eased it) applies at once; 'last' still spaces the next one
+local nxt = at + interval
 redis.call('HSET', KEYS[1], 'last', f(last), 'next', f(nxt))
 if h[3] == ARGV[3] then redis.call('HDEL', KEYS[1], 'lease', 'owner') end
 redis.call('EXPIRE', KEYS[1], 86400)
@@ -198,27 +299,95 @@ return iv
 
 READY = (
     PRELUDE
+    + ADAPTIVE
     + """
 -- KEYS[1] host hash, KEYS[2] quarantine; ARGV[1] interval. Seconds until ready
 -- (a hint for the scheduler: a lease is ignored, the reservation checks it),
--- seconds until the host's hold (Retry-After) ends, and its strictest interval.
-local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease')
+-- seconds until the host's hold (Retry-After) ends, its strictest interval,
+-- and what its answers said.
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'dg')
 local iv = strictest(KEYS[1])
 local ready = tonumber(redis.call('GET', KEYS[2]) or '0')
 if h[1] then ready = math.max(ready, tonumber(h[1]) + tonumber(ARGV[1])) end
-for i = 2, 3 do if h[i] then ready = math.max(ready, tonumber(h[i])) end end
-return {f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now)),
-        iv[1], iv[2], iv[3]}
+for i = 2, 5 do if h[i] and i ~= 4 then ready = math.max(ready, tonumber(h[i])) end end
+return append({f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now)),
+               iv[1], iv[2], iv[3]}, adaptive(KEYS[1]))
+"""
+)
+
+ANSWER = (
+    PRELUDE
+    + ADAPTIVE
+    + """
+-- KEYS[1] host hash. ARGV[1] response time s ('' for none), ARGV[2] distress
+-- signal ('' for none), ARGV[3] the host's floor s, ARGV[4] factor, ARGV[5]
+-- max delay, ARGV[6] backoff, ARGV[7] recovery, ARGV[8] give up s, ARGV[9]
+-- jitter draw, ARGV[10] average weight, ARGV[11] jitter share, ARGV[12] margins.
+-- One answer folded into the host's load and distress: HostLoad.observe in
+-- scrapy_walsh_research/adaptive.py, step for step (a test runs both). The
+-- host's next allowed time moves with it at once, for every worker.
+local h = redis.call('HMGET', KEYS[1], 'la', 'll', 'dd', 'ds', 'dg', 'last', 'next')
+local floor = math.max(tonumber(ARGV[3]), tonumber(strictest(KEYS[1])[1]))
+local avg, lst = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+local dd, ds, dg = tonumber(h[3] or '0'), tonumber(h[4] or '0'), tonumber(h[5] or '0')
+local factor, cap, backoff = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local signal, event = ARGV[2], 'load'
+if ARGV[1] ~= '' then
+  local rt = tonumber(ARGV[1])
+  if avg <= 0 then avg = rt else avg = avg + tonumber(ARGV[10]) * (rt - avg) end
+  lst = rt
+  if signal == '' and factor * rt > cap then signal = 'slow answer' end
+end
+if signal ~= '' then
+  redis.call('HINCRBY', KEYS[1], 'sg:' .. signal, 1)
+  ds = 0
+  if dd >= cap then
+    dg = math.max(dg, now + tonumber(ARGV[8]))
+    event = 'gave_up'
+  else
+    local raised = math.max(floor, dd) * backoff * (1 + tonumber(ARGV[11]) * tonumber(ARGV[9]))
+    dd = math.min(cap, raised)
+    event = 'raised'
+  end
+elseif dd > 0 then
+  ds = ds + 1
+  event = 'streak'
+  if ds >= tonumber(ARGV[7]) then
+    dd = dd / backoff
+    event = 'eased'
+    if dd <= floor * (1 + tonumber(ARGV[11])) then
+      dd = 0
+      ds = 0
+      event = 'recovered'
+      local all = redis.call('HKEYS', KEYS[1])
+      for i = 1, #all do
+        if string.sub(all[i], 1, 3) == 'sg:' then redis.call('HDEL', KEYS[1], all[i]) end
+      end
+    end
+  end
+end
+local ad = math.max(math.min(cap, factor * math.max(lst, avg)), dd)
+redis.call('HSET', KEYS[1], 'la', f(avg), 'll', f(lst), 'dd', f(dd), 'ds', tostring(ds),
+           'dg', f(dg), 'ad', f(ad))
+if h[6] then
+  local nxt = math.max(tonumber(h[7] or '0'), tonumber(h[6]) + ad + tonumber(ARGV[12]))
+  redis.call('HSET', KEYS[1], 'next', f(nxt))
+end
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(math.max(0, dg - now)))
+return append({event}, adaptive(KEYS[1]))
 """
 )
 
 HELLO = (
     PRELUDE
+    + GUARD
     + """
 -- KEYS[1] epoch, KEYS[2] quarantine, KEYS[3] generation
 -- ARGV[1] epoch this worker knew ('' if none), ARGV[2] generation it saw,
 -- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
 -- worker left (or a new fleet), or was it lost or rolled back?
+-- Issue 22: KEYS[4..6] run, lost, clock; ARGV[5] lossless (see GUARD).
+local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6]}, {ARGV[5], ARGV[4], ''})
 local epoch = redis.call('GET', KEYS[1])
 local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
 local verdict = 'same'
@@ -233,11 +402,262 @@ end
 if verdict == 'lost' or verdict == 'replaced' or verdict == 'rollback' then
   local q = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now + tonumber(ARGV[4]))
   redis.call('SET', KEYS[2], f(q))
+  redis.call('SET', KEYS[5], f(now))
   if gen < tonumber(ARGV[2]) then redis.call('SET', KEYS[3], ARGV[2]); gen = tonumber(ARGV[2]) end
 end
-return {verdict, epoch, tostring(gen), f(now)}
+return {verdict, epoch, tostring(gen), f(now), g[2], redis.call('GET', KEYS[5]) or '', g[4], g[1]}
 """
 )
+
+FLEET = (
+    PRELUDE
+    + GUARD
+    + """
+-- Issue 22: the guard alone, for a worker's heartbeat and the blocklist's
+-- question "is the fleet's history whole?". With ARGV[4] (a step of Redis's
+-- clock this worker measured): hosts last contacted in [ARGV[5], now) wait
+-- until ARGV[4] seconds from now, and the clock counts as checked from now.
+-- KEYS run, quarantine, lost, clock, clock quarantine; ARGV lossless, pause, checked
+local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[2], ARGV[3]})
+if ARGV[4] ~= '' then
+  local u, lo = now + tonumber(ARGV[4]), tonumber(ARGV[5])
+  local old = redis.call('GET', KEYS[5])
+  if old then
+    local ou, olo = string.match(old, '([^|]+)|([^|]+)|')
+    u, lo = math.max(u, tonumber(ou)), math.min(lo, tonumber(olo))
+  end
+  redis.call('SET', KEYS[5], f(u) .. '|' .. f(lo) .. '|' .. f(now))
+  redis.call('SET', KEYS[4], f(now))
+  g[4] = f(now)
+end
+return {g[1], f(now), g[2], g[3], g[4]}
+"""
+)
+
+
+#: how far Redis's clock may drift from a worker's monotonic clock between two
+#: answers without counting as a step: a fixed allowance, plus NTP's largest
+#: slew rate (500 ppm) over the time between them
+CLOCK_TOLERANCE_S = 0.02
+CLOCK_SLEW = 5e-4
+
+
+class FleetGuard:
+    """What a worker knows of the fleet's Redis across calls (issue 22): the
+    run of Redis it last saw, whether the fleet's history is whole, and
+    Redis's clock against this process's monotonic clock.
+
+    Every answer of a guarded script carries Redis's ``TIME``. Without a
+    step, it lies between the previous answer's time plus the monotonic time
+    from that answer to this request, and plus the time from that request to
+    this answer; outside that (with :data:`CLOCK_TOLERANCE_S`), Redis's clock
+    stepped. A forward step makes every stored time look older than it is:
+    the worker records it in Redis at once (:data:`FLEET`) and never uses a
+    grant from that answer. A step back only makes hosts wait longer (the
+    reservation caps that at ``pause``). An answer found consistent is passed
+    on with the next call as the fleet's *checked* clock, which a worker that
+    joins later compares its first answer with: it cannot tell a step from
+    idle time in between, so it judges older records as if all of it were a
+    step, until a worker that was there checks a later time or ``pause``
+    seconds pass (by then whatever was in force before it joined is over).
+    """
+
+    def __init__(self, conn: RedisConnection, pause: float = 30.0) -> None:
+        self.conn = conn
+        #: WALSH_MAX_CRAWL_DELAY (at least WALSH_MIN_DELAY): how long any
+        #: interval can last, so how long lost history can matter
+        self.pause = pause
+        #: Redis runs AOF with appendfsync always: a restart loses nothing
+        self.lossless = False
+        self.run = ""
+        self.lost = ""
+        self._fleet = conn.client.register_script(FLEET)
+        #: (server time, monotonic when asked, monotonic when answered)
+        self._ref: tuple[float, float, float] | None = None
+        self._checked = ""
+        #: this worker's first answer (server time, monotonic), and the
+        #: seconds of possible step before it (see the class docstring)
+        self.since = 0.0
+        self.unsure = 0.0
+        self._joined = 0.0
+        self.anchored = True
+        self._on_lost: list[Callable[[], Awaitable[None]]] = []
+        self._warned_back = False
+        self._prepared: asyncio.Task[None] | None = None
+
+    def keys(self) -> list[str]:
+        key = self.conn.key
+        return [key("run"), key("quarantine"), key("lost"), key("clock")]
+
+    def args(self) -> list[Any]:
+        return ["1" if self.lossless else "0", self.pause, self._checked if self.anchored else ""]
+
+    def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Call *callback* when this worker first sees the fleet's history
+        marked unknown (Redis restarted without AOF always, or lost data):
+        what it holds that the fleet may have lost, it publishes again."""
+        self._on_lost.append(callback)
+
+    def joined(self, server_now: float, clock: str) -> None:
+        """This worker's first answer: how much of a step it cannot rule out."""
+        self.since, self._joined = server_now, time.monotonic()
+        self.unsure = min(self.pause, max(0.0, server_now - float(clock))) if clock else 0.0
+        self.anchored = self.unsure <= CLOCK_TOLERANCE_S
+
+    async def observe(
+        self, server_now: float, asked: float, answered: float, run: str, lost: str, clock: str
+    ) -> float:
+        """Check one answer; returns the forward step seen (0 if none), which
+        is already recorded in Redis when this returns."""
+        step = 0.0
+        if self._ref is None:
+            self.joined(server_now, clock)
+        else:
+            then, then_asked, then_answered = self._ref
+            slack = CLOCK_TOLERANCE_S + CLOCK_SLEW * (answered - then_asked)
+            low, high = then + (asked - then_answered), then + (answered - then_asked)
+            if server_now > high + slack:
+                step = server_now - high
+            elif server_now < low - slack:
+                self._stepped_back(low - server_now)
+        self._ref = (server_now, asked, answered)
+        self.conn.note_server_time(server_now)
+        if step:
+            await self._record_step(step, server_now)
+        else:
+            self._checked = f"{server_now:.6f}"
+        if not self.anchored and (
+            (clock and float(clock) >= self.since) or time.monotonic() - self._joined >= self.pause
+        ):
+            self.anchored, self.unsure = True, 0.0
+        self.run = run or self.run
+        if lost and lost != self.lost:
+            self.lost = lost
+            self.conn._inc("history_unknown")
+            logger.warning(
+                "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
+                "restarted without AOF appendfsync always, or lost its data): hosts wait "
+                "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
+                "this worker publishes again what it holds.",
+                {"url": self.conn.url, "t": time.ctime(float(lost))},
+            )
+            from scrapy.utils.defer import deferred_from_coro
+
+            for callback in self._on_lost:
+                # in the background: a reservation does not wait for it
+                deferred_from_coro(callback()).addErrback(
+                    lambda f: logger.error(
+                        "Publishing again after Redis lost history failed: %(f)s",
+                        {"f": f.getErrorMessage()},
+                    )
+                )
+        return step
+
+    def _stepped_back(self, seconds: float) -> None:
+        self.conn._inc("clock_steps_back")
+        if not self._warned_back:
+            self._warned_back = True
+            logger.warning(
+                "Redis's clock at %(url)s went back %(s).2f s (against this worker's monotonic "
+                "clock): hosts contacted before wait up to WALSH_MAX_CRAWL_DELAY longer; "
+                "politeness holds.",
+                {"url": self.conn.url, "s": seconds},
+            )
+
+    async def _record_step(self, seconds: float, server_now: float) -> None:
+        self.conn._inc("clock_steps")
+        logger.error(
+            "Redis's clock at %(url)s jumped %(s).2f s forward (against this worker's monotonic "
+            "clock): every stored time looks that much older than it is, so hosts contacted "
+            "before wait %(p).0f s, and no grant taken on the stepped clock is used.",
+            {"url": self.conn.url, "s": seconds, "p": self.pause},
+        )
+        # hosts whose last request (on the old clock) could still bind them
+        since = server_now - seconds - self.pause - 1.0
+        await self.check(step=(self.pause, since))
+
+    async def check(self, step: tuple[float, float] | None = None) -> None:
+        """One guarded call on its own (the heartbeat, the blocklist's question)."""
+        await self.prepare()
+        keys = [*self.keys(), self.conn.key("clockq")]
+        args = [*self.args(), *(step if step else ("", ""))]
+        asked = time.monotonic()
+        _, now, run, lost, clock = await self.conn.call(
+            "fleet check", lambda r: self._fleet(keys=keys, args=args, client=r)
+        )
+        if step is not None:
+            # the step is recorded: this answer is on the new clock
+            self._ref = (float(now), asked, time.monotonic())
+            self.conn.note_server_time(float(now))
+            return
+        await self.observe(float(now), asked, time.monotonic(), run, lost, clock)
+
+    async def prepare(self) -> None:
+        """Read once what a Redis restart would cost with this Redis (logged),
+        before the first guarded call: whether it keeps every write."""
+        if self._prepared is None:
+            # one reading for every caller (reservations start together)
+            self._prepared = asyncio.get_running_loop().create_task(self._read_persistence())
+        await asyncio.shield(self._prepared)
+
+    async def _read_persistence(self) -> None:
+        conn = self.conn
+        try:
+            info = await conn.call("read persistence", lambda r: r.info("persistence"))
+            save = (await conn.call("read config", lambda r: r.config_get("save"))).get("save", "")
+            fsync = (await conn.call("read config", lambda r: r.config_get("appendfsync"))).get(
+                "appendfsync", ""
+            )
+            evicts = (
+                await conn.call("read config", lambda r: r.config_get("maxmemory-policy"))
+            ).get("maxmemory-policy", "noeviction")
+        except Exception as exc:  # CONFIG may be disabled on a managed Redis
+            logger.info(
+                "Redis persistence unknown (%(exc)s): a Redis restart counts as lost history "
+                "(every host waits WALSH_MAX_CRAWL_DELAY after it).",
+                {"exc": exc},
+            )
+            return
+        self.lossless = bool(int(info.get("aof_enabled", 0))) and fsync == "always"
+        if evicts != "noeviction":
+            logger.warning(
+                "Redis maxmemory-policy is %(p)s: under memory pressure Redis drops keys of the "
+                "fleet's state (host clocks, the blocklist, records) without a restart anyone "
+                "could notice. Set maxmemory-policy noeviction.",
+                {"p": evicts},
+            )
+        if int(info.get("aof_enabled", 0)):
+            logger.info(
+                "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
+                {
+                    "f": fsync,
+                    "loss": "nothing"
+                    if self.lossless
+                    else "about a second, so after a restart every host waits "
+                    "WALSH_MAX_CRAWL_DELAY from Redis's start",
+                },
+            )
+        elif save:
+            logger.warning(
+                "Redis persistence: RDB snapshots only (save %(s)s): a Redis crash rolls the "
+                "fleet's state back to the last snapshot; after a restart every host waits "
+                "WALSH_MAX_CRAWL_DELAY from Redis's start, and workers publish again the "
+                "blocklist and records they hold. Run Redis with appendonly yes.",
+                {"s": save},
+            )
+        else:
+            logger.warning(
+                "Redis persistence: none: a Redis restart loses every host clock, hold, record "
+                "and claim (every host then waits WALSH_MAX_CRAWL_DELAY from Redis's start). "
+                "Run Redis with appendonly yes."
+            )
+
+    async def history_complete(self) -> bool:
+        """Whether Redis holds all the fleet ever wrote, as far as anyone can
+        tell: no restart without AOF always and no loss seen since the fleet
+        began (a fresh Redis without AOF always counts as a restart)."""
+        await self.check()
+        return not self.lost
 
 
 class RedisConnection:
@@ -278,6 +698,8 @@ class RedisConnection:
         #: claims) is its own only while ``<prefix>:alive:<worker>`` exists
         self.worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._beat: Any = None
+        #: what this worker knows of the fleet's Redis across calls (issue 22)
+        self.guard = FleetGuard(self)
 
     async def announce(self) -> None:
         """Start this worker's heartbeat (once): others may take back what it
@@ -296,6 +718,9 @@ class RedisConnection:
     async def _heartbeat(self) -> None:
         key = self.key("alive", self.worker)
         await self.call("heartbeat", lambda r: r.set(key, "1", ex=int(HEARTBEAT_S)))
+        # a restart or a step of Redis's clock is seen within a beat even
+        # while this worker sends nothing (a worker joining meanwhile relies on it)
+        await self.guard.check()
 
     def note_server_time(self, server_now: float) -> None:
         self._offset = server_now - time.time()
@@ -316,13 +741,14 @@ class RedisConnection:
                 crawler=crawler,
                 max_backoff=settings.getfloat("WALSH_REDIS_MAX_BACKOFF", 10.0),
             )
+            conn.guard.pause = pause_on_loss(settings)
             cls._instances[crawler] = conn
         return conn
 
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
-    def _inc(self, name: str) -> None:
+    def _inc(self, name: str, count: int = 1) -> None:
         # the crawler's stats exist only once the crawl starts; the spider
         # may open the connection before that
         try:
@@ -330,7 +756,7 @@ class RedisConnection:
         except RuntimeError:
             return
         if stats is not None:
-            stats.inc_value(f"walsh/redis/{name}")
+            stats.inc_value(f"walsh/redis/{name}", count)
 
     async def call(self, what: str, fn: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
         """Run *fn* until Redis answers: wait and reconnect, never skip it."""
@@ -451,6 +877,9 @@ class RedisStateStore:
             await self.conn.call(
                 f"delete {namespace}", lambda r, c=chunk: r.hdel(self._hash(namespace), *c)
             )
+
+    async def history_complete(self) -> bool:
+        return await self.conn.guard.history_complete()
 
     def time(self) -> float:
         return self.conn.time()
@@ -611,6 +1040,10 @@ class RedisHostClock(RobotsIntervals):
     A host's robots.txt intervals live in its Redis record, so every worker's
     reservation keeps the strictest, whoever read it.
 
+    What a host's answers say (load, distress, a host given up) lives in its
+    Redis record too, folded in by one script per answer, so one worker's
+    signal slows every worker's next reservation at once.
+
     A reservation is leased for ``WALSH_REDIS_LEASE`` seconds and renewed
     while its request is in flight; a worker that dies frees the host when
     its lease runs out. A grant this worker cannot keep renewing (Redis
@@ -636,12 +1069,14 @@ class RedisHostClock(RobotsIntervals):
         self.margin = margin
         self.pause_on_loss = pause_on_loss
         self.journal = journal
+        conn.guard.pause = pause_on_loss
         self._reserve = conn.client.register_script(RESERVE)
         self._renew = conn.client.register_script(RENEW)
         self._commit = conn.client.register_script(COMMIT)
         self._hold = conn.client.register_script(HOLD)
         self._interval = conn.client.register_script(INTERVAL)
         self._ready_script = conn.client.register_script(READY)
+        self._answer = conn.client.register_script(ANSWER)
         self._hello = conn.client.register_script(HELLO)
         self._epoch: str | None = None
         self._gen = journal.gen if journal else 0
@@ -649,10 +1084,14 @@ class RedisHostClock(RobotsIntervals):
         self._seq = itertools.count()
         #: host -> (owner, local monotonic time until which the grant is ours)
         self._grants: dict[str, tuple[str, float]] = {}
+        #: host -> when its grant was taken, on Redis's clock (see RENEW)
+        self._granted_at: dict[str, float] = {}
         self._renewer: Any = None
         self._ready: dict[str, float] = {}
         self._last: dict[str, float] = {}
         self._held: dict[str, float] = {}
+        #: what each host's answers said, as Redis last told this worker
+        self._loads: dict[str, HostLoad] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -665,10 +1104,7 @@ class RedisHostClock(RobotsIntervals):
             conn,
             lease=settings.getfloat("WALSH_REDIS_LEASE", DEFAULT_LEASE),
             margin=settings.getfloat("WALSH_REDIS_MARGIN", 0.05),
-            pause_on_loss=max(
-                settings.getfloat("WALSH_MIN_DELAY", 1.0),
-                settings.getfloat("WALSH_MAX_CRAWL_DELAY", 30.0),
-            ),
+            pause_on_loss=pause_on_loss(settings),
             journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
             cache_size=cache_size(
                 settings, "WALSH_HOST_CLOCK_CACHE_SIZE", DEFAULT_HOST_CLOCK_CACHE_SIZE
@@ -690,19 +1126,22 @@ class RedisHostClock(RobotsIntervals):
             return self._epoch
         known = self.journal.epoch if self.journal else ""
         seen = self.journal.gen if self.journal else 0
-        keys = [self.conn.key("epoch"), self.conn.key("quarantine"), self.conn.key("gen")]
-        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss]
-        verdict, epoch, gen, server_now = await self.conn.call(
+        guard = self.conn.guard
+        await guard.prepare()
+        run, quarantine, lost, clock = guard.keys()
+        keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock]
+        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, guard.args()[0]]
+        asked = time.monotonic()
+        verdict, epoch, gen, server_now, *tail = await self.conn.call(
             "start-up", lambda r: self._hello(keys=keys, args=args, client=r)
         )
-        self.conn.note_server_time(float(server_now))
+        await guard.observe(float(server_now), asked, time.monotonic(), *tail[:3])
         self._epoch, self._gen = epoch, max(int(gen), seen)
         if self.journal:
             self.journal.saw(epoch, self._gen)
             self.journal.flush()
         if verdict in ("lost", "replaced", "rollback"):
             self._state_lost(verdict)
-        await self._describe_persistence()
         return epoch
 
     def _state_lost(self, why: str) -> None:
@@ -718,34 +1157,6 @@ class RedisHostClock(RobotsIntervals):
             {"url": self.conn.url, "what": what, "p": self.pause_on_loss},
         )
 
-    async def _describe_persistence(self) -> None:
-        """Say at start-up what a Redis crash would cost with this Redis."""
-        try:
-            info = await self.conn.client.info("persistence")
-            save = (await self.conn.client.config_get("save")).get("save", "")
-            fsync = (await self.conn.client.config_get("appendfsync")).get("appendfsync", "")
-        except Exception as exc:  # CONFIG may be disabled on a managed Redis
-            logger.info("Redis persistence unknown (%(exc)s)", {"exc": exc})
-            return
-        if int(info.get("aof_enabled", 0)):
-            logger.info(
-                "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
-                {"f": fsync, "loss": "nothing" if fsync == "always" else "about a second"},
-            )
-        elif save:
-            logger.warning(
-                "Redis persistence: RDB snapshots only (save %(s)s): a Redis crash rolls the "
-                "fleet's state back to the last snapshot; workers that remember a newer state "
-                "quarantine every host, but records, claims and cadence since the snapshot are "
-                "lost. Run Redis with appendonly yes.",
-                {"s": save},
-            )
-        else:
-            logger.warning(
-                "Redis persistence: none: a Redis restart loses every host clock, hold, record "
-                "and claim. Run Redis with appendonly yes."
-            )
-
     # -- the scheduler's local view ----------------------------------------------
 
     def _note(self, host: str, wait: float) -> None:
@@ -759,24 +1170,48 @@ class RedisHostClock(RobotsIntervals):
             )
             self._strictest[host] = (float(seconds), str(origin), time.time() + float(left))
 
+    def _note_load(self, host: str, view: list[Any]) -> None:
+        """The host's load and distress as a script returned them (see ADAPTIVE)."""
+        _, average, last, distress, streak, gave_up_left, signals = view
+        left = float(gave_up_left)
+        counts = (pair.rpartition("=") for pair in str(signals).split(";") if pair)
+        load = HostLoad(
+            average=float(average), last=float(last), distress=float(distress),
+            streak=int(float(streak)), gave_up_until=time.monotonic() + left if left > 0 else 0.0,
+            signals={kind: int(n) for kind, _, n in counts},
+        )  # fmt: skip
+        if load == IDLE:
+            self._loads.pop(host, None)
+        else:
+            self._loads[host] = load
+
+    def host_load(self, host: str) -> HostLoad:
+        return self._loads.get(host) or IDLE
+
     def ready_at(self, host: str, interval: float) -> float:
         last = self._last.get(host)
         ready = self._ready.get(host, 0.0)
+        load = self._loads.get(host)
+        if load is not None:
+            ready = max(ready, load.gave_up_until)
         return max(ready, last + interval) if last is not None else ready
 
     async def warm(self, host: str) -> None:
         if host in self._ready:
             return
-        wait, held, *iv = await self.conn.call(
+        wait, held, *rest = await self.conn.call(
             "read host clock",
             lambda r: self._ready_script(
                 keys=[self._host_key(host), self.conn.key("quarantine")], args=[1.0], client=r
             ),
         )
-        self._ready.setdefault(host, time.monotonic() + float(wait))
+        # a hint only (the reservation decides): a time stored before Redis's
+        # clock stepped back would otherwise keep the host idle for the step
+        self._ready.setdefault(host, time.monotonic() + min(float(wait), self.pause_on_loss))
         if float(held) > 0:
             self._held.setdefault(host, time.monotonic() + float(held))
-        self._note_strictest(host, *iv)
+        self._note_strictest(host, *rest[:3])
+        self._note_load(host, rest[3:])
         if self.cache_size is not None and len(self._ready) > self.cache_size:
             self._forget_settled(keep=host)
 
@@ -799,9 +1234,11 @@ class RedisHostClock(RobotsIntervals):
                 self._ready[host] > now
                 or self._held.get(host, 0.0) > now
                 or (last is not None and now - last < self.pause_on_loss)
+                or self.host_load(host).gave_up_until > now
             ):
                 continue
-            for view in (self._ready, self._last, self._held, self._intervals, self._strictest):
+            for view in (self._ready, self._last, self._held, self._intervals, self._strictest,
+                         self._loads):  # fmt: skip
                 view.pop(host, None)
             self.conn._inc("host_views_forgotten")
 
@@ -809,28 +1246,35 @@ class RedisHostClock(RobotsIntervals):
 
     async def reserve(self, host: str, now: float, interval: float) -> float:
         owner = f"{self._owner_prefix}-{next(self._seq)}"
+        guard = self.conn.guard
         while True:
             epoch = await self._ensure_epoch()
+            run, quarantine, lost, clock = guard.keys()
             keys = [
-                self._host_key(host),
-                self.conn.key("epoch"),
-                self.conn.key("quarantine"),
-                self.conn.key("gen"),
-            ]
+                self._host_key(host), self.conn.key("epoch"), quarantine, self.conn.key("gen"),
+                run, lost, clock, self.conn.key("clockq"),
+            ]  # fmt: skip
+            lossless, _, checked = guard.args()
             args = [
                 interval + self.margin, self.lease, epoch, owner, self.pause_on_loss,
-                self._gen, self._margins(),
+                self._gen, self._margins(), lossless, checked, guard.unsure, guard.since,
             ]  # fmt: skip
             asked = time.monotonic()
-            status, value, gen, *iv = await self.conn.call(
+            status, value, gen, *rest = await self.conn.call(
                 "reserve",
                 lambda r, keys=keys, args=args: self._reserve(keys=keys, args=args, client=r),
             )
             answered = time.monotonic()
+            # rest: the strictest robots.txt interval (3), the guard's
+            # {now, run, lost, clock} (4), then the host's adaptive state
+            # (7; absent when the state was lost)
+            iv, (server_now, *seen), load = rest[:3], rest[3:7], rest[7:]
+            stepped = await guard.observe(float(server_now), asked, answered, *seen)
             if status in ("lost", "replaced", "rollback"):
                 self._state_lost(status)
                 self._epoch, self._gen = value, max(self._gen, int(gen))
                 continue
+            self._note_load(host, load)
             if status == "wait":
                 self._after_answer(epoch, gen, host, iv)
                 self._note(host, float(value))
@@ -841,14 +1285,20 @@ class RedisHostClock(RobotsIntervals):
                 # The slot is ours in Redis: never leave it leased to nobody.
                 await self._release(host, owner)
                 raise
+            if stepped:
+                # Taken on a clock that had just jumped: the host's last
+                # request may be more recent than it looked. Not used; the
+                # clock quarantine is recorded, so the next try waits it out.
+                await self._release(host, owner)
+                continue
             if answered - asked > self.lease / 3:
                 # The answer took so long that the lease may be nearly over
                 # by the time the request could leave: do not use it.
                 self.conn._inc("stale_grants")
                 await self._release(host, owner)
                 continue
-            self.conn.note_server_time(float(value))
             self._grants[host] = (owner, asked + self.lease)
+            self._granted_at[host] = float(server_now)
             self._start_renewing()
             self._last[host] = time.monotonic()
             self._note(host, interval)
@@ -877,10 +1327,17 @@ class RedisHostClock(RobotsIntervals):
             )
 
     async def _renew_all(self) -> None:
-        for host, (owner, _) in list(self._grants.items()):
+        lost = self.conn.guard.keys()[2]
+        for host, (owner, valid_until) in list(self._grants.items()):
             asked = time.monotonic()
+            if asked >= valid_until:
+                # never used once run out (grant_valid): renewing it, or
+                # putting back a lease Redis lost, would only hold the host
+                continue
+            keys = [self._host_key(host), lost]
+            args = [owner, self.lease, self._granted_at.get(host, 0.0)]
             try:
-                ours = await self._renew(keys=[self._host_key(host)], args=[owner, self.lease])
+                ours = await self._renew(keys=keys, args=args)
             except UNAVAILABLE:  # unreachable: the grant runs out on its own
                 continue
             if ours and self._grants.get(host, ("",))[0] == owner:
@@ -901,6 +1358,7 @@ class RedisHostClock(RobotsIntervals):
 
     async def commit(self, host: str, at: float, interval: float) -> None:
         owner, _ = self._grants.pop(host, ("", 0.0))
+        self._granted_at.pop(host, None)
         age = max(0.0, time.monotonic() - at)
         wait = await self.conn.call(
             "commit",
@@ -911,7 +1369,7 @@ class RedisHostClock(RobotsIntervals):
             ),
         )
         self._last[host] = at
-        self._note(host, float(wait))
+        self._note(host, min(float(wait), interval + self.margin))  # a hint, as in warm()
 
     async def hold(self, host: str, until: float) -> None:
         seconds = max(0.0, until - time.monotonic())
@@ -923,6 +1381,21 @@ class RedisHostClock(RobotsIntervals):
 
     def held_until(self, host: str) -> float:
         return self._held.get(host, 0.0)
+
+    async def note_answer(
+        self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
+    ) -> str:
+        rt = "" if answer.response_time is None else answer.response_time
+        args = [
+            rt, answer.signal or "", floor, policy.factor, policy.max_delay, policy.backoff,
+            policy.recovery, policy.give_up, answer.jitter, ALPHA, JITTER, self._margins(),
+        ]  # fmt: skip
+        event, *view = await self.conn.call(
+            "note answer",
+            lambda r: self._answer(keys=[self._host_key(host)], args=args, client=r),
+        )
+        self._note_load(host, view)
+        return str(event)
 
     async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
         ttl = expires - self.conn.time()  # *expires* is on the fleet's clock

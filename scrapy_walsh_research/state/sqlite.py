@@ -124,6 +124,10 @@ class SQLiteStateStore:
         )
         return await self.get(namespace, key)
 
+    async def history_complete(self) -> bool:
+        # its own file: a state dir that is gone is a first run, as it always was
+        return True
+
     def time(self) -> float:
         return time.time()
 

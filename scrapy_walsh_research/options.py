@@ -1,0 +1,74 @@
+"""Reading list-valued ``WALSH_`` settings: one reader, so every spelling works.
+
+Users write a list setting three ways: a Python list in ``settings.py``,
+``-s NAME=a,b`` on the command line (Scrapy's ``getlist`` splits on commas)
+and ``-s 'NAME=["a", "b"]'``, the JSON Scrapy itself accepts for dict
+settings. ``getlist`` reads the JSON form as one item, ``'["a"'``... : a
+blocklist entry that names no host and was dropped, so a host the operator
+meant to block was crawled. Every list-valued setting is read here; a value
+that is none of these shapes stops the crawl with the setting's name, never
+silently shrinks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.preferences import DEFAULT_PURPOSES, purpose_problems
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+
+def list_setting(settings: BaseSettings, name: str) -> list[str]:
+    """The strings *name* lists: a list or tuple of strings, a JSON array of
+    strings, or comma-separated text (items stripped, empty ones dropped)."""
+    return parse_list(name, settings.get(name))
+
+
+def parse_list(name: str, raw: Any) -> list[str]:
+    """:func:`list_setting` for a value already read (*name* is for the error)."""
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        text = raw.strip()
+        if text.startswith(("[", "{")):
+            try:
+                raw = json.loads(text)
+            except ValueError as exc:
+                raise WalshConfigurationError(
+                    f"{name}={raw!r} starts like JSON but is not ({exc}). Write "
+                    f'it as JSON (-s \'{name}=["a.test", "b.test"]\') or comma-separated '
+                    f"(-s {name}=a.test,b.test)."
+                ) from None
+        else:
+            return [item.strip() for item in text.split(",") if item.strip()]
+    if isinstance(raw, (list, tuple, set, frozenset)):
+        items = list(raw)
+        wrong = [item for item in items if not isinstance(item, str)]
+        if wrong:
+            raise WalshConfigurationError(
+                f"{name}: every item must be a string; got {wrong[0]!r} "
+                f"({type(wrong[0]).__name__})."
+            )
+        return [item.strip() for item in items if item.strip()]
+    raise WalshConfigurationError(
+        f"{name}={raw!r} is a {type(raw).__name__}, not a list: give a list of strings, "
+        f"a JSON array or comma-separated text."
+    )
+
+
+def declared_purposes(settings: BaseSettings) -> tuple[str, ...]:
+    """``WALSH_PURPOSES``: what the bot declares it does with what it fetches
+    (default :data:`~scrapy_walsh_research.preferences.DEFAULT_PURPOSES`).
+    Unknown purposes, ones the contract forbids, and a list without ``tdm``
+    are refused, naming the setting."""
+    if settings.get("WALSH_PURPOSES") is None:
+        return DEFAULT_PURPOSES
+    purposes = [p.lower() for p in list_setting(settings, "WALSH_PURPOSES")]
+    problems = purpose_problems(purposes)
+    if problems:
+        raise WalshConfigurationError(" ".join(problems))
+    return tuple(dict.fromkeys(purposes))

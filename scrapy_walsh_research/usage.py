@@ -1,0 +1,458 @@
+"""PREF: what a host says about the use of its content, honoured for the
+purposes the bot declares (``WALSH_PURPOSES``, default ``tdm``: metadata
+mining, never training, search indexing or AI answers).
+
+A downloader middleware right after the robots.txt gate. Before a target is
+sent it reads what the host stated ahead of any request:
+
+* the ``Content-Usage`` / ``Content-Signal`` lines of the robots.txt group
+  selected for our token (the R2 gate's own policy: one selection);
+* ``/.well-known/tdmrep.json`` (TDMRep), fetched once per origin before its
+  first target, through every gate (blocklist, robots.txt, pacing, the
+  User-Agent and the signature), at most 500 KiB, cached like robots.txt
+  (``WALSH_ROBOTS_TTL``, in the state store, so across runs and workers).
+
+A statement that says no to a declared purpose denies the target: record
+``denied``, rule ``PREF``, no request. With the response come the
+``tdm-reservation`` / ``tdm-policy``, ``Content-Usage``, ``Content-Signal``
+and ``X-Robots-Tag`` headers; one that says no makes the record
+``withheld``: status and validators only, nothing read from the body (no
+headings, links or hash). Every record carries the statements that applied
+to its URL (``preferences``).
+
+tdmrep.json answers, read as TDMRep §3.1 and RFC 9309 §2.3.1 read theirs,
+the stricter way where they leave room (``docs/preferences.rst``):
+
+* 2xx: parsed; a body that is no TDMRep document (an HTML "not found" page
+  served with 200) means the origin does not implement the protocol; a body
+  past 500 KiB is not read, and its origin reads as reserved until it is;
+* redirects: followed (TDMRep allows them), each hop through every gate;
+* 4xx other than 429: no file, no reservation;
+* 429, 5xx, timeouts, connection errors: unknown, so the origin reads as
+  reserved (its targets denied) until the file can be fetched, retried with
+  backoff (``WALSH_ROBOTS_RETRY_DELAY``, doubling); a last good answer
+  younger than 30 days is used instead;
+* a gate that refuses the fetch (robots.txt disallows the file, a redirect
+  into a blocked host or a disallowed path): not read; only the headers can
+  then reserve.
+
+Correctness lives here; the frontier only asks (``will_be_denied``) so a
+denied target does not wait for its host's slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+
+from scrapy_walsh_research.audit import AuditTrail
+from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
+from scrapy_walsh_research.errors import WalshDenied, deny
+from scrapy_walsh_research.identity import PRODUCT_TOKEN
+from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research.options import declared_purposes
+from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.preferences import (
+    HEADER,
+    TDM_RESERVATION,
+    Preference,
+    TdmFile,
+    decide,
+    denial_reason,
+    parse_tdmrep,
+    response_preferences,
+    tdm_file_preferences,
+    unknown_file_preference,
+)
+from scrapy_walsh_research.preferences import TDMREP as TDMREP_SOURCE
+from scrapy_walsh_research.preflight import check_configuration, uses_frontier
+from scrapy_walsh_research.records import PREFERENCES_META, response_validators
+from scrapy_walsh_research.robots import (
+    DEFAULT_RETRY_DELAY,
+    DEFAULT_TTL,
+    LAST_GOOD_MAX_AGE,
+    SHORT_WAIT,
+    USABLE_INTERVALS,
+    RobotsTxtMiddleware,
+)
+from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.urls import origin_of, url_host
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+TDMREP_PATH = "/.well-known/tdmrep.json"
+#: read at most this much of a tdmrep.json (robots.txt's limit; real files
+#: are a few hundred bytes)
+MAX_TDMREP_BYTES = 500 * 1024
+#: the last answer per origin: a 2xx body, or a 4xx status (no file)
+STATE_NAMESPACE = "tdmrep"
+#: the last failed fetch per origin and when to try again
+UNREACHABLE_NAMESPACE = "tdmrep_unreachable"
+
+
+@dataclass
+class TdmEntry:
+    """What an origin's tdmrep.json says, and until when it holds."""
+
+    tdm: TdmFile | None
+    expires: float
+    #: HTTP status of the last fetch, or None (a network failure, not fetched)
+    status: int | None
+    failures: int = 0
+    #: why the file's answer is unknown: the whole origin reads as reserved
+    unknown: str | None = None
+
+    def preferences(self, url: str) -> list[Preference]:
+        if self.unknown is not None:
+            return [unknown_file_preference(self.unknown)]
+        if self.tdm is None:
+            return []
+        return tdm_file_preferences(self.tdm, url)
+
+
+class UsagePreferencesMiddleware:
+    """Downloader middleware: deny (before) or withhold (after) a target
+    whose host says no to a purpose the bot declares."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.purposes = declared_purposes(settings)
+        AuditTrail.for_crawler(crawler).purposes = self.purposes
+        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", DEFAULT_TTL)
+        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", DEFAULT_RETRY_DELAY)
+        #: how long other workers wait for one worker's fetch of an origin's file
+        self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
+        self.store = state_for(crawler)
+        self.marks = Marks.for_crawler(crawler)
+        self.pacer = Pacer.for_crawler(crawler)
+        self.pacer.add_denial_check(self._cached_denial)
+        self.requeue = uses_frontier(settings)
+        self.cache_size = cache_size(settings, "WALSH_ROBOTS_CACHE_SIZE", DEFAULT_ROBOTS_CACHE_SIZE)
+        self._cache: OrderedDict[str, TdmEntry] = OrderedDict()
+        self._pending: dict[str, Deferred[None]] = {}
+        #: what applied before each request went out, for its response
+        self._before: weakref.WeakKeyDictionary[Request, tuple[Preference, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+        logger.info(
+            "Walsh-Research declares its purposes: %(p)s (WALSH_PURPOSES)",
+            {"p": ", ".join(self.purposes)},
+        )
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    # -- the gate ---------------------------------------------------------------
+
+    def _own(self, request: Request) -> bool:
+        """robots.txt, the operator's documents, tdmrep.json: not content."""
+        return self.marks.purpose(request, quiet=True) in DIRECT
+
+    async def process_request(self, request: Request) -> Request | None:
+        if self._own(request):
+            return None
+        origin = origin_of(request.url)
+        entry = self._fresh(origin, touch=True)
+        if entry is None:
+            host = url_host(request.url)
+            skip = await self.pacer.skip(host)
+            if skip is not None:  # fetching tdmrep.json would contact the host
+                deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
+            if self.requeue and self.pacer.ready_at(host) > time.monotonic():
+                return self.pacer.requeue(request)
+            try:
+                entry = await self.entry_for(
+                    request.url, max_wait=SHORT_WAIT if self.requeue else None
+                )
+            except HostBusy as exc:
+                if self.requeue:
+                    self.pacer.defer(host, exc.ready_in)
+                    return self.pacer.requeue(request)
+                reason = f"tdmrep.json cannot be fetched: {exc}"
+                deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
+        stated = await self._robots_preferences(request) + tuple(entry.preferences(request.url))
+        self._before[request] = stated
+        records = [p.as_record() for p in stated]
+        request.meta[PREFERENCES_META] = records
+        denying = decide(stated, self.purposes)
+        if denying is not None:
+            reason = denial_reason(denying, self.purposes)
+            deny(self.crawler, logger, request, "PREF", reason, record={"preferences": records})
+        return None
+
+    async def _robots_preferences(self, request: Request) -> tuple[Preference, ...]:
+        """The selected robots.txt group's statements for the request's URL,
+        from the R2 gate's policy (fresh: it has just decided this request)."""
+        robots = RobotsTxtMiddleware.of(self.crawler)
+        if robots is None:  # no R2 gate (the start-up check refuses that): none read
+            return ()
+        entry = await robots.entry_for(request.url)
+        return entry.policy.preferences(request.url)
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        if self._own(request):
+            return response
+        before = self._before.pop(request, None)
+        if before is None:  # answered by a component before this gate: read them now
+            before = await self._robots_preferences(request)
+            entry = self._fresh(origin_of(request.url))
+            if entry is not None:
+                before += tuple(entry.preferences(request.url))
+        headers = {
+            name.decode("latin-1"): [v.decode("latin-1") for v in values]
+            for name, values in response.headers.items()
+        }
+        after = response_preferences(headers, PRODUCT_TOKEN, time.time())
+        if any(p.source == HEADER and p.signal == TDM_RESERVATION for p in after):
+            # TDMRep §5: the header's values supersede the file's
+            before = tuple(p for p in before if p.source != TDMREP_SOURCE)
+        applied = (*before, *after)
+        records = [p.as_record() for p in applied]
+        request.meta[PREFERENCES_META] = records
+        if not 200 <= response.status < 300:
+            return response  # no content to use (a 304, an error page: recorded as such)
+        denying = decide(applied, self.purposes)
+        if denying is None:
+            return response
+        reason = denial_reason(denying, self.purposes) + ": content not read"
+        fields = {**response_validators(response), "preferences": records}
+        deny(self.crawler, logger, request, "PREF", reason, outcome="withheld", record=fields)
+
+    def _cached_denial(self, request: Request) -> bool:
+        """Whether cached answers alone already deny *request* (for the frontier)."""
+        if self._own(request):
+            return False
+        entry = self._fresh(origin_of(request.url))
+        robots = RobotsTxtMiddleware.of(self.crawler)
+        policy = robots.cached_policy(request.url) if robots is not None else None
+        if entry is None or policy is None:
+            return False
+        stated = (*policy.preferences(request.url), *entry.preferences(request.url))
+        return decide(stated, self.purposes) is not None
+
+    # -- tdmrep.json, once per origin ------------------------------------------------
+
+    def _fresh(self, origin: str, touch: bool = False) -> TdmEntry | None:
+        entry = self._cache.get(origin)
+        if entry is None or self.store.time() >= entry.expires:
+            return None
+        if touch:
+            self._cache.move_to_end(origin)
+        return entry
+
+    def _remember(self, origin: str, entry: TdmEntry) -> None:
+        self._cache[origin] = entry
+        self._cache.move_to_end(origin)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+            self.stats.inc_value("walsh/tdmrep/cache_evicted")
+
+    async def entry_for(self, url: str, *, max_wait: float | None = None) -> TdmEntry:
+        """The tdmrep.json answer in force for *url*'s origin: cached, stored
+        within the TTL, or fetched (one fetch per origin at a time, and with
+        Redis one per fleet). :class:`HostBusy` when the fetch cannot wait
+        *max_wait* for its host (nothing was sent)."""
+        origin = origin_of(url)
+        while True:
+            entry = self._fresh(origin)
+            if entry is not None:
+                return entry
+            pending = self._pending.get(origin)
+            if pending is None:
+                break
+            await maybe_deferred_to_future(pending)
+        pending = self._pending[origin] = Deferred()
+        try:
+            entry = await self._stored_fresh(origin) or await self._fetch_once(
+                origin, self._cache.get(origin), max_wait
+            )
+            # outlive the waits the origin's two documents put on the host
+            usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
+            entry.expires = max(entry.expires, usable)
+            self._remember(origin, entry)
+        finally:
+            del self._pending[origin]
+            pending.callback(None)
+        return entry
+
+    async def _fetch_once(
+        self, origin: str, previous: TdmEntry | None, max_wait: float | None
+    ) -> TdmEntry:
+        """With shared state, one worker of the fleet fetches while the others
+        wait and adopt what it stored."""
+        single_flight = getattr(self.store, "single_flight", None)
+        if single_flight is None:
+            return await self._fetch(origin, previous, max_wait)
+        from scrapy_walsh_research.state.redis import FlightBusy
+
+        for _ in range(3):
+            try:
+                release = await single_flight(
+                    f"tdmrep:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
+                )
+            except FlightBusy:
+                raise HostBusy(url_host(origin), 1.0) from None
+            if release is not None:
+                try:
+                    return await self._fetch(origin, previous, max_wait)
+                finally:
+                    await release()
+            stored = await self._stored_fresh(origin)
+            if stored is not None:
+                self.stats.inc_value("walsh/tdmrep/adopted_from_worker")
+                return stored
+        return await self._fetch(origin, previous, max_wait)
+
+    async def _fetch(
+        self, origin: str, previous: TdmEntry | None, max_wait: float | None
+    ) -> TdmEntry:
+        url = origin + TDMREP_PATH
+        try:
+            response = await internal_fetch(
+                self.crawler,
+                url,
+                TDMREP,
+                max_bytes=MAX_TDMREP_BYTES + 1,
+                maxsize=0,
+                max_wait=max_wait,
+            )
+        except HostBusy:
+            raise  # nothing was sent
+        except WalshDenied as exc:
+            self.stats.inc_value("walsh/tdmrep/not_fetched")
+            if exc.outcome == "skipped":  # a host not to be contacted now: unknown
+                return await self._unreachable(origin, previous, None, f"tdmrep.json: {exc}")
+            # a gate refused it (robots.txt disallows it, a hop into a blocked
+            # host): the file is not read; only the headers can reserve
+            now = self.store.time()
+            logger.info(
+                "tdmrep.json of %(origin)s not fetched (%(why)s): only response headers can "
+                "reserve TDM rights there",
+                {"origin": origin, "why": exc},
+            )
+            return TdmEntry(None, now + self.ttl, None)
+        except Exception as exc:
+            self.stats.inc_value("walsh/tdmrep/fetch")
+            return await self._unreachable(
+                origin, previous, None, f"tdmrep.json fetch failed: {exc}"
+            )
+        status, now = response.status, self.store.time()
+        self.stats.inc_value("walsh/tdmrep/fetch")
+        self.stats.inc_value(f"walsh/tdmrep/status/{status}")
+        if 200 <= status < 300:
+            body = response.body
+            if len(body) > MAX_TDMREP_BYTES:
+                self.stats.inc_value("walsh/tdmrep/too_large")
+                why = (
+                    f"tdmrep.json is larger than {MAX_TDMREP_BYTES // 1024} KiB and was not read, "
+                    "so its reservations are unknown"
+                )
+                logger.warning("%(why)s: %(origin)s", {"why": why, "origin": origin})
+                return TdmEntry(None, now + self.ttl, status, unknown=why)
+            copy = {"body": body.decode("latin-1"), "fetched_at": now, "status": status}
+            await self.store.put(STATE_NAMESPACE, origin, copy)
+            return self._entry(body, status, now + self.ttl)
+        if 400 <= status < 500 and status != 429:
+            await self.store.put(STATE_NAMESPACE, origin, {"fetched_at": now, "status": status})
+            return TdmEntry(None, now + self.ttl, status)
+        return await self._unreachable(origin, previous, status, f"tdmrep.json answered {status}")
+
+    def _entry(self, body: bytes, status: int | None, expires: float) -> TdmEntry:
+        tdm = parse_tdmrep(body)
+        if tdm is None:
+            self.stats.inc_value("walsh/tdmrep/not_tdmrep")
+        elif tdm.problems:
+            logger.info("tdmrep.json read with problems: %(p)s", {"p": tdm.problems})
+        return TdmEntry(tdm, expires, status)
+
+    async def _stored_fresh(self, origin: str) -> TdmEntry | None:
+        """The latest answer stored by an earlier run or another worker and
+        still in force."""
+        answers = [
+            a
+            for a in (
+                await self.store.get(STATE_NAMESPACE, origin),
+                await self.store.get(UNREACHABLE_NAMESPACE, origin),
+            )
+            if isinstance(a, dict) and isinstance(a.get("fetched_at"), (int, float))
+        ]
+        if not answers:
+            return None
+        saved = max(answers, key=lambda a: float(a["fetched_at"]))
+        fetched_at, now = float(saved["fetched_at"]), self.store.time()
+        status = saved.get("status")
+        if "retry_at" in saved:
+            retry_at = float(saved["retry_at"])
+            if not fetched_at <= now < retry_at:
+                return None
+            self.stats.inc_value("walsh/tdmrep/stored_copy")
+            return await self._failed_entry(
+                origin, status, str(saved.get("why")), retry_at, int(saved.get("failures", 1))
+            )
+        if not fetched_at <= now < fetched_at + self.ttl:
+            return None
+        self.stats.inc_value("walsh/tdmrep/stored_copy")
+        return self._from_copy(saved, fetched_at + self.ttl)
+
+    def _from_copy(self, saved: dict[str, object], expires: float) -> TdmEntry:
+        status = saved.get("status")
+        code = status if isinstance(status, int) else None
+        if isinstance(saved.get("body"), str):
+            return self._entry(str(saved["body"]).encode("latin-1"), code, expires)
+        return TdmEntry(None, expires, code)
+
+    async def _unreachable(
+        self, origin: str, previous: TdmEntry | None, status: int | None, why: str
+    ) -> TdmEntry:
+        """Unknown: the origin reads as reserved until the file can be
+        fetched (retried with backoff, stored so a restart keeps it), unless
+        a last good answer exists."""
+        self.stats.inc_value("walsh/tdmrep/unreachable")
+        failures = (previous.failures if previous is not None else 0) + 1
+        delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
+        now = self.store.time()
+        await self.store.put(
+            UNREACHABLE_NAMESPACE,
+            origin,
+            {"fetched_at": now, "retry_at": now + delay, "status": status, "why": why,
+             "failures": failures},
+        )  # fmt: skip
+        return await self._failed_entry(origin, status, why, now + delay, failures)
+
+    async def _failed_entry(
+        self, origin: str, status: int | None, why: str, retry_at: float, failures: int
+    ) -> TdmEntry:
+        now = self.store.time()
+        saved = await self.store.get(STATE_NAMESPACE, origin)
+        if isinstance(saved, dict) and now - float(saved.get("fetched_at", 0)) < LAST_GOOD_MAX_AGE:
+            self.stats.inc_value("walsh/tdmrep/last_good_used")
+            logger.warning(
+                "%(why)s for %(origin)s; using the last good answer; next try in %(d).0f s",
+                {"why": why, "origin": origin, "d": retry_at - now},
+            )
+            entry = self._from_copy(saved, retry_at)
+            entry.failures = failures
+            return entry
+        reason = (
+            f"{why}: its TDM reservations are unknown, so the origin is read as reserved "
+            f"until it can be fetched (next try in {retry_at - now:.0f} s)"
+        )
+        logger.warning("%(reason)s: %(origin)s", {"reason": reason, "origin": origin})
+        return TdmEntry(None, retry_at, status, failures, unknown=reason)

@@ -1,0 +1,345 @@
+"""Many workers, one promise, when Redis itself fails (issue 22): no worker
+sends a request its fleet's history forbids, also when it cannot see that
+history (Redis came back empty or from an older snapshot, or its clock
+stepped), and a worker with no blocklist of its own never fails open while
+the fleet's list may have been lost.
+
+Every worker is a real ``scrapy crawl targets -a redis_key=...`` process;
+they share a real redis-server on loopback, killed, wiped, restored from an
+older RDB file, or with its wall clock stepped while it runs; the sandbox
+origin judges them. Intervals are short and WALSH_MAX_CRAWL_DELAY (how long
+lost history makes every host wait) is set just above them, to keep the
+waits honest and lean.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest_twisted
+
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.sandbox.redis_server import RedisServer
+from tests.conftest import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    blocklist_doc,
+    gaps,
+    json_reply,
+    redis_settings,
+    sleep,
+    spawn_worker,
+)
+from tests.test_redis_fleet import durable_records, push, site
+
+
+def own_redis(tmp: Path, persist: bool | str = True, **kwargs: Any) -> RedisServer:
+    return RedisServer(tmp / "redis", persist=persist, **kwargs).start()
+
+
+def pages(server: Any, host: str) -> list[str]:
+    return [h.path for h in server.origin.hits_for(host) if h.path.startswith("/p/")]
+
+
+async def until(predicate: Any, timeout: float = 60.0) -> None:
+    waited = 0.0
+    while not predicate():
+        assert waited < timeout, "timed out"
+        await sleep(0.05)
+        waited += 0.05
+
+
+# -- case 1: Redis restarted empty, a worker that never ran joins ------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server, tmp_path):
+    """The fleet's last request to a Crawl-delay-10 host is in a Redis that
+    then restarts empty (its volume lost, no AOF any more). A worker that
+    never ran, with its own state dir, sees no trace of the fleet: only
+    Redis's restart says its history is gone, and every host waits
+    WALSH_MAX_CRAWL_DELAY from it. (Before: robots.txt went out ~4 s after
+    the fleet's page.)"""
+    redis = own_redis(tmp_path)  # AOF: the first run pays no restart wait
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        push(redis, shared, urls[:1], tmp_path)
+        first = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await first.ended
+        assert pages(server, "cd.test") == ["/p/0"], first.err.decode()[-2000:]
+        redis.kill()
+        redis.wipe()
+        redis.persist = False
+        redis.start()  # empty, and no persistence that could vouch for it
+        push(redis, shared, urls[1:], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
+        await new.ended
+        hits = server.origin.hits_for("cd.test")
+        assert [h.path for h in hits][-3:] == [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/p/1",
+        ], new.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 10.0, [round(g, 2) for g in gaps(hits)]
+        assert "history in Redis" in new.err.decode()
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_path):
+    """AOF with appendfsync always keeps every acknowledged write: a restart
+    that comes back whole is not lost history, and the next request goes
+    out at once (the fleet's own spacing still holds)."""
+    redis = own_redis(tmp_path)
+    try:
+        urls = site(server, "a.test", 1) + site(server, "b.test", 1)
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=20)
+        push(redis, shared, urls[:1], tmp_path)
+        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+        redis.kill()
+        redis.start()  # from its AOF: everything is there
+        push(redis, shared, urls[1:], tmp_path)
+        started = server.origin.hits[-1].t
+        worker = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await worker.ended
+        b = server.origin.hits_for("b.test")
+        assert pages(server, "b.test") == ["/p/0"], worker.err.decode()[-2000:]
+        assert b[0].t - started < 15.0, "waited as if history were lost"
+        assert "history in Redis" not in worker.err.decode()
+    finally:
+        redis.kill()
+
+
+# -- case 2: the same, with an opt-out ----------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fleets(
+    server, tmp_path
+):
+    """The fleet adopted a list blocking blocked.test; Redis comes back empty
+    and the blocklist URL answers 503. A worker on another machine (its own
+    state dir, no list) cannot tell this from a first-ever failure: it must
+    not fail open. (Before: blocked.test got robots.txt and a page.)"""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
+        )
+        site(server, "blocked.test", 1)
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
+        push(redis, shared, site(server, "fine.test", 1), tmp_path)
+        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+        redis.kill()
+        redis.wipe()
+        redis.persist = False
+        redis.start()
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
+        await new.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], new.err.decode()[
+            -2000:
+        ]
+        assert "history in Redis is incomplete" in got[0]["reason"]
+        assert server.origin.hits_for("blocked.test") == []
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_none(server, tmp_path):
+    """While a worker that holds the adopted list is running, Redis comes
+    back empty and the blocklist URL fails: that worker publishes its copy
+    again, and a new worker adopts it rather than deny everything."""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
+        )
+        site(server, "blocked.test", 1)
+        slow = [server.url("slow.test", f"/p/{i}") for i in range(12)]
+        site(server, "slow.test", 12)
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3, WALSH_REDIS_MAX_BACKOFF=0.5)
+        push(redis, shared, slow, tmp_path, key="long")
+        holder = spawn_worker(server, "long", tmp_path / "a", **shared)
+        await until(lambda: len(pages(server, "slow.test")) >= 2)
+        redis.kill()
+        redis.wipe()
+        redis.persist = False
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        redis.start()
+        push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
+        await new.ended
+        holder.transport.signalProcess("TERM")
+        await holder.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], new.err.decode()[
+            -2000:
+        ]
+        assert "blocked by operator blocklist entry 'blocked.test'" in got[0]["reason"]
+        assert server.origin.hits_for("blocked.test") == []
+        assert "published this worker's again" in holder.err.decode()
+    finally:
+        redis.kill()
+
+
+# -- case 3: Redis rolled back to an older snapshot ---------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_after_a_rollback_no_host_is_contacted_early_and_no_recorded_line_again(
+    server, tmp_path
+):
+    """The fleet crawls a list enqueued before Redis's last snapshot; Redis
+    is then restored from that snapshot: the queue holds every line again,
+    and no record, robots.txt copy or host clock. A worker of the machine
+    that ran the fleet comes back with its copy of the records, and a new one
+    joins. Nothing
+    reaches the Crawl-delay-10 host within 10 s of the fleet's last request,
+    and no page is fetched twice. (Before: robots.txt ~4 s after the page,
+    and every page again.)"""
+    redis = own_redis(tmp_path, persist="rdb")
+    try:
+        urls = site(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 10\n")
+        urls += [u for i in range(3) for u in site(server, f"f{i}.test", 2)]
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        push(redis, shared, urls, tmp_path)
+        redis.snapshot("before")
+        # two workers on one machine (one state dir, as `scrapy walsh-workers 2`)
+        machine = tmp_path / "machine"
+        procs = [spawn_worker(server, "targets", machine, **shared) for _ in (0, 1)]
+        for proc in procs:
+            await proc.ended
+        assert len(durable_records(redis, shared)) == len(urls), procs[0].err.decode()[-2000:]
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        again = spawn_worker(server, "targets", machine, **shared)
+        new = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await again.ended
+        await new.ended
+        err = again.err.decode()[-2000:] + new.err.decode()[-2000:]
+        for host in ["cd.test", *(f"f{i}.test" for i in range(3))]:
+            got = pages(server, host)
+            assert sorted(got) == sorted(set(got)), (host, got, err)
+        assert min(gaps(server.origin.hits_for("cd.test"))) >= 10.0, err
+        lines = sorted(r["line"] for r in durable_records(redis, shared))
+        assert lines == list(range(1, len(urls) + 1)), err
+    finally:
+        redis.kill()
+
+
+# -- case 4: Redis's wall clock steps --------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(server, tmp_path):
+    """Worker A has just sent a request to a Crawl-delay-6 host when Redis's
+    wall clock steps 5 s forward (an NTP correction on the Redis host):
+    every stored time now looks 5 s older than it is. Worker B, started just
+    after, wants the same host. A checks Redis's TIME against its monotonic
+    clock on its next answer and records the step; B waits it out.
+    (Before: B's request arrived ~2 s after A's.)"""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
+        # o.test keeps A answering after the step: sd.test's page only goes
+        # out after robots.txt and tdmrep.json, 6 s apart each
+        push(redis, shared, [sd[0], *site(server, "o.test", 18)], tmp_path, key="a")
+        push(redis, shared, sd[1:], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await until(lambda: len(pages(server, "sd.test")) >= 1)
+        redis.step_clock(5.0)
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await a.ended
+        await b.ended
+        err = [p.err.decode()[-1500:] for p in (a, b)]
+        assert len(pages(server, "sd.test")) == 2, err
+        assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, err
+        assert "jumped 5." in a.err.decode(), err
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_joins_after_a_clock_step_no_one_saw_does_not_trust_it(
+    server, tmp_path
+):
+    """The same step, but the worker that saw the old clock has exited: no
+    one is left to notice it. The worker that joins cannot tell the step from
+    idle time since the fleet last checked the clock, so it judges the
+    records written before it joined as if all of that time were a step."""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
+        push(redis, shared, sd[:1], tmp_path, key="a")
+        push(redis, shared, sd[1:], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await a.ended
+        redis.step_clock(5.0)
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await b.ended
+        assert len(pages(server, "sd.test")) == 2, b.err.decode()[-2000:]
+        assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, b.err.decode()[-2000:]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, tmp_path):
+    """A step back makes stored times look later: politeness holds, and the
+    wait it adds is capped at one interval, not the step (here 60 s)."""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        urls = site(server, "sb.test", 3, "User-agent: *\nCrawl-delay: 2\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
+        push(redis, shared, urls, tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await until(lambda: len(pages(server, "sb.test")) >= 1)
+        redis.step_clock(-60.0)
+        await worker.ended
+        hits = server.origin.hits_for("sb.test")
+        assert len(pages(server, "sb.test")) == 3, worker.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 2.0
+        assert max(gaps(hits)) < 2.0 + 3.0 + 2.0, [round(g, 2) for g in gaps(hits)]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_lease_redis_lost_while_its_request_is_out_is_put_back(server, tmp_path):
+    """Worker A's request to slow.test is out (answered after 8 s) when Redis
+    restarts empty: A's lease is gone with it. A's renewal puts it back, so
+    worker B, whose line is for the same host, sends nothing there until A's
+    response has come (the fleet never has two requests out to one host)."""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route("slow.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+        server.origin.route("slow.test", "/p/0", Reply(200, "late", delay=8.0))
+        server.origin.route("slow.test", "/p/1", Reply(200, "ok"))
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=2, WALSH_REDIS_MAX_BACKOFF=0.25)
+        push(redis, shared, [server.url("slow.test", "/p/0")], tmp_path, key="a")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await until(lambda: pages(server, "slow.test") == ["/p/0"])
+        redis.kill()
+        redis.wipe()
+        redis.persist = False
+        redis.start()
+        push(redis, shared, [server.url("slow.test", "/p/1")], tmp_path, key="b")
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await a.ended
+        await b.ended
+        hits = {h.path: h.t for h in server.origin.hits_for("slow.test")}
+        assert "/p/1" in hits, b.err.decode()[-2000:]
+        assert hits["/p/1"] - hits["/p/0"] >= 8.0, (a.err.decode()[-1500:], b.err.decode()[-1500:])
+    finally:
+        redis.kill()
