@@ -73,7 +73,7 @@ def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
     base = f"http://127.0.0.1:{port}/.well-known/walsh-research"
     signing: list[str] = []
     if crawler == "walsh-signed":  # the bundle, signing every request (issue #11)
-        from scrapy_walsh_research.signing import generate_key
+        from scrapy_walsh_research.identity.signing import generate_key
 
         key = tmp / "walsh.pem"
         if not key.exists():
@@ -119,7 +119,7 @@ def measure(
     origin = start_origin(layout, port, latency, log, timeout)
     if workers:
         assert redis_url is not None
-        from scrapy_walsh_research.feed import enqueue
+        from scrapy_walsh_research.state.target_queue import enqueue
 
         prefix = f"bench-{tmp.name}"
         enqueue(redis_url, "targets", urls, prefix=prefix)
@@ -287,7 +287,7 @@ def signing_cost(results: list[dict]) -> None:
     and the crawls side by side."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from scrapy_walsh_research.signing import Signer
+    from scrapy_walsh_research.identity.signing import Signer
 
     signer = Signer(Ed25519PrivateKey.generate())
     urls = [u for layout in LAYOUTS.values()

@@ -82,7 +82,7 @@ def lookups() -> dict:
     held as the crawl holds it: a small list in memory, a large one (past
     INLINE_PARSE_BYTES) in the index file its child process wrote."""
     from scrapy_walsh_research.blocklist import DomainSet
-    from scrapy_walsh_research.blocklist_index import IndexFile, write_index
+    from scrapy_walsh_research.core.blocklist_index import IndexFile, write_index
 
     out = {}
     hosts = [f"www.site{i}.example.com" for i in range(20000)]

@@ -57,11 +57,11 @@ DEFAULTS: dict[str, object] = {
 
 
 #: the progress log of long crawls (done/total, outcomes, ETA)
-PROGRESS_EXTENSION = "scrapy_walsh_research.progress.Progress"
+PROGRESS_EXTENSION = "scrapy_walsh_research.extensions.progress.Progress"
 PROGRESS_ORDER = 600
 
 #: the start-up heap out of the garbage collector's full passes (heap.py)
-HEAP_EXTENSION = "scrapy_walsh_research.heap.HeapFreeze"
+HEAP_EXTENSION = "scrapy_walsh_research.extensions.heap.HeapFreeze"
 HEAP_ORDER = 610
 
 #: the bundle's spiders (``targets``), listed for ``scrapy crawl`` in any project

@@ -35,6 +35,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research import identity
+from scrapy_walsh_research.core.urls import host_variants, is_ip, normalize_host, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.options import list_setting
@@ -42,7 +43,6 @@ from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
 from scrapy_walsh_research.state import local_state_for, state_for
-from scrapy_walsh_research.urls import host_variants, is_ip, normalize_host, url_host
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -463,7 +463,7 @@ class BlocklistMiddleware:
         self._next_check = 0.0
         self._pending: Deferred[None] | None = None
         self.store = state_for(crawler)
-        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.evidence.audit import AuditTrail
 
         AuditTrail.for_crawler(crawler).blocklist = self.version
         #: with Redis, this worker's own copy of the list in force: a Redis that
@@ -811,7 +811,7 @@ class BlocklistMiddleware:
         import sys
         import tempfile
 
-        from scrapy_walsh_research.blocklist_index import IndexFile
+        from scrapy_walsh_research.core.blocklist_index import IndexFile
 
         fd, body_path = tempfile.mkstemp(prefix="walsh-blocklist-", suffix=".json")
         index_path = body_path[: -len(".json")] + ".index"
@@ -986,8 +986,8 @@ class BlocklistMiddleware:
         """The local entries opt hosts out whether or not a list is ever
         adopted (a first run whose fetch fails crawls with them alone): what
         was stored about those hosts goes, once per set of entries."""
-        from scrapy_walsh_research.audit import AuditTrail
-        from scrapy_walsh_research.purge import purge
+        from scrapy_walsh_research.evidence.audit import AuditTrail
+        from scrapy_walsh_research.evidence.purge import purge
 
         if not len(self.extra):
             return
@@ -1011,8 +1011,8 @@ class BlocklistMiddleware:
     async def _purge_opted_out(self, adopted: Adopted) -> None:
         """Delete what was stored about every host the list in force blocks,
         once per list (and set of local entries)."""
-        from scrapy_walsh_research.audit import AuditTrail
-        from scrapy_walsh_research.purge import purge
+        from scrapy_walsh_research.evidence.audit import AuditTrail
+        from scrapy_walsh_research.evidence.purge import purge
 
         done_for = f"{adopted.sha256}+{self._extra_digest()}"
         if await self.store.get(STATE_NAMESPACE, PURGED_KEY) == done_for:
@@ -1271,12 +1271,12 @@ def child_main() -> None:
     does for a small one (the contract's outline, the bundled schema, the
     fetched schema when it differs, ``refresh``), reads the entries with
     :meth:`DomainSet.from_entries` and writes them with
-    :func:`~scrapy_walsh_research.blocklist_index.write_index` to ``index``.
+    :func:`~scrapy_walsh_research.core.blocklist_index.write_index` to ``index``.
     The answer is the document without its entries, or why it was rejected.
     """
     import sys
 
-    from scrapy_walsh_research.blocklist_index import write_index
+    from scrapy_walsh_research.core.blocklist_index import write_index
 
     request = json.loads(sys.stdin.buffer.read())
     lines: list[tuple[int, str]] = []

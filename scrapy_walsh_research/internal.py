@@ -165,7 +165,7 @@ class Marks:
 
 def target_key(request: Request) -> str:
     """The canonical URL of the declared target a request stems from."""
-    from scrapy_walsh_research.urls import canonical_url
+    from scrapy_walsh_research.core.urls import canonical_url
 
     target = request.meta.get(TARGET_META)
     if isinstance(target, dict) and target.get("canonical_url"):

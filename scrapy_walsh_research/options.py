@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research.core.preferences import DEFAULT_PURPOSES, purpose_problems
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preferences import DEFAULT_PURPOSES, purpose_problems
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -62,7 +62,7 @@ def parse_list(name: str, raw: Any) -> list[str]:
 
 def declared_purposes(settings: BaseSettings) -> tuple[str, ...]:
     """``WALSH_PURPOSES``: what the bot declares it does with what it fetches
-    (default :data:`~scrapy_walsh_research.preferences.DEFAULT_PURPOSES`).
+    (default :data:`~scrapy_walsh_research.core.preferences.DEFAULT_PURPOSES`).
     Unknown purposes, ones the contract forbids, and a list without ``tdm``
     are refused, naming the setting."""
     if settings.get("WALSH_PURPOSES") is None:

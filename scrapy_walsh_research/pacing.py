@@ -47,13 +47,13 @@ from scrapy_walsh_research.adaptive import (
     distress_signal,
     worth_noting,
 )
+from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
+from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
-from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.state import clock_for
 from scrapy_walsh_research.state.hostclock import DEFAULT_MAX_CRAWL_DELAY
-from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from typing_extensions import Self
 
-    from scrapy_walsh_research.robotstxt import RobotsPolicy
+    from scrapy_walsh_research.core.robots_policy import RobotsPolicy
     from scrapy_walsh_research.state.hostclock import HostClock
 
 logger = logging.getLogger(__name__)
@@ -363,7 +363,7 @@ class PacingMiddleware:
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
         self.marks = Marks.for_crawler(crawler)
-        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.evidence.audit import AuditTrail
 
         self.audit = AuditTrail.for_crawler(crawler)
         self.audit.interval = self.pacer.interval_for

@@ -280,7 +280,7 @@ def _list_problems(settings: BaseSettings) -> list[str]:
 def _signing_problems(settings: BaseSettings) -> list[str]:
     """With WALSH_SIGNING_KEY set, the key and the signature settings must
     be usable now: a bot that meant to sign must not start unsigned."""
-    from scrapy_walsh_research.signing import Signer
+    from scrapy_walsh_research.identity.signing import Signer
 
     try:
         Signer.from_settings(settings)

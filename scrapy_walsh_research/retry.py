@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.utils.misc import load_object
 
+from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
+from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
-from scrapy_walsh_research.retry_after import RATE_LIMIT_CODES, parse_retry_after
-from scrapy_walsh_research.urls import url_host
 from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:

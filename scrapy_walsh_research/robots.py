@@ -38,6 +38,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
+from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
+from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import (
@@ -51,9 +53,7 @@ from scrapy_walsh_research.internal import (
 )
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
-from scrapy_walsh_research.robotstxt import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.urls import origin_of, url_host
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -106,7 +106,7 @@ class RobotsTxtMiddleware:
         RobotsTxtMiddleware._instances[crawler] = self
         self.crawler = crawler
         self.stats = crawler.stats
-        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.evidence.audit import AuditTrail
 
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
         self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", DEFAULT_TTL)
@@ -378,8 +378,8 @@ class RobotsTxtMiddleware:
     async def _purge(self, origin: str, digest: str) -> None:
         """The host opted out by robots.txt (``/`` disallowed for our token):
         what was stored about it goes (purge on opt-out)."""
-        from scrapy_walsh_research.audit import AuditTrail
-        from scrapy_walsh_research.purge import purge
+        from scrapy_walsh_research.evidence.audit import AuditTrail
+        from scrapy_walsh_research.evidence.purge import purge
 
         host = url_host(origin)
         await purge(

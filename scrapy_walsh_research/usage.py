@@ -52,14 +52,8 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research.audit import AuditTrail
 from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
-from scrapy_walsh_research.errors import WalshDenied, deny
-from scrapy_walsh_research.identity import PRODUCT_TOKEN
-from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, Marks, internal_fetch
-from scrapy_walsh_research.options import declared_purposes
-from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.preferences import (
+from scrapy_walsh_research.core.preferences import (
     HEADER,
     TDM_RESERVATION,
     Preference,
@@ -71,7 +65,14 @@ from scrapy_walsh_research.preferences import (
     tdm_file_preferences,
     unknown_file_preference,
 )
-from scrapy_walsh_research.preferences import TDMREP as TDMREP_SOURCE
+from scrapy_walsh_research.core.preferences import TDMREP as TDMREP_SOURCE
+from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.errors import WalshDenied, deny
+from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.identity import PRODUCT_TOKEN
+from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research.options import declared_purposes
+from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.records import PREFERENCES_META, response_validators
 from scrapy_walsh_research.robots import (
@@ -83,7 +84,6 @@ from scrapy_walsh_research.robots import (
     RobotsTxtMiddleware,
 )
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.urls import origin_of, url_host
 
 if TYPE_CHECKING:
     from scrapy import Request

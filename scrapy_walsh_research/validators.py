@@ -14,9 +14,9 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
+from scrapy_walsh_research.core.urls import canonical_url
 from scrapy_walsh_research.internal import Marks
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.urls import canonical_url
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -18,7 +18,7 @@ it off, that failure reaches the R5 gate as ``ResponseNeverReceived`` and a
 retry goes through pacing like any other.
 
 With ``WALSH_SIGNING_KEY`` set, the same moment is when each request is
-signed (:mod:`scrapy_walsh_research.signing`): the connection's ``request``
+signed (:mod:`scrapy_walsh_research.identity.signing`): the connection's ``request``
 is wrapped for that one call, so the signature's ``created`` is when the
 request goes onto the connection, after any pacing wait, and every hop and
 retry gets its own. A request that cannot be signed is not sent.
@@ -75,10 +75,10 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         pool.retryAutomatically = False
         self._current: Request | None = None
         self._crawler = crawler
-        from scrapy_walsh_research.signing import Signer
+        from scrapy_walsh_research.identity.signing import Signer
 
         self._signer = Signer.from_settings(crawler.settings)
-        from scrapy_walsh_research.audit import AuditTrail
+        from scrapy_walsh_research.evidence.audit import AuditTrail
         from scrapy_walsh_research.internal import Marks
 
         self._audit = AuditTrail.for_crawler(crawler)
@@ -136,7 +136,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
     def _sign_on(self, connection: Any, request: Request) -> None:
         """Sign *request* as the connection writes it (its next ``request``
         call), replacing any ``Signature*`` headers it carried."""
-        from scrapy_walsh_research.signing import SIGNATURE_HEADERS
+        from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
 
         signer = self._signer
         assert signer is not None
@@ -163,8 +163,8 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         connection.request = request_once
 
     def _grant_valid(self, request: Request) -> bool:
+        from scrapy_walsh_research.core.urls import url_host
         from scrapy_walsh_research.pacing import Pacer
-        from scrapy_walsh_research.urls import url_host
 
         return Pacer.for_crawler(self._crawler).grant_valid(url_host(request.url))
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.audit import RedisAudit, SQLiteAudit
+from scrapy_walsh_research.evidence.audit import RedisAudit, SQLiteAudit
+from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.signing import Signer, generate_key, load_key
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -117,7 +117,7 @@ async def test_the_log_survives_sigkill_with_every_request_sent(server, tmp_path
 def test_entries_older_than_the_retention_are_dropped_when_a_crawl_opens(tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.audit import AuditTrail
+    from scrapy_walsh_research.evidence.audit import AuditTrail
 
     old = SQLiteAudit(tmp_path / "audit.sqlite3")
     old.append({"t": time.time() - 100 * 86400, "host": "a.test", "event": "request"})

@@ -11,8 +11,9 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.attestation import REQUIREMENTS, attest
-from scrapy_walsh_research.conformance import HTTP_CACHE_ROW, Report, run_conformance
+from scrapy_walsh_research.conformance.check import HTTP_CACHE_ROW, Report, run_conformance
+from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest
+from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.preflight import (
     BLOCKLIST_MW,
     CADENCE_MW,
@@ -24,7 +25,6 @@ from scrapy_walsh_research.preflight import (
     USERAGENT_MW,
     apply_addons,
 )
-from scrapy_walsh_research.signing import generate_key
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 
@@ -194,7 +194,7 @@ async def test_attestation_is_false_where_the_conformance_run_fails(tmp_path, wi
 
 @pytest_twisted.ensureDeferred
 async def test_an_audit_log_that_misses_requests_fails_its_row(tmp_path, monkeypatch):
-    from scrapy_walsh_research.audit import AuditTrail
+    from scrapy_walsh_research.evidence.audit import AuditTrail
 
     monkeypatch.setattr(AuditTrail, "sent", lambda self, request, kind: None)
     report = await conformance(project(), tmp_path)

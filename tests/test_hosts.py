@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from scrapy import Request
 
 from scrapy_walsh_research.blocklist import DomainSet, entry_hosts, normalize_entry
-from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.urls import (
+from scrapy_walsh_research.core.urls import (
     canonical_url,
     host_variants,
     ip_literal,
@@ -29,6 +28,7 @@ from scrapy_walsh_research.urls import (
     origin_of,
     url_host,
 )
+from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,

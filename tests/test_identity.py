@@ -24,10 +24,7 @@ from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preflight import check_settings
-from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary
-from scrapy_walsh_research.signing import (
+from scrapy_walsh_research.identity.signing import (
     Signer,
     _b64url_decode,
     generate_key,
@@ -35,6 +32,9 @@ from scrapy_walsh_research.signing import (
     public_jwk,
     sign_directory,
 )
+from scrapy_walsh_research.preflight import check_settings
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary
 from tests.conftest import BLOCKLIST_HOST, base_settings, crawl
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "webbotauth_vectors.json").read_text())

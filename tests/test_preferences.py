@@ -275,7 +275,7 @@ def test_the_audit_log_stores_the_preferences_of_each_decision(scenario):
 
 
 def test_the_evidence_report_shows_what_each_host_stated_and_what_the_bot_did(scenario):
-    from scrapy_walsh_research.report import by_host, host_page
+    from scrapy_walsh_research.evidence.report import by_host, host_page
 
     db = sqlite3.connect(scenario.state / "audit.sqlite3")
     try:
@@ -302,7 +302,7 @@ def test_the_evidence_report_shows_what_each_host_stated_and_what_the_bot_did(sc
 def test_the_attestation_states_the_declared_purposes():
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.attestation import attest
+    from scrapy_walsh_research.evidence.attestation import attest
 
     assert attest(Settings({}))["purposes"] == ["tdm"]
     assert attest(Settings({"WALSH_PURPOSES": '["tdm", "ai-input"]'}))["purposes"] == [

@@ -1,4 +1,4 @@
-"""The usage-preference parsers (scrapy_walsh_research.preferences): the four
+"""The usage-preference parsers (scrapy_walsh_research.core.preferences): the four
 vocabularies as spec tables, and property-based tests showing no parser
 raises on any input a server can send."""
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_walsh_research import preferences as P
-from scrapy_walsh_research.robotstxt import RobotsPolicy
+from scrapy_walsh_research.core import preferences as P
+from scrapy_walsh_research.core.robots_policy import RobotsPolicy
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOKEN = "Walsh-Research"

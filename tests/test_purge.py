@@ -188,7 +188,7 @@ def test_the_commands_refuse_what_they_cannot_do_saying_why(tmp_path):
         assert done.returncode != 0 and "takes one host name" in done.stderr, (bad, done.stderr)
     state = tmp_path / "state"
     state.mkdir()
-    from scrapy_walsh_research.audit import SQLiteAudit
+    from scrapy_walsh_research.evidence.audit import SQLiteAudit
 
     log = SQLiteAudit(state / "audit.sqlite3")
     log.append({"t": 1.0, "ts": "x", "event": "request", "host": "h.test", "url": "http://h.test/"})
@@ -259,7 +259,7 @@ async def test_a_record_finished_while_a_purge_runs_is_left_for_the_next_purge(r
     between kept the host's data and fell out of the index for good."""
     from scrapy.utils.defer import deferred_from_coro
 
-    from scrapy_walsh_research import feed
+    from scrapy_walsh_research.state import target_queue as feed
     from scrapy_walsh_research.state.redis import RedisConnection
     from tests.conftest import redis_settings
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scrapy_walsh_research.blocklist import INLINE_PARSE_BYTES, PLAIN_HOST, entry_hosts
+from scrapy_walsh_research.core.urls import host_variants
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.urls import host_variants
 from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl
 from tests.test_r3_blocklist import outcomes, serve_hosts
 
@@ -244,7 +244,7 @@ def test_the_index_file_answers_like_the_entries_it_was_written_from(listed, ask
     import tempfile
 
     from scrapy_walsh_research.blocklist import DomainSet
-    from scrapy_walsh_research.blocklist_index import IndexFile, write_index
+    from scrapy_walsh_research.core.blocklist_index import IndexFile, write_index
 
     entries = {name: {"domain": name, "reason": f"r{i}"} for i, name in enumerate(sorted(listed))}
     fd, path = tempfile.mkstemp()

@@ -291,8 +291,8 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
     import logging
     import re
 
-    from scrapy_walsh_research.audit import SQLiteAudit
-    from scrapy_walsh_research.report import collect, host_page
+    from scrapy_walsh_research.evidence.audit import SQLiteAudit
+    from scrapy_walsh_research.evidence.report import collect, host_page
 
     calls = itertools.count()
     slow = site(server, "slow.test", 3, Reply(200, "ok", delay=0.3),
@@ -303,7 +303,7 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
                 if len(server.origin.hits_for("ra.test", "/p/0")) == 1 else Reply(200))  # fmt: skip
     state = tmp_path / "s"
     settings = base_settings(server, state, LOGSTATS_INTERVAL=1, WALSH_ADAPTIVE_BACKOFF=2)
-    with caplog.at_level(logging.INFO, logger="scrapy_walsh_research.progress"):
+    with caplog.at_level(logging.INFO, logger="scrapy_walsh_research.extensions.progress"):
         res = await crawl(settings, strained + slow + delayed + held, tmp_path)
     assert {i["outcome"] for i in res.items} == {"fetched"}
 
@@ -327,7 +327,7 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
     assert re.search(r"interval 2\.\d+ s \(set by distress\)", page)
 
     progress = [
-        r.getMessage() for r in caplog.records if r.name == "scrapy_walsh_research.progress"
+        r.getMessage() for r in caplog.records if r.name == "scrapy_walsh_research.extensions.progress"
     ]
     eta = [p for p in progress if "busiest host strained.test" in p and "set by distress" in p]
     assert eta, progress

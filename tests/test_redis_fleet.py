@@ -19,9 +19,9 @@ from typing import Any
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.feed import enqueue
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
+from scrapy_walsh_research.state.target_queue import enqueue
 from tests.conftest import (
     ProcessCrawl,
     gaps,

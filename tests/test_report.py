@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from scrapy_walsh_research.report import collect, host_page
+from scrapy_walsh_research.evidence.report import collect, host_page
+from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.useragent import USER_AGENT
 from tests.conftest import (
     BLOCKLIST_HOST,

@@ -95,10 +95,10 @@ async def test_a_long_crawl_logs_progress_with_an_eta_from_the_busiest_host(
         server.origin.route("slow.test", f"/p/{i}", Reply(200, "x"))
     lines = [server.url("slow.test", f"/p/{i}") for i in range(5)] + ["not a url"]
     settings = base_settings(server, tmp_path / "s", LOGSTATS_INTERVAL=1.5)
-    with caplog.at_level(logging.INFO, logger="scrapy_walsh_research.progress"):
+    with caplog.at_level(logging.INFO, logger="scrapy_walsh_research.extensions.progress"):
         await crawl(settings, lines, tmp_path)
     progress = [
-        r.getMessage() for r in caplog.records if r.name == "scrapy_walsh_research.progress"
+        r.getMessage() for r in caplog.records if r.name == "scrapy_walsh_research.extensions.progress"
     ]
     assert any(
         re.search(r"Progress: [1-4]/6 targets .*ETA at least [1-4] s \(busiest host slow.test", p)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.conformance import Report
+    from scrapy_walsh_research.conformance.check import Report
 
 
 def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
@@ -57,7 +57,7 @@ def run_conformance_blocking(settings: Settings) -> Report:
     from twisted.internet import reactor
 
     # imported here: Scrapy imports every command module on every run
-    from scrapy_walsh_research.conformance import Report, run_conformance
+    from scrapy_walsh_research.conformance.check import Report, run_conformance
     from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 
     install_sandbox_resolver(reactor)

@@ -12,11 +12,11 @@ from scrapy.commands import ScrapyCommand
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research.attestation import attest
 from scrapy_walsh_research.commands._runner import (
     project_targets_spider,
     run_conformance_blocking,
 )
+from scrapy_walsh_research.evidence.attestation import attest
 from scrapy_walsh_research.preflight import apply_addons
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Command(ScrapyCommand):
         if opts.verify:
             self._verify(opts)
             return
-        from scrapy_walsh_research import signed_attestation  # not on every scrapy run
+        from scrapy_walsh_research.identity import signed_attestation  # not on every scrapy run
 
         key = signed_attestation.attestation_key(self.settings) if opts.sign else None
         # The settings in effect: the project's, the spider's, then its add-ons.
@@ -66,7 +66,7 @@ class Command(ScrapyCommand):
         self.exitcode = 0 if all(doc["requirements"].values()) else 1
 
     def _verify(self, opts: argparse.Namespace) -> None:
-        from scrapy_walsh_research import signed_attestation
+        from scrapy_walsh_research.identity import signed_attestation
 
         if not opts.jwks:
             raise UsageError("--verify needs --jwks FILE_OR_URL (the published attestation keys)")

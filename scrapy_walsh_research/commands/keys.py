@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research.signing import (
+from scrapy_walsh_research.identity.signing import (
     DEFAULT_AGENT,
     directory_response,
     generate_key,

@@ -28,7 +28,7 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy_walsh_research.errors import WalshConfigurationError
-        from scrapy_walsh_research.purge import host_argument
+        from scrapy_walsh_research.evidence.purge import host_argument
 
         if len(args) != 1:
             raise UsageError("give one host name, e.g. scrapy walsh-purge example.org")
@@ -43,8 +43,8 @@ class Command(ScrapyCommand):
             raise UsageError(str(exc)) from None
 
     async def _purge(self, crawler: Crawler, host: str) -> None:
-        from scrapy_walsh_research.audit import AuditTrail
-        from scrapy_walsh_research.purge import covers, purge, total
+        from scrapy_walsh_research.evidence.audit import AuditTrail
+        from scrapy_walsh_research.evidence.purge import covers, purge, total
         from scrapy_walsh_research.state import state_for
 
         store = state_for(crawler)

@@ -45,8 +45,8 @@ class Command(ScrapyCommand):
         parser.add_argument("--json", action="store_true", help="JSON instead of HTML")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        from scrapy_walsh_research.purge import host_argument
-        from scrapy_walsh_research.report import parse_since
+        from scrapy_walsh_research.evidence.purge import host_argument
+        from scrapy_walsh_research.evidence.report import parse_since
 
         if args:
             raise UsageError("walsh-report takes options only, e.g. --host example.org")
@@ -74,7 +74,7 @@ class Command(ScrapyCommand):
     async def _query(
         self, crawler: Crawler, host: str | None, since: float | None
     ) -> list[dict[str, Any]]:
-        from scrapy_walsh_research.audit import AuditTrail, RedisAudit, SQLiteAudit
+        from scrapy_walsh_research.evidence.audit import AuditTrail, RedisAudit, SQLiteAudit
 
         store = AuditTrail.for_crawler(crawler, prune=False).store
         try:
@@ -89,7 +89,7 @@ class Command(ScrapyCommand):
         self, entries: list[dict[str, Any]], host: str, opts: argparse.Namespace,
         since: float | None,
     ) -> None:  # fmt: skip
-        from scrapy_walsh_research.report import collect, host_page
+        from scrapy_walsh_research.evidence.report import collect, host_page
 
         evidence = collect(entries, host, since)
         if opts.json:
@@ -108,7 +108,12 @@ class Command(ScrapyCommand):
     def _all(
         self, entries: list[dict[str, Any]], opts: argparse.Namespace, since: float | None
     ) -> None:
-        from scrapy_walsh_research.report import by_host, host_file, host_page, summary_page
+        from scrapy_walsh_research.evidence.report import (
+            by_host,
+            host_file,
+            host_page,
+            summary_page,
+        )
 
         hosts = by_host(entries, since)
         if opts.json:

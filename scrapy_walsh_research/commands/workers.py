@@ -92,10 +92,10 @@ _ALWAYS = (
     "redis",
     "scrapy_walsh_research.state.redis",
     "scrapy_walsh_research.state.sqlite",
-    "scrapy_walsh_research.feed",
+    "scrapy_walsh_research.state.target_queue",
     "scrapy_walsh_research.blocklist",
-    "scrapy_walsh_research.audit",
-    "scrapy_walsh_research.purge",
+    "scrapy_walsh_research.evidence.audit",
+    "scrapy_walsh_research.evidence.purge",
 )
 
 
@@ -143,7 +143,7 @@ class Command(BaseRunSpiderCommand):
                 "-o/-O would have every worker write the same file: the fleet's records "
                 "are in Redis (scrapy walsh-records)"
             )
-        from scrapy_walsh_research.feed import DEFAULT_TARGETS_KEY
+        from scrapy_walsh_research.state.target_queue import DEFAULT_TARGETS_KEY
 
         spargs.setdefault(
             "redis_key", settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY

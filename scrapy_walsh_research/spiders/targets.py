@@ -28,8 +28,8 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.bounds import DEFAULT_LIST_LOOKAHEAD, cache_size
+from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied
-from scrapy_walsh_research.feed import list_lines
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import (
@@ -41,8 +41,8 @@ from scrapy_walsh_research.records import (
 )
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state.target_queue import list_lines
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
-from scrapy_walsh_research.urls import canonical_url, is_http_url, origin_of, url_host
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from twisted.python.failure import Failure
     from typing_extensions import Self
 
-    from scrapy_walsh_research.feed import RedisFeed
     from scrapy_walsh_research.state import StateStore
+    from scrapy_walsh_research.state.target_queue import RedisFeed
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -149,8 +149,8 @@ class TargetsSpider(scrapy.Spider):
                     f"-a redis_key={spider.redis_key} reads targets from Redis: "
                     "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
                 )
-            from scrapy_walsh_research.feed import RedisFeed
             from scrapy_walsh_research.state.redis import RedisConnection
+            from scrapy_walsh_research.state.target_queue import RedisFeed
 
             spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
         return spider

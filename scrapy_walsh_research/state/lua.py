@@ -1,5 +1,5 @@
 """Lua shared by the Redis scripts of :mod:`~scrapy_walsh_research.state.redis`
-and :mod:`~scrapy_walsh_research.feed` (issue 22). Plain strings: importing
+and :mod:`~scrapy_walsh_research.state.target_queue` (issue 22). Plain strings: importing
 them needs no Redis client, so the feed's list reader stays usable without
 the extra."""
 

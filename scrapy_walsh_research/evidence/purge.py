@@ -16,14 +16,14 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.urls import is_http_url, url_host
+from scrapy_walsh_research.core.urls import is_http_url, url_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_walsh_research.audit import AuditTrail
+    from scrapy_walsh_research.evidence.audit import AuditTrail
     from scrapy_walsh_research.state.base import StateStore
 
 logger = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def host_argument(text: str, what: str = "HOST") -> str:
     stores hosts (lower case, IDNA, no trailing dot), or UsageError."""
     from scrapy.exceptions import UsageError
 
-    from scrapy_walsh_research.urls import is_ip, normalize_host
+    from scrapy_walsh_research.core.urls import is_ip, normalize_host
 
     raw = text.strip()
     host = normalize_host(raw) if raw and not any(c in raw for c in "/?#@%*") else ""
@@ -98,7 +98,7 @@ async def purge(
     if isinstance(conn, _redis_connection()):
         from datetime import datetime, timezone
 
-        from scrapy_walsh_research.feed import purge_records
+        from scrapy_walsh_research.state.target_queue import purge_records
 
         at = datetime.fromtimestamp(store.time(), timezone.utc).isoformat(timespec="seconds")
         why_for = cause if callable(cause) else (lambda host: cause)

@@ -25,7 +25,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.signing import load_key, public_jwk, public_x
+from scrapy_walsh_research.identity.signing import load_key, public_jwk, public_x
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

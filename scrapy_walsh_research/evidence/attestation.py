@@ -23,7 +23,7 @@ from scrapy_walsh_research.options import declared_purposes
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-    from scrapy_walsh_research.conformance import Report
+    from scrapy_walsh_research.conformance.check import Report
 
 #: requirement key -> (rule word in start-up problems, components, conformance row ids)
 REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
@@ -145,7 +145,7 @@ def _purposes(settings: BaseSettings) -> list[str] | dict[str, str]:
 def _identity(settings: BaseSettings) -> dict[str, Any]:
     """Whether requests are signed (Web Bot Auth), and as whom: from the key
     itself, not from the setting alone."""
-    from scrapy_walsh_research.signing import Signer
+    from scrapy_walsh_research.identity.signing import Signer
 
     if not settings.get("WALSH_SIGNING_KEY"):
         return {"signed": False, "reason": "WALSH_SIGNING_KEY is not set: requests are unsigned"}

@@ -34,7 +34,7 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import maybe_deferred_to_future
 
-from scrapy_walsh_research.conformance_identity import Identity
+from scrapy_walsh_research.conformance.identity import Identity
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity import USER_AGENT
 from scrapy_walsh_research.sandbox.crawl import crawl_list
@@ -511,7 +511,7 @@ def _stored_about(state: Path, host: str) -> int | None:
     first-seen, cadence); None when it is not a readable SQLite store here."""
     import sqlite3
 
-    from scrapy_walsh_research.purge import NAMESPACES, stored_host
+    from scrapy_walsh_research.evidence.purge import NAMESPACES, stored_host
 
     try:
         db = sqlite3.connect(f"file:{state / 'state.sqlite3'}?mode=ro", uri=True)

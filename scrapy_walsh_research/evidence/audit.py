@@ -197,7 +197,7 @@ class AuditTrail:
         return trail
 
     def _base(self, event: str, url: str) -> dict[str, Any]:
-        from scrapy_walsh_research.urls import is_http_url, url_host
+        from scrapy_walsh_research.core.urls import is_http_url, url_host
 
         now = time.time()
         host = url_host(url) if is_http_url(url) else ""

@@ -16,20 +16,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary, verify_directory
-from scrapy_walsh_research.signing import (
+from scrapy_walsh_research.identity.signing import (
     Signer,
     directory_response,
     generate_key,
     public_jwk,
 )
+from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary, verify_directory
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.conformance import Report, Run
+    from scrapy_walsh_research.conformance.check import Report, Run
     from scrapy_walsh_research.sandbox import SandboxServer
 
 BLOCKLIST_PATH = "/.well-known/walsh-research/blocklist.json"
@@ -65,7 +65,7 @@ class Identity:
         return cls(key_path, signer, base, work)
 
     def judge(self, report: Report, runs: list[Run]) -> None:
-        from scrapy_walsh_research.conformance import Check
+        from scrapy_walsh_research.conformance.check import Check
 
         hits = [h for run in runs for h in run.hits]
 
@@ -130,8 +130,8 @@ class Identity:
         add("signed attestation verifies, and fails once a byte changes", *self._attestation())
 
     def _attestation(self) -> tuple[bool, str]:
-        from scrapy_walsh_research import signed_attestation
-        from scrapy_walsh_research.attestation import attest
+        from scrapy_walsh_research.evidence.attestation import attest
+        from scrapy_walsh_research.identity import signed_attestation
 
         key = generate_key(self.work / "conformance-attestation.pem")
         doc = attest(self.base)

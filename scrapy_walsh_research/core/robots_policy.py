@@ -20,7 +20,7 @@ from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from protego import Protego
 
-from scrapy_walsh_research.preferences import (
+from scrapy_walsh_research.core.preferences import (
     ROBOTS_FIELDS,
     Preference,
     RobotsStatement,

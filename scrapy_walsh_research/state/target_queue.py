@@ -362,7 +362,7 @@ class RecordCopies:
 
 
 def _record_host(record: dict[str, Any]) -> str | None:
-    from scrapy_walsh_research.urls import is_http_url, url_host
+    from scrapy_walsh_research.core.urls import is_http_url, url_host
 
     for field in ("canonical_url", "url"):
         url = record.get(field)

@@ -1,0 +1,1 @@
+"""Scrapy extensions: progress logging and the heap freeze for long lists."""
