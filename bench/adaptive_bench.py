@@ -1,4 +1,4 @@
-"""Adaptive pacing benchmark (issue 21): this bundle and stock Scrapy with
+"""Adaptive pacing benchmark: this bundle and stock Scrapy with
 AutoThrottle against hosts that behave like servers under strain, one run.
 
     .venv/bin/python bench/adaptive_bench.py            # the full layout (about 5 min)

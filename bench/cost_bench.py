@@ -1,4 +1,4 @@
-"""CPU cost per request (issue 13, goal 1): this bundle against stock Scrapy
+"""CPU cost per request: this bundle against stock Scrapy
 serial with no delay (the impolite floor), on the same URL list in one run.
 
     .venv/bin/python bench/cost_bench.py                 # 250 hosts x 40 pages, 1 ms latency

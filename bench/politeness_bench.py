@@ -1,13 +1,13 @@
 """Politeness benchmark: this bundle and stock Scrapy, same workloads, one run.
 
-    .venv/bin/python bench/politeness_bench.py            # the three layouts of issue #3
+    .venv/bin/python bench/politeness_bench.py            # the three politeness layouts
     .venv/bin/python bench/politeness_bench.py --quick    # a small layout, for a smoke run
     .venv/bin/python bench/politeness_bench.py --large --latency 0.001 --crawlers walsh
-        # issue #10: 250 hosts x 40 pages (10^4 targets); gaps under 1 s are counted
+        # 250 hosts x 40 pages (10^4 targets); gaps under 1 s are counted
     .venv/bin/python bench/politeness_bench.py --workers 4
-        # issue #6: 1 and 4 worker processes sharing one Redis (needs redis-server)
+        # 1 and 4 worker processes sharing one Redis (needs redis-server)
     .venv/bin/python bench/politeness_bench.py --workers 4 --launcher
-        # issue #13: the same, each fleet forked by one `scrapy walsh-workers N`
+        # the same, each fleet forked by one `scrapy walsh-workers N`
 
 For each layout and crawler it starts a fresh loopback multi-host origin
 (``multihost_origin.py``, one listener per 127.0.0.x), runs the crawl as a
@@ -72,7 +72,7 @@ def crawl_command(crawler: str, urls: Path, port: int, tmp: Path) -> list[str]:
         return stock + (FLOOR if crawler == "floor" else [])
     base = f"http://127.0.0.1:{port}/.well-known/walsh-research"
     signing: list[str] = []
-    if crawler == "walsh-signed":  # the bundle, signing every request (issue #11)
+    if crawler == "walsh-signed":  # the bundle, signing every request (Web Bot Auth)
         from scrapy_walsh_research.identity.signing import generate_key
 
         key = tmp / "walsh.pem"
@@ -213,7 +213,7 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=18080)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--large", action="store_true", help="250 hosts x 40 pages (issue #10)")
+    ap.add_argument("--large", action="store_true", help="250 hosts x 40 pages (10^4 targets)")
     ap.add_argument(
         "--crawlers", default="walsh,stock,floor",
         help="walsh, walsh-signed, stock (DOWNLOAD_DELAY=1), floor (stock serial, no delay)",
@@ -309,7 +309,7 @@ def signing_cost(results: list[dict]) -> None:
 
 
 def multi(a: argparse.Namespace) -> int:
-    """Issue #6: N worker processes sharing one Redis against one worker."""
+    """N worker processes sharing one Redis against one worker."""
     from scrapy_walsh_research.sandbox.redis_server import RedisServer
     from scrapy_walsh_research.state.hostclock import DEFAULT_MAX_CRAWL_DELAY
 

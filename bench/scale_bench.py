@@ -1,4 +1,4 @@
-"""Memory at scale (issue 13): this bundle and stock Scrapy on 10^4 hosts.
+"""Memory at scale: this bundle and stock Scrapy on 10^4 hosts.
 
     .venv/bin/python bench/scale_bench.py                        # 10^4 hosts x 10 pages
     .venv/bin/python bench/scale_bench.py --hosts 1000           # 10^3 x 10, a quick run

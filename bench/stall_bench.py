@@ -1,4 +1,4 @@
-"""Reactor stalls (issue 13, goal 3): a crawl during which a 10^6-entry
+"""Reactor stalls: a crawl during which a 10^6-entry
 blocklist is fetched, validated and adopted (at start and again at each
 refresh) and every host's robots.txt is 500 KiB, with a lag monitor in the
 crawl process (``lag_monitor.py``: a call every 10 ms; any lag over 50 ms is

@@ -80,7 +80,7 @@ MAX_SCHEMA_BYTES = 1024 * 1024
 SHORT_WAIT = 2.0
 #: how long a target waits for another worker to publish again a list that
 #: Redis lost, before it is denied: two heartbeats, within which every live
-#: worker has seen the loss (issue 22)
+#: worker has seen the loss
 RECOVERY_WAIT = 10.0
 #: a stored fetch time this far ahead of our clock means a clock was wrong
 CLOCK_TOLERANCE = 5.0
@@ -474,7 +474,7 @@ class BlocklistMiddleware:
         #: (or, with Redis, none is left and no one can tell whether one was)
         self._lost: str | None = None
         #: until when (monotonic) a target waits for another worker to publish
-        #: the list again before that denial is made (issue 22)
+        #: the list again before that denial is made
         self._recover_until = 0.0
         self._next_look = 0.0
         if self.local is not self.store:

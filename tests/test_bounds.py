@@ -1,4 +1,4 @@
-"""Issue 13: every cache that grows with hosts or targets is bounded, and an
+"""Every cache that grows with hosts or targets is bounded, and an
 eviction never weakens politeness (the origin still sees >= the interval per
 host, robots.txt is still obeyed and not refetched within its TTL)."""
 

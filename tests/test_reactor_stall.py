@@ -1,4 +1,4 @@
-"""Issue 13 goal 3: no reactor callback of the bundle's runs past 50 ms.
+"""No reactor callback of the bundle's runs past 50 ms.
 The crawl-sized measurement is ``bench/stall_bench.py``; these pin the two
 causes it found at start-up and mid-crawl."""
 

@@ -1,4 +1,4 @@
-"""Many workers, one promise, when Redis itself fails (issue 22): no worker
+"""Many workers, one promise, when Redis itself fails: no worker
 sends a request its fleet's history forbids, also when it cannot see that
 history (Redis came back empty or from an older snapshot, or its clock
 stepped), and a worker with no blocklist of its own never fails open while

@@ -1,4 +1,4 @@
-"""Issue 13's fault-injected soak, short: 360 targets over 36 hostile hosts
+"""The fault-injected soak, short: 360 targets over 36 hostile hosts
 (resets, stalls, slow and truncated bodies, a 10 MB robots.txt, redirect
 loops, 429/503 storms, connections closed after the request was read). The
 full soak (10^4 targets over 10^3 hosts) is ``bench/soak.py``, run outside CI."""

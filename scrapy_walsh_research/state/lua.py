@@ -1,5 +1,5 @@
 """Lua shared by the Redis scripts of :mod:`~scrapy_walsh_research.state.redis`
-and :mod:`~scrapy_walsh_research.state.target_queue` (issue 22). Plain strings: importing
+and :mod:`~scrapy_walsh_research.state.target_queue`. Plain strings: importing
 them needs no Redis client, so the feed's list reader stays usable without
 the extra."""
 
@@ -13,7 +13,7 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local function f(x) return string.format('%.6f', x) end
 """
 
-#: Issue 22: can the fleet trust what Redis holds, and the clock it holds it on?
+#: The recovery guard: can the fleet trust what Redis holds, and the clock it holds it on?
 #: Appended to the host clock's ``PRELUDE`` (or :data:`NOW`) by every script
 #: that decides (HELLO, RESERVE, FLEET, the feed's TAKE). Kept apart so a
 #: change to a script's own logic merges without touching it.

@@ -135,7 +135,7 @@ RESERVE = (
 -- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine, KEYS[4] generation
 -- ARGV[1] interval s (with margins), ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner,
 -- ARGV[5] pause s, ARGV[6] generation seen, ARGV[7] margins s
--- Issue 22: KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine;
+-- Recovery guard: KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine;
 -- ARGV[8] lossless, ARGV[9] checked, ARGV[10] seconds this worker cannot
 -- rule out as a clock step before it joined, for records older than ARGV[11].
 -- Every answer ends with {now, run, lost, clock} for the worker's guard.
@@ -155,7 +155,7 @@ if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
   if not epoch then redis.call('SET', KEYS[2], ARGV[3]); epoch = ARGV[3] end
   local q = math.max(tonumber(redis.call('GET', KEYS[3]) or '0'), now + tonumber(ARGV[5]))
   redis.call('SET', KEYS[3], f(q))
-  redis.call('SET', KEYS[6], f(now))  -- issue 22: the fleet's history is unknown
+  redis.call('SET', KEYS[6], f(now))  -- the fleet's history is unknown
   if gen < tonumber(ARGV[6]) then redis.call('SET', KEYS[4], ARGV[6]) end
   return answer({why, epoch, redis.call('GET', KEYS[4]) or '0', '0', '', '0'})
 end
@@ -168,7 +168,7 @@ end
 local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]),
                           tonumber(h[6] or '0') + tonumber(ARGV[7]))
 local ready = tonumber(redis.call('GET', KEYS[3]) or '0')
--- Issue 22: a clock stepped back makes stored times look later than they
+-- A clock stepped back makes stored times look later than they
 -- are: no request is in the future, no next slot or lease further ahead
 -- than it can be. Stored so, once (a cap from each new now would slide):
 -- a step back then costs at most WALSH_MAX_CRAWL_DELAY, not the step.
@@ -187,7 +187,7 @@ if h[2] then ready = math.max(ready, tonumber(h[2])) end
 if h[3] then ready = math.max(ready, tonumber(h[3])) end
 local judged = now
 if h[1] then
-  -- Issue 22: a clock stepped forward makes them look earlier. Hosts last
+  -- A clock stepped forward makes them look earlier. Hosts last
   -- contacted before a step a worker saw wait out the clock quarantine.
   local cq = redis.call('GET', KEYS[8])
   if cq then
@@ -224,7 +224,7 @@ RENEW = (
 -- KEYS[1] host hash; ARGV[1] owner, ARGV[2] lease s. Extends the lease of a
 -- request still in flight; 0 when it is no longer ours, or ran out (another
 -- worker could have taken the host meanwhile: a late renewal revives nothing).
--- Issue 22: KEYS[2] the lost marker, ARGV[3] when the grant was taken (server
+-- Recovery guard: KEYS[2] the lost marker, ARGV[3] when the grant was taken (server
 -- time). Redis lost the grant with the fleet's history (restarted empty or
 -- older) while its request is out: the lease is put back, with the request
 -- no earlier than now, unless another worker holds the host.
@@ -386,7 +386,7 @@ HELLO = (
 -- ARGV[1] epoch this worker knew ('' if none), ARGV[2] generation it saw,
 -- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
 -- worker left (or a new fleet), or was it lost or rolled back?
--- Issue 22: KEYS[4..6] run, lost, clock; ARGV[5] lossless (see GUARD).
+-- Recovery guard: KEYS[4..6] run, lost, clock; ARGV[5] lossless (see GUARD).
 local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6]}, {ARGV[5], ARGV[4], ''})
 local epoch = redis.call('GET', KEYS[1])
 local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -413,7 +413,7 @@ FLEET = (
     PRELUDE
     + GUARD
     + """
--- Issue 22: the guard alone, for a worker's heartbeat and the blocklist's
+-- The recovery guard alone, for a worker's heartbeat and the blocklist's
 -- question "is the fleet's history whole?". With ARGV[4] (a step of Redis's
 -- clock this worker measured): hosts last contacted in [ARGV[5], now) wait
 -- until ARGV[4] seconds from now, and the clock counts as checked from now.
@@ -443,7 +443,7 @@ CLOCK_SLEW = 5e-4
 
 
 class FleetGuard:
-    """What a worker knows of the fleet's Redis across calls (issue 22): the
+    """What a worker knows of the fleet's Redis across calls: the
     run of Redis it last saw, whether the fleet's history is whole, and
     Redis's clock against this process's monotonic clock.
 
@@ -698,7 +698,7 @@ class RedisConnection:
         #: claims) is its own only while ``<prefix>:alive:<worker>`` exists
         self.worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._beat: Any = None
-        #: what this worker knows of the fleet's Redis across calls (issue 22)
+        #: what this worker knows of the fleet's Redis across calls
         self.guard = FleetGuard(self)
 
     async def announce(self) -> None:

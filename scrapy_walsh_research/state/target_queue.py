@@ -74,7 +74,7 @@ def enqueue(
 TAKE_BODY = """
 -- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
 -- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
--- Issue 22: KEYS[4..7] run, quarantine, lost, clock and ARGV[4..6] lossless,
+-- Recovery guard: KEYS[4..7] run, quarantine, lost, clock and ARGV[4..6] lossless,
 -- pause, checked (GUARD). Answers {line or false, lines in flight elsewhere,
 -- seconds to wait before asking again, now, run, lost, clock}.
 local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, {ARGV[4], ARGV[5], ARGV[6]})
@@ -261,7 +261,7 @@ def _index_entry(
 
 class RecordCopies:
     """This machine's copy of the records its workers stored in Redis, so a
-    Redis that comes back older or empty gets them again (issue 22).
+    Redis that comes back older or empty gets them again.
 
     A record is in Redis before its line is acknowledged; a Redis restored
     from an older snapshot has the line back in its queue and no record, and
