@@ -868,7 +868,8 @@ def judge(
 
     def distress() -> tuple[bool, str]:
         hits = r1.hits_for("strained.test")
-        pages = [h for h in hits if h.path != "/robots.txt"]
+        # the site's pages: not robots.txt or tdmrep.json, read before them
+        pages = [h for h in hits if h.path not in ("/robots.txt", TDMREP_PATH)]
         fetched = sum(o(r1, "strained.test", p) == "fetched/-" for p in STRAINED_PAGES)
         after = [b.t - a.t for a, b in itertools.pairwise(pages[:3])]
         if len(after) < 2:
