@@ -478,7 +478,7 @@ class BlocklistMiddleware:
         self._recover_until = 0.0
         self._next_look = 0.0
         if self.local is not self.store:
-            from scrapy_walsh_research.state.redis import RedisConnection
+            from scrapy_walsh_research.state.redis.connection import RedisConnection
 
             RedisConnection.for_crawler(crawler).guard.on_history_lost(self._publish_again)
         self.pacer = Pacer.for_crawler(crawler)
@@ -589,7 +589,7 @@ class BlocklistMiddleware:
         if single_flight is None:
             await self.refresh()
             return
-        from scrapy_walsh_research.state.redis import FlightBusy
+        from scrapy_walsh_research.state.protocols import FlightBusy
 
         before = self.adopted.fetched_at if self.adopted else None
         waiting_since = self.store.time()

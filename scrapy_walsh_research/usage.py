@@ -300,7 +300,7 @@ class UsagePreferencesMiddleware:
         single_flight = getattr(self.store, "single_flight", None)
         if single_flight is None:
             return await self._fetch(origin, previous, max_wait)
-        from scrapy_walsh_research.state.redis import FlightBusy
+        from scrapy_walsh_research.state.protocols import FlightBusy
 
         for _ in range(3):
             try:

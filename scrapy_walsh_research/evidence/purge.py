@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_walsh_research.evidence.audit import AuditTrail
-    from scrapy_walsh_research.state.base import StateStore
+    from scrapy_walsh_research.state.protocols import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ async def purge(
     if isinstance(conn, _redis_connection()):
         from datetime import datetime, timezone
 
-        from scrapy_walsh_research.state.target_queue import purge_records
+        from scrapy_walsh_research.state.redis.target_queue import purge_records
 
         at = datetime.fromtimestamp(store.time(), timezone.utc).isoformat(timespec="seconds")
         why_for = cause if callable(cause) else (lambda host: cause)
@@ -124,7 +124,7 @@ def _redis_connection() -> type:
     (its module is loaded), else a class nothing is an instance of: a crawl
     without Redis does not import redis-py for a purge (0.2-0.7 s on the
     reactor thread)."""
-    module = sys.modules.get("scrapy_walsh_research.state.redis")
+    module = sys.modules.get("scrapy_walsh_research.state.redis.connection")
     return module.RedisConnection if module is not None else type("NoRedis", (), {})
 
 
