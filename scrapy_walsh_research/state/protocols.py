@@ -2,7 +2,10 @@
 
 Every gate talks to a :class:`StateStore` and a :class:`HostClock`; which
 backend answers (SQLite and in-process clocks, or Redis for a fleet) is
-chosen once, in :mod:`scrapy_walsh_research.state.factory`.
+chosen once, in :mod:`scrapy_walsh_research.state.factory`. What only a
+shared backend can do (one worker fetching for the fleet, losing history,
+holding the fleet's records) is still a member here, with the local
+backend's answer, so a caller never asks which backend it has.
 
 This module imports no backend: the backends import it.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer, HostLoad
 
 
@@ -70,10 +75,50 @@ class StateStore(Protocol):
         blocklist fails open on a first-ever failure only when this is True."""
         ...
 
+    def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Call *callback* (in the background) when this process first finds
+        the store's history marked unknown, so it can write again what it
+        holds that the store may have lost. A store no other process writes
+        cannot lose history while the crawl runs, and never calls it."""
+        ...
+
     def time(self) -> float:
         """Wall-clock now on the clock every user of this store shares (Redis's
         for a fleet): timestamps written here are compared by other
         processes, which must not depend on their clocks agreeing."""
+        ...
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes (a fleet's workers) use this store at the
+        same time: what one stores only for the others is worth writing then."""
+        ...
+
+    async def single_flight(
+        self, name: str, ttl: float, max_wait: float | None = None
+    ) -> Callable[[], Awaitable[None]] | None:
+        """Let one process at a time do *name* (fetch a robots.txt, the
+        blocklist): returns a release coroutine if this process should do it
+        now, or None once the process doing it is done (it stored the result:
+        read it). Held at most *ttl* seconds, and a holder that dies costs the
+        others its lock's lease, not *ttl*. A waiter that cannot wait
+        *max_wait* seconds gets :class:`FlightBusy` (it can serve other work
+        and come back). A store no other process uses always says: do it now."""
+        ...
+
+    async def purge_records(
+        self,
+        matches: Callable[[str], bool],
+        cause: Callable[[str], str],
+        now: str,
+        host: str | None = None,
+    ) -> dict[str, dict[str, int]]:
+        """Purge on opt-out for the records this store holds (the records of
+        lines fed through a shared target queue): a record of a host
+        *matches* accepts keeps only its line and outcome, and says it was
+        purged at *now* and why (``cause(host)``). Only *host* when given.
+        {host: {"records": n, "claims": n}}; empty for a store that holds no
+        records (without Redis, records are the files the crawl exported)."""
         ...
 
     async def close(self) -> None: ...

@@ -13,13 +13,24 @@ import re
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
 
 class SQLiteStateStore:
+    """The :class:`~scrapy_walsh_research.state.protocols.StateStore` of one
+    process: its state directory is held for the crawl
+    (:func:`~scrapy_walsh_research.state.directory.hold_state_dir`), so no
+    other process writes it meanwhile."""
+
+    #: nobody else uses this store while the crawl runs
+    shared = False
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._db: sqlite3.Connection | None = sqlite3.connect(
@@ -128,8 +139,26 @@ class SQLiteStateStore:
         # its own file: a state dir that is gone is a first run, as it always was
         return True
 
+    def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
+        return None  # its own file, held for the crawl: nobody else can lose it
+
     def time(self) -> float:
         return time.time()
+
+    async def single_flight(
+        self, name: str, ttl: float, max_wait: float | None = None
+    ) -> Callable[[], Awaitable[None]] | None:
+        # no other process to wait for: this one always goes ahead
+        return _nothing_to_release
+
+    async def purge_records(
+        self,
+        matches: Callable[[str], bool],
+        cause: Callable[[str], str],
+        now: str,
+        host: str | None = None,
+    ) -> dict[str, dict[str, int]]:
+        return {}  # a crawl's records are the files it exported, not kept here
 
     async def delete(self, namespace: str, key: str) -> None:
         self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
@@ -138,6 +167,10 @@ class SQLiteStateStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+async def _nothing_to_release() -> None:
+    return None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -156,7 +156,7 @@ class FleetGuard:
         self.run = run or self.run
         if lost and lost != self.lost:
             self.lost = lost
-            self.conn._inc("history_unknown")
+            self.conn.inc_stat("history_unknown")
             logger.warning(
                 "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
                 "restarted without AOF appendfsync always, or lost its data): hosts wait "
@@ -175,7 +175,7 @@ class FleetGuard:
         return step
 
     def _stepped_back(self, seconds: float) -> None:
-        self.conn._inc("clock_steps_back")
+        self.conn.inc_stat("clock_steps_back")
         if not self._warned_back:
             self._warned_back = True
             logger.warning(
@@ -186,7 +186,7 @@ class FleetGuard:
             )
 
     async def _record_step(self, seconds: float, server_now: float) -> None:
-        self.conn._inc("clock_steps")
+        self.conn.inc_stat("clock_steps")
         logger.error(
             "Redis's clock at %(url)s jumped %(s).2f s forward (against this worker's monotonic "
             "clock): every stored time looks that much older than it is, so hosts contacted "
@@ -366,7 +366,8 @@ class RedisConnection:
     def key(self, *parts: str) -> str:
         return ":".join((self.prefix, *parts))
 
-    def _inc(self, name: str, count: int = 1) -> None:
+    def inc_stat(self, name: str, count: int = 1) -> None:
+        """Count *name* under ``walsh/redis/`` in the crawler's stats."""
         # the crawler's stats exist only once the crawl starts; the spider
         # may open the connection before that
         try:
@@ -385,14 +386,14 @@ class RedisConnection:
             except UNAVAILABLE as exc:
                 if self._down_since is None:
                     self._down_since = time.monotonic()
-                    self._inc("outages")
+                    self.inc_stat("outages")
                     logger.error(
                         "Redis at %(url)s is unreachable (%(exc)s) during %(what)s: no request "
                         "goes out without a reservation and no state is dropped; waiting and "
                         "reconnecting.",
                         {"url": self.url, "exc": exc, "what": what},
                     )
-                self._inc("retries")
+                self.inc_stat("retries")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.max_backoff)
                 continue

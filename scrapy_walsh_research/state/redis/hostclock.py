@@ -181,7 +181,7 @@ class RedisHostClock(RobotsIntervals):
         return str(epoch)
 
     def _state_lost(self, why: str) -> None:
-        self.conn._inc("state_lost")
+        self.conn.inc_stat("state_lost")
         what = {
             "lost": "came back empty (restarted without persistence, or flushed)",
             "replaced": "holds another fleet's state than this worker last saw (it was emptied)",
@@ -276,7 +276,7 @@ class RedisHostClock(RobotsIntervals):
             for view in (self._ready, self._last, self._held, self._intervals, self._strictest,
                          self._loads):  # fmt: skip
                 view.pop(host, None)
-            self.conn._inc("host_views_forgotten")
+            self.conn.inc_stat("host_views_forgotten")
 
     # -- taking and releasing a slot ------------------------------------------------
 
@@ -333,7 +333,7 @@ class RedisHostClock(RobotsIntervals):
             if answered - asked > self.lease / 3:
                 # The answer took so long that the lease may be nearly over
                 # by the time the request could leave: do not use it.
-                self.conn._inc("stale_grants")
+                self.conn.inc_stat("stale_grants")
                 await self._release(host, owner)
                 continue
             self._grants[host] = (owner, asked + self.lease)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.lock import RedisLocks
+from scrapy_walsh_research.state.redis.target_queue import purge_records
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -24,6 +25,9 @@ class RedisStateStore:
     """The :class:`~scrapy_walsh_research.state.protocols.StateStore` in Redis:
     one hash per namespace, values as JSON. A write returns once Redis has
     it; durability beyond that is Redis's persistence (run it with AOF)."""
+
+    #: every worker of the fleet reads and writes it
+    shared = True
 
     def __init__(self, conn: RedisConnection) -> None:
         self.conn = conn
@@ -114,6 +118,9 @@ class RedisStateStore:
     async def history_complete(self) -> bool:
         return await self.conn.guard.history_complete()
 
+    def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
+        self.conn.guard.on_history_lost(callback)
+
     def time(self) -> float:
         return self.conn.time()
 
@@ -121,6 +128,15 @@ class RedisStateStore:
         self, name: str, ttl: float, max_wait: float | None = None
     ) -> Callable[[], Awaitable[None]] | None:
         return await self.locks.single_flight(name, ttl, max_wait)
+
+    async def purge_records(
+        self,
+        matches: Callable[[str], bool],
+        cause: Callable[[str], str],
+        now: str,
+        host: str | None = None,
+    ) -> dict[str, dict[str, int]]:
+        return await purge_records(self.conn, matches, cause, now, host)
 
     async def close(self) -> None:
         await self.conn.close()

@@ -263,7 +263,7 @@ class RecordCopies:
                 await pipe.execute()
 
             await self.conn.call("publish records again", put)
-        self.conn._inc("records_republished", len(entries))
+        self.conn.inc_stat("records_republished", len(entries))
         logger.warning(
             "Published again %(n)d records this machine's workers stored in Redis: lines that "
             "came back with an older Redis are not fetched again.",
