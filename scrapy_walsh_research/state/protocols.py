@@ -78,8 +78,9 @@ class StateStore(Protocol):
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call *callback* (in the background) when this process first finds
         the store's history marked unknown, so it can write again what it
-        holds that the store may have lost. A store no other process writes
-        cannot lose history while the crawl runs, and never calls it."""
+        holds that the store may have lost. The embedded store (a file on
+        this machine) cannot lose history while the crawl runs, and never
+        calls it."""
         ...
 
     def time(self) -> float:
@@ -90,8 +91,8 @@ class StateStore(Protocol):
 
     @property
     def shared(self) -> bool:
-        """Whether other processes (a fleet's workers) use this store at the
-        same time: what one stores only for the others is worth writing then."""
+        """Whether this is the store a fleet's workers share (Redis): what one
+        stores only for the others is worth writing then."""
         ...
 
     async def single_flight(
@@ -103,7 +104,7 @@ class StateStore(Protocol):
         read it). Held at most *ttl* seconds, and a holder that dies costs the
         others its lock's lease, not *ttl*. A waiter that cannot wait
         *max_wait* seconds gets :class:`FlightBusy` (it can serve other work
-        and come back). A store no other process uses always says: do it now."""
+        and come back). A store no fleet shares always says: do it now."""
         ...
 
     async def purge_records(

@@ -23,12 +23,14 @@ if TYPE_CHECKING:
 
 
 class SQLiteStateStore:
-    """The :class:`~scrapy_walsh_research.state.protocols.StateStore` of one
-    process: its state directory is held for the crawl
-    (:func:`~scrapy_walsh_research.state.directory.hold_state_dir`), so no
-    other process writes it meanwhile."""
+    """The embedded :class:`~scrapy_walsh_research.state.protocols.StateStore`.
 
-    #: nobody else uses this store while the crawl runs
+    Not how processes share state (that is the Redis store's job): without
+    Redis one crawl holds its directory
+    (:func:`~scrapy_walsh_research.state.directory.hold_state_dir`); with
+    Redis it keeps only what a worker must not lose with the shared store."""
+
+    #: no fleet shares its state through this store
     shared = False
 
     def __init__(self, path: Path | str) -> None:
@@ -140,7 +142,7 @@ class SQLiteStateStore:
         return True
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
-        return None  # its own file, held for the crawl: nobody else can lose it
+        return None  # a file on this machine: no server restart can roll it back
 
     def time(self) -> float:
         return time.time()
@@ -148,7 +150,7 @@ class SQLiteStateStore:
     async def single_flight(
         self, name: str, ttl: float, max_wait: float | None = None
     ) -> Callable[[], Awaitable[None]] | None:
-        # no other process to wait for: this one always goes ahead
+        # no fleet shares this store, so no other worker to wait for: go ahead
         return _nothing_to_release
 
     async def purge_records(
