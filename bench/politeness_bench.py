@@ -119,7 +119,7 @@ def measure(
     origin = start_origin(layout, port, latency, log, timeout)
     if workers:
         assert redis_url is not None
-        from scrapy_walsh_research.state.target_queue import enqueue
+        from scrapy_walsh_research.state.redis.target_queue import enqueue
 
         prefix = f"bench-{tmp.name}"
         enqueue(redis_url, "targets", urls, prefix=prefix)

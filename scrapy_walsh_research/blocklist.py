@@ -42,7 +42,7 @@ from scrapy_walsh_research.options import list_setting
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.schemas import bundled_schema
-from scrapy_walsh_research.state import local_state_for, state_for
+from scrapy_walsh_research.state import FlightBusy, local_state_for, state_for
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -477,10 +477,7 @@ class BlocklistMiddleware:
         #: the list again before that denial is made
         self._recover_until = 0.0
         self._next_look = 0.0
-        if self.local is not self.store:
-            from scrapy_walsh_research.state.redis import RedisConnection
-
-            RedisConnection.for_crawler(crawler).guard.on_history_lost(self._publish_again)
+        self.store.on_history_lost(self._publish_again)
         self.pacer = Pacer.for_crawler(crawler)
         self.pacer.add_denial_check(
             lambda r: (
@@ -585,12 +582,6 @@ class BlocklistMiddleware:
         """With shared state, one worker fetches the list while the others wait
         for it and adopt what it stored: N workers starting together send one
         request to the operator's host, not N."""
-        single_flight = getattr(self.store, "single_flight", None)
-        if single_flight is None:
-            await self.refresh()
-            return
-        from scrapy_walsh_research.state.redis import FlightBusy
-
         before = self.adopted.fetched_at if self.adopted else None
         waiting_since = self.store.time()
         in_force = self.adopted is not None and self._lost is None
@@ -600,7 +591,7 @@ class BlocklistMiddleware:
             # would if the refresh failed) and the stored result is looked
             # for again shortly. Without one, the gate must wait: a dead
             # holder's lock lapses within its lease.
-            release = await single_flight(
+            release = await self.store.single_flight(
                 "blocklist", ttl=60.0, max_wait=SHORT_WAIT if in_force else None
             )
         except FlightBusy:
@@ -711,7 +702,7 @@ class BlocklistMiddleware:
         )
 
     async def _share_attempt(self, *, ok: bool, why: str) -> None:
-        if getattr(self.store, "single_flight", None) is None:
+        if not self.store.shared:
             return  # nobody to share with
         attempt = {"at": self.store.time(), "ok": ok, "next_check": self._next_check, "why": why}
         await self.store.put(STATE_NAMESPACE, ATTEMPT_KEY, attempt)

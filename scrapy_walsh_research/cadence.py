@@ -89,7 +89,7 @@ class CadenceMiddleware:
         pacer.add_warmer(self._load)
         self._redis: Any = None
         if crawler.settings.get("WALSH_REDIS_URL"):
-            from scrapy_walsh_research.state.redis import RedisConnection
+            from scrapy_walsh_research.state.redis.connection import RedisConnection
 
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CLAIM)

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from scrapy_walsh_research.core.robots_policy import RobotsPolicy
-    from scrapy_walsh_research.state.hostclock import HostClock
+    from scrapy_walsh_research.state.protocols import HostClock
 
 logger = logging.getLogger(__name__)
 

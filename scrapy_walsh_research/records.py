@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from typing_extensions import Self
 
-    from scrapy_walsh_research.state.target_queue import RecordCopies
+    from scrapy_walsh_research.state.redis.target_queue import RecordCopies
 
 logger = logging.getLogger(__name__)
 
@@ -112,9 +112,9 @@ class RecordPipeline:
         #: with Redis, this machine's copy of the fed records (for a Redis that lost them)
         self.copies: RecordCopies | None = None
         if crawler.settings.get("WALSH_REDIS_URL"):
-            from scrapy_walsh_research.state.base import state_dir
-            from scrapy_walsh_research.state.redis import RedisConnection
-            from scrapy_walsh_research.state.target_queue import RecordCopies
+            from scrapy_walsh_research.state.directory import state_dir
+            from scrapy_walsh_research.state.redis.connection import RedisConnection
+            from scrapy_walsh_research.state.redis.target_queue import RecordCopies
 
             self.copies = RecordCopies(RedisConnection.for_crawler(crawler), state_dir(crawler))
             crawler.signals.connect(self.copies.close, signal=signals.engine_stopped)
@@ -138,8 +138,8 @@ class RecordPipeline:
             await self._release_claim(key)
             await self.audit.decision(item)
             return item
-        from scrapy_walsh_research.state.redis import RedisConnection
-        from scrapy_walsh_research.state.target_queue import finish
+        from scrapy_walsh_research.state.redis.connection import RedisConnection
+        from scrapy_walsh_research.state.redis.target_queue import finish
 
         conn = RedisConnection.for_crawler(self.crawler)
         first, now = await finish(conn, ticket, item, key if fetched else "", key)
@@ -158,7 +158,7 @@ class RecordPipeline:
     async def _release_claim(self, key: str) -> None:
         if not key or not self.crawler.settings.get("WALSH_REDIS_URL"):
             return
-        from scrapy_walsh_research.state.redis import RedisConnection
+        from scrapy_walsh_research.state.redis.connection import RedisConnection
 
         conn = RedisConnection.for_crawler(self.crawler)
         claims = conn.key("state", "cadence_claims")

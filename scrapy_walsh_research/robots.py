@@ -53,7 +53,7 @@ from scrapy_walsh_research.internal import (
 )
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
-from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state import FlightBusy, state_for
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -268,14 +268,9 @@ class RobotsTxtMiddleware:
         """Fetch, or, with shared state, let one worker of the fleet fetch while
         the others wait and adopt what it stored: workers starting together
         send an origin one robots.txt request, not one each."""
-        single_flight = getattr(self.store, "single_flight", None)
-        if single_flight is None:
-            return await self._fetch(origin, previous, max_wait)
-        from scrapy_walsh_research.state.redis import FlightBusy
-
         for _ in range(3):
             try:
-                release = await single_flight(
+                release = await self.store.single_flight(
                     f"robots:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
                 )
             except FlightBusy:

@@ -83,7 +83,7 @@ from scrapy_walsh_research.robots import (
     USABLE_INTERVALS,
     RobotsTxtMiddleware,
 )
-from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state import FlightBusy, state_for
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -297,14 +297,9 @@ class UsagePreferencesMiddleware:
     ) -> TdmEntry:
         """With shared state, one worker of the fleet fetches while the others
         wait and adopt what it stored."""
-        single_flight = getattr(self.store, "single_flight", None)
-        if single_flight is None:
-            return await self._fetch(origin, previous, max_wait)
-        from scrapy_walsh_research.state.redis import FlightBusy
-
         for _ in range(3):
             try:
-                release = await single_flight(
+                release = await self.store.single_flight(
                     f"tdmrep:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
                 )
             except FlightBusy:

@@ -137,7 +137,7 @@ async def test_a_fleet_writes_one_log_any_worker_can_read(server, redis_server, 
     shared = redis_settings(redis_server)
     push(redis_server, shared, urls, tmp_path)
     await ended(*workers(server, shared, tmp_path, 2))
-    from scrapy_walsh_research.state.redis import RedisConnection
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
 
     conn = RedisConnection(redis_server.url, shared["WALSH_REDIS_PREFIX"])
     try:

@@ -148,7 +148,7 @@ async def test_a_bound_below_one_is_refused_at_start_up(server, tmp_path, name, 
 async def test_a_shared_clock_forgets_settled_hosts_and_redis_still_spaces_them(
     server, redis_server, tmp_path
 ):
-    from scrapy_walsh_research.state.target_queue import enqueue
+    from scrapy_walsh_research.state.redis.target_queue import enqueue
     from tests.conftest import crawl_feed, redis_settings
 
     hosts = [f"x{i}.test" for i in range(5)]

@@ -259,8 +259,8 @@ async def test_a_record_finished_while_a_purge_runs_is_left_for_the_next_purge(r
     between kept the host's data and fell out of the index for good."""
     from scrapy.utils.defer import deferred_from_coro
 
-    from scrapy_walsh_research.state import target_queue as feed
-    from scrapy_walsh_research.state.redis import RedisConnection
+    from scrapy_walsh_research.state.redis import target_queue as feed
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
     from tests.conftest import redis_settings
 
     conn = RedisConnection(redis_server.url, redis_settings(redis_server)["WALSH_REDIS_PREFIX"])

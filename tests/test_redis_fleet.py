@@ -20,8 +20,9 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
-from scrapy_walsh_research.state.target_queue import enqueue
+from scrapy_walsh_research.state.redis.connection import RedisConnection
+from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
+from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.conftest import (
     ProcessCrawl,
     gaps,
@@ -143,7 +144,7 @@ async def test_a_grant_is_kept_while_renewed_and_never_used_once_its_lease_could
 JOURNAL_WRITER = """
 import sys
 from pathlib import Path
-from scrapy_walsh_research.state.redis import FleetJournal
+from scrapy_walsh_research.state.redis.journal import FleetJournal
 
 journal = FleetJournal(Path(sys.argv[1]))
 for gen in range(int(sys.argv[2]), int(sys.argv[3])):

@@ -22,8 +22,9 @@ from twisted.internet import defer
 from scrapy_walsh_research.preflight import problems
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.redis_server import RedisServer
-from scrapy_walsh_research.state.redis import RedisConnection, RedisHostClock
-from scrapy_walsh_research.state.target_queue import enqueue
+from scrapy_walsh_research.state.redis.connection import RedisConnection
+from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
+from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -384,7 +385,7 @@ async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
     import redis.asyncio as aioredis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from scrapy_walsh_research.state.target_queue import CLAIMS_TTL_S, RedisFeed
+    from scrapy_walsh_research.state.redis.target_queue import CLAIMS_TTL_S, RedisFeed
 
     prefix = redis_settings(redis_server)["WALSH_REDIS_PREFIX"]
     conn = RedisConnection(redis_server.url, prefix)

@@ -24,7 +24,7 @@ def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
     from scrapy.crawler import Crawler
     from scrapy.exceptions import UsageError
 
-    from scrapy_walsh_research.state.base import state_dir
+    from scrapy_walsh_research.state.directory import state_dir
 
     crawler = Crawler(TargetsSpider, settings)
     if not settings.get("WALSH_REDIS_URL"):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research.state.target_queue import DEFAULT_TARGETS_KEY, enqueue
+from scrapy_walsh_research.state.redis.target_queue import DEFAULT_TARGETS_KEY, enqueue
 
 if TYPE_CHECKING:
     import argparse

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research.state.target_queue import DEFAULT_TARGETS_KEY
+from scrapy_walsh_research.state.redis.target_queue import DEFAULT_TARGETS_KEY
 
 if TYPE_CHECKING:
     import argparse

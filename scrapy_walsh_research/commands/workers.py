@@ -14,7 +14,7 @@ workers, logs how each ended and exits non-zero if any failed.
 Workers share the project's state directory as ``scrapy crawl`` workers
 started side by side do (with Redis it holds only per-machine copies written
 through per-process temp files under a lock, see
-:class:`~scrapy_walsh_research.state.redis.FleetJournal`), and each is its
+:class:`~scrapy_walsh_research.state.redis.journal.FleetJournal`), and each is its
 own member of the fleet: its Redis identity (pid and a random token) is made
 after the fork.
 """
@@ -90,9 +90,10 @@ _ALWAYS = (
     "scrapy.utils.reactor",
     "jsonschema",
     "redis",
-    "scrapy_walsh_research.state.redis",
+    "scrapy_walsh_research.state.redis.store",
+    "scrapy_walsh_research.state.redis.hostclock",
     "scrapy_walsh_research.state.sqlite",
-    "scrapy_walsh_research.state.target_queue",
+    "scrapy_walsh_research.state.redis.target_queue",
     "scrapy_walsh_research.blocklist",
     "scrapy_walsh_research.evidence.audit",
     "scrapy_walsh_research.evidence.purge",
@@ -143,7 +144,7 @@ class Command(BaseRunSpiderCommand):
                 "-o/-O would have every worker write the same file: the fleet's records "
                 "are in Redis (scrapy walsh-records)"
             )
-        from scrapy_walsh_research.state.target_queue import DEFAULT_TARGETS_KEY
+        from scrapy_walsh_research.state.redis.target_queue import DEFAULT_TARGETS_KEY
 
         spargs.setdefault(
             "redis_key", settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY

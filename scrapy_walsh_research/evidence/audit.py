@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from scrapy_walsh_research.state.redis import RedisConnection
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 DEFAULT_RETENTION_S = 90 * 86400
 
@@ -179,11 +179,11 @@ class AuditTrail:
                 )
             store: AuditStore
             if settings.get("WALSH_REDIS_URL"):
-                from scrapy_walsh_research.state.redis import RedisConnection
+                from scrapy_walsh_research.state.redis.connection import RedisConnection
 
                 store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
             else:
-                from scrapy_walsh_research.state.base import state_dir
+                from scrapy_walsh_research.state.directory import state_dir
 
                 store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
                 crawler.signals.connect(

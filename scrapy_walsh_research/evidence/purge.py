@@ -13,7 +13,7 @@ the audit log's decisions show which lines were exported, and when.
 from __future__ import annotations
 
 import logging
-import sys
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.urls import is_http_url, url_host
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_walsh_research.evidence.audit import AuditTrail
-    from scrapy_walsh_research.state.base import StateStore
+    from scrapy_walsh_research.state.protocols import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -94,17 +94,11 @@ async def purge(
                 counts[namespace] = counts.get(namespace, 0) + 1
         if gone:
             await store.delete_many(namespace, gone)
-    conn = getattr(store, "conn", None)
-    if isinstance(conn, _redis_connection()):
-        from datetime import datetime, timezone
-
-        from scrapy_walsh_research.state.target_queue import purge_records
-
-        at = datetime.fromtimestamp(store.time(), timezone.utc).isoformat(timespec="seconds")
-        why_for = cause if callable(cause) else (lambda host: cause)
-        fed = await purge_records(conn, matches, why_for, at, only)
-        for host, counts in fed.items():
-            purged.setdefault(host, {}).update(counts)
+    at = datetime.fromtimestamp(store.time(), timezone.utc).isoformat(timespec="seconds")
+    why_for = cause if callable(cause) else (lambda host: cause)
+    fed = await store.purge_records(matches, why_for, at, only)
+    for host, counts in fed.items():
+        purged.setdefault(host, {}).update(counts)
     for host, counts in sorted(purged.items()):
         why = cause(host) if callable(cause) else cause
         logger.info(
@@ -117,15 +111,6 @@ async def purge(
         if audit is not None:
             await audit.purged(host, why, counts)
     return purged
-
-
-def _redis_connection() -> type:
-    """The Redis connection class, if a Redis store can exist in this process
-    (its module is loaded), else a class nothing is an instance of: a crawl
-    without Redis does not import redis-py for a purge (0.2-0.7 s on the
-    reactor thread)."""
-    module = sys.modules.get("scrapy_walsh_research.state.redis")
-    return module.RedisConnection if module is not None else type("NoRedis", (), {})
 
 
 def total(purged: dict[str, dict[str, Any]]) -> int:

@@ -41,7 +41,7 @@ from scrapy_walsh_research.records import (
 )
 from scrapy_walsh_research.retry import GAVE_UP_META
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.state.target_queue import list_lines
+from scrapy_walsh_research.state.redis.target_queue import list_lines
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from scrapy_walsh_research.state import StateStore
-    from scrapy_walsh_research.state.target_queue import RedisFeed
+    from scrapy_walsh_research.state.redis.target_queue import RedisFeed
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -149,8 +149,8 @@ class TargetsSpider(scrapy.Spider):
                     f"-a redis_key={spider.redis_key} reads targets from Redis: "
                     "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
                 )
-            from scrapy_walsh_research.state.redis import RedisConnection
-            from scrapy_walsh_research.state.target_queue import RedisFeed
+            from scrapy_walsh_research.state.redis.connection import RedisConnection
+            from scrapy_walsh_research.state.redis.target_queue import RedisFeed
 
             spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
         return spider

@@ -4,11 +4,29 @@ Everything that must survive a restart (the adopted blocklist, last good
 robots.txt copies, later validators and cadence) goes through
 :class:`StateStore`, so a shared backend (Redis) can replace the embedded
 SQLite one without touching the gates.
+
+* :mod:`~scrapy_walsh_research.state.protocols`: the interfaces
+  (:class:`StateStore`, :class:`HostClock`), importing no backend;
+* :mod:`~scrapy_walsh_research.state.factory`: the one place that picks a
+  backend (:func:`state_for`, :func:`clock_for`, :func:`local_state_for`);
+* the embedded backend: :mod:`~scrapy_walsh_research.state.sqlite` and
+  :mod:`~scrapy_walsh_research.state.hostclock`, in the state directory
+  (:mod:`~scrapy_walsh_research.state.directory`);
+* the shared backend: :mod:`scrapy_walsh_research.state.redis`.
 """
 
 from __future__ import annotations
 
-from scrapy_walsh_research.state.base import StateStore, clock_for, local_state_for, state_for
+from scrapy_walsh_research.state.factory import clock_for, local_state_for, state_for
+from scrapy_walsh_research.state.protocols import FlightBusy, HostClock, StateStore
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
-__all__ = ["SQLiteStateStore", "StateStore", "clock_for", "local_state_for", "state_for"]
+__all__ = [
+    "FlightBusy",
+    "HostClock",
+    "SQLiteStateStore",
+    "StateStore",
+    "clock_for",
+    "local_state_for",
+    "state_for",
+]

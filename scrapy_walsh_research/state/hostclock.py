@@ -1,17 +1,19 @@
-"""Per-host timing state (R4, R5): when each host may next receive a request,
+"""The embedded host clock (R4, R5): when each host may next receive a request,
 the interval its robots.txt files ask for, and what its answers say about
 it (load and distress, :mod:`scrapy_walsh_research.adaptive`).
 
-One owner, a small interface: the embedded backend is a few dicts, persisted
-in the state store; a shared backend (Redis) implements the same calls
-atomically so that several processes share one politeness budget.
+One owner, a small interface (:class:`~scrapy_walsh_research.state.protocols.HostClock`):
+the embedded backend is a few dicts, persisted in the state store; the shared
+backend (:mod:`scrapy_walsh_research.state.redis.hostclock`) implements the
+same calls atomically so that several processes share one politeness budget,
+and keeps its robots.txt intervals as :class:`RobotsIntervals` does here.
 """
 
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.adaptive import IDLE, HostLoad
 from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
-    from scrapy_walsh_research.state.base import StateStore
+    from scrapy_walsh_research.state.protocols import StateStore
 
 #: WALSH_MAX_CRAWL_DELAY: a host asking for more is skipped, so no honoured
 #: interval is longer
@@ -37,89 +39,6 @@ def pause_on_loss(settings: BaseSettings) -> float:
         settings.getfloat("WALSH_MIN_DELAY", 1.0),
         settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY),
     )
-
-
-class HostClock(Protocol):
-    """Times are this process's :func:`time.monotonic`; a shared backend maps
-    them onto its own clock. Only :meth:`ready_at` is synchronous: the
-    scheduler asks it on every decision, so it answers from what this
-    process knows and never does I/O; a stale answer only costs a requeue.
-    """
-
-    async def reserve(self, host: str, now: float, interval: float) -> float:
-        """Take the host's next slot if it is free at *now*.
-
-        Returns 0 and records *now* as the host's last request when the host
-        is ready (never seen, or *interval* after its last request and past
-        any hold); else the seconds still to wait, recording nothing. Atomic:
-        two callers never both get 0 within *interval*.
-        """
-        ...
-
-    async def commit(self, host: str, at: float, interval: float) -> None:
-        """The request reserved last reached the host at *at* (later than
-        reserved) and has its answer: the next may come *interval* (the
-        interval in force now, which the answer may have changed) after it.
-        A shorter interval than the reservation's applies at once: the
-        reservation's next allowed time only guards against a crash before
-        the answer."""
-        ...
-
-    async def hold(self, host: str, until: float) -> None:
-        """No request to *host* before *until* (Retry-After, backoff)."""
-        ...
-
-    def held_until(self, host: str) -> float:
-        """The end of the host's hold as far as this process knows (0: none)."""
-        ...
-
-    async def note_interval(self, host: str, origin: str, seconds: float, expires: float) -> None:
-        """*origin* (of *host*)'s robots.txt asks for *seconds* between requests,
-        as read until *expires* (wall clock). The host's interval is the
-        strictest of its origins' that are still current."""
-        ...
-
-    def robots_interval(self, host: str) -> tuple[float, str | None, bool]:
-        """(seconds, origin, current) of the strictest robots.txt interval of
-        *host* as far as this process knows, (0, None, False) when none.
-        A reading past its expiry still spaces requests (it is the last word
-        of the site until robots.txt is read again); *current* says whether
-        it is still within its cache lifetime."""
-        ...
-
-    def ready_at(self, host: str, interval: float) -> float:
-        """When the host may next receive a request, as far as this process knows
-        (0 for a host never seen)."""
-        ...
-
-    async def warm(self, host: str) -> None:
-        """Load what is stored about *host*, so :meth:`ready_at` knows it."""
-        ...
-
-    async def note_answer(
-        self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
-    ) -> str:
-        """Fold one answer from *host* into its load and distress
-        (:meth:`HostLoad.observe <scrapy_walsh_research.adaptive.HostLoad.observe>`;
-        *floor* is the host's interval without it) and return what happened.
-
-        Atomic: answers of several workers to one host each count once. Called
-        before the answered request's slot is released (:meth:`commit`), so no
-        request leaves under the interval in force before the answer; stored
-        before it returns, so a restart keeps it. A host whose ``gave_up_until``
-        is ahead is not ready before then (:meth:`ready_at`).
-        """
-        ...
-
-    def host_load(self, host: str) -> HostLoad:
-        """The host's load and distress as far as this process knows (never I/O;
-        a new :class:`HostLoad` for a host nothing is known about)."""
-        ...
-
-    def grant_valid(self, host: str) -> bool:
-        """Whether the slot this process reserved for *host* is still its own
-        (a shared clock's lease can run out while its server is unreachable)."""
-        ...
 
 
 class RobotsIntervals:

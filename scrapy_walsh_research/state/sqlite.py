@@ -13,13 +13,26 @@ import re
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
 
 class SQLiteStateStore:
+    """The embedded :class:`~scrapy_walsh_research.state.protocols.StateStore`.
+
+    Not how processes share state (that is the Redis store's job): without
+    Redis one crawl holds its directory
+    (:func:`~scrapy_walsh_research.state.directory.hold_state_dir`); with
+    Redis it keeps only what a worker must not lose with the shared store."""
+
+    #: no fleet shares its state through this store
+    shared = False
+
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._db: sqlite3.Connection | None = sqlite3.connect(
@@ -128,8 +141,26 @@ class SQLiteStateStore:
         # its own file: a state dir that is gone is a first run, as it always was
         return True
 
+    def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
+        return None  # a file on this machine: no server restart can roll it back
+
     def time(self) -> float:
         return time.time()
+
+    async def single_flight(
+        self, name: str, ttl: float, max_wait: float | None = None
+    ) -> Callable[[], Awaitable[None]] | None:
+        # no fleet shares this store, so no other worker to wait for: go ahead
+        return _nothing_to_release
+
+    async def purge_records(
+        self,
+        matches: Callable[[str], bool],
+        cause: Callable[[str], str],
+        now: str,
+        host: str | None = None,
+    ) -> dict[str, dict[str, int]]:
+        return {}  # a crawl's records are the files it exported, not kept here
 
     async def delete(self, namespace: str, key: str) -> None:
         self.db.execute("DELETE FROM kv WHERE namespace = ? AND key = ?", (namespace, key))
@@ -138,6 +169,10 @@ class SQLiteStateStore:
         if self._db is not None:
             self._db.close()
             self._db = None
+
+
+async def _nothing_to_release() -> None:
+    return None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -18,17 +18,22 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.state.lua import GUARD, NOW
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.threads import deferToThread
+
+from scrapy_walsh_research.core.urls import is_http_url, url_host
+from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
-    from scrapy_walsh_research.state.redis import RedisConnection
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +58,7 @@ def enqueue(
 
     Synchronous on purpose: it runs from a command, with no reactor to block.
     """
-    import redis
+    import redis  # here: the list reader above must work without the redis extra
 
     client = redis.Redis.from_url(url)
     batch = batch or uuid.uuid4().hex
@@ -67,93 +72,6 @@ def enqueue(
     finally:
         client.close()
     return len(items)
-
-
-#: LMOVE a line into this worker's in-flight list, after giving the lines of
-#: workers whose heartbeat ran out back to the head of the queue
-TAKE_BODY = """
--- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
--- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
--- Recovery guard: KEYS[4..7] run, quarantine, lost, clock and ARGV[4..6] lossless,
--- pause, checked (GUARD). Answers {line or false, lines in flight elsewhere,
--- seconds to wait before asking again, now, run, lost, clock}.
-local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, {ARGV[4], ARGV[5], ARGV[6]})
-local function answer(raw, pending, wait)
-  return {raw, pending, f(wait), f(now), g[2], g[3], g[4]}
-end
--- While the fleet's history is being recovered (the quarantine after Redis
--- lost or rolled back data), no line is handed out: the workers that wrote
--- records since publish them again first, and no host can be contacted anyway.
-local q = tonumber(redis.call('GET', KEYS[5]) or '0')
-if q > now then return answer(false, 0, q - now) end
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if id ~= ARGV[2] and redis.call('EXISTS', ARGV[3] .. id) == 0 then
-    local lost = ARGV[1] .. 'inflight:' .. id
-    local items = redis.call('LRANGE', lost, 0, -1)
-    for i = #items, 1, -1 do redis.call('LPUSH', KEYS[1], items[i]) end
-    redis.call('DEL', lost)
-    redis.call('SREM', KEYS[2], id)
-  end
-end
-redis.call('SADD', KEYS[2], ARGV[2])
--- a line that has its record already (the queue came back from an older
--- snapshot, and the record was published again) is acknowledged, not taken
-for _ = 1, 100 do
-  local raw = redis.call('LMOVE', KEYS[1], KEYS[3], 'LEFT', 'RIGHT')
-  if not raw then break end
-  local ok, item = pcall(cjson.decode, raw)
-  local recorded = 0
-  if ok and type(item) == 'table' and item.line and item.batch then
-    recorded = redis.call('HEXISTS', ARGV[1] .. 'records:' .. tostring(item.batch),
-                          tostring(item.line))
-  end
-  if recorded == 0 then return answer(raw, 0, 0) end
-  redis.call('LREM', KEYS[3], -1, raw)
-end
-if redis.call('LLEN', KEYS[1]) > 0 then return answer(false, 0, 0.001) end
--- nothing queued: are lines still in flight somewhere (their worker may die)?
-local pending = 0
-for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  if id ~= ARGV[2] then pending = pending + redis.call('LLEN', ARGV[1] .. 'inflight:' .. id) end
-end
-return answer(false, pending, 0)
-"""
-TAKE = NOW + GUARD + TAKE_BODY
-
-#: claim a canonical URL for a line and keep the claims a week, in one step:
-#: a worker killed (or a connection lost) between the two would leave a
-#: batch's claims without an expiry, kept forever
-CLAIM = """
--- KEYS[1] the batch's claims, ARGV[1] canonical URL, ARGV[2] line, ARGV[3] TTL
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-end
-return redis.call('HGET', KEYS[1], ARGV[1])
-"""
-
-#: one record per line, the line acknowledged and its cadence written, in one step
-FINISH = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
--- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
--- KEYS[3] cadence hash, KEYS[4] cadence claims
--- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
--- ARGV[4] cadence key ('' when the line was not fetched), ARGV[5] records TTL,
--- ARGV[6] the cadence claim this line held ('' if none), ARGV[7] worker id
--- KEYS[5] the host's record index, ARGV[8] this record in it ('' for no host)
-local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-if ARGV[8] ~= '' then
-  redis.call('SADD', KEYS[5], ARGV[8])
-  redis.call('EXPIRE', KEYS[5], ARGV[5])
-end
-redis.call('LREM', KEYS[2], 1, ARGV[3])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], string.format('%.6f', now)) end
-if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[7] then
-  redis.call('HDEL', KEYS[4], ARGV[6])
-end
-return {first, string.format('%.6f', now)}
-"""
 
 
 class RedisFeed:
@@ -213,7 +131,7 @@ class RedisFeed:
         """None if this line is first with *canonical* in *batch* (also when it
         is delivered again after its worker died), else the line that was."""
         keys = [self.conn.key(self.key, "canonical", batch)]
-        args = [canonical, line, CLAIMS_TTL_S]
+        args: list[str | float] = [canonical, line, CLAIMS_TTL_S]
         first = int(
             await self.conn.call(
                 "claim target", lambda r: self._claim(keys=keys, args=args, client=r)
@@ -289,10 +207,10 @@ class RecordCopies:
         if self._file is None:
             self._prune()
             self._file = self.path.open("a", encoding="utf-8")
-        entry = {"ticket": {k: ticket[k] for k in ("raw", "inflight", "records") if k in ticket}}
+        kept: dict[str, str] = {k: ticket[k] for k in ("raw", "inflight", "records") if k in ticket}
         if "claims" in ticket:
-            entry["ticket"]["claims"] = ticket["claims"]
-        entry["record"] = record
+            kept["claims"] = ticket["claims"]
+        entry = {"ticket": kept, "record": record}
         self._file.write(json.dumps(entry, sort_keys=True) + "\n")
         self._file.flush()
 
@@ -323,9 +241,6 @@ class RecordCopies:
         return list(entries.values())
 
     async def republish(self) -> None:
-        from scrapy.utils.defer import maybe_deferred_to_future
-        from twisted.internet.threads import deferToThread
-
         entries = await maybe_deferred_to_future(deferToThread(self._read))
         if not entries:
             return
@@ -348,7 +263,7 @@ class RecordCopies:
                 await pipe.execute()
 
             await self.conn.call("publish records again", put)
-        self.conn._inc("records_republished", len(entries))
+        self.conn.inc_stat("records_republished", len(entries))
         logger.warning(
             "Published again %(n)d records this machine's workers stored in Redis: lines that "
             "came back with an older Redis are not fetched again.",
@@ -362,8 +277,6 @@ class RecordCopies:
 
 
 def _record_host(record: dict[str, Any]) -> str | None:
-    from scrapy_walsh_research.core.urls import is_http_url, url_host
-
     for field in ("canonical_url", "url"):
         url = record.get(field)
         if isinstance(url, str) and is_http_url(url):
@@ -395,8 +308,6 @@ async def purge_records(
     goes); the canonical-URL claims of those lines go. Only *host* when
     given, else every host with stored records that *matches* accepts:
     {host: {"records": n, "claims": n}}."""
-    import re
-
     index_prefix = record_index(conn, "")
     purged: dict[str, dict[str, int]] = {}
 

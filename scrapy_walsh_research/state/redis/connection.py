@@ -1,0 +1,411 @@
+"""One Redis connection per crawler, and what its worker knows of the fleet's Redis.
+
+* **Fail closed.** Every call goes through :class:`RedisConnection`: when
+  Redis is unreachable the call waits and retries with backoff, logging one
+  error per outage; a request without a reservation never goes out, and a
+  write waits until it is stored.
+* **A restart, by anyone, is seen.** Every deciding script compares Redis's
+  run id with the one the fleet last saw (:data:`~.scripts.GUARD`): a Redis
+  that restarted without AOF ``appendfsync always`` may have lost or rolled
+  back writes, so every host waits until ``WALSH_MAX_CRAWL_DELAY`` after
+  Redis's start, and the fleet's history is marked unknown (the blocklist
+  then never fails open). This needs no memory of the worker's own: one that
+  never ran sees it.
+* **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
+  own monotonic clock on every answer (:class:`FleetGuard`); a forward step
+  makes stored times look older than they are, so the hosts contacted before
+  it wait ``WALSH_MAX_CRAWL_DELAY``, and a grant taken on the stepped clock is
+  never used.
+
+The guard lives with the connection because it is one per connection and
+every user of the connection (the store, the host clock, the target queue,
+the heartbeat) passes its answers through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+import weakref
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis import asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet import task
+
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.state.hostclock import pause_on_loss
+from scrapy_walsh_research.state.redis.scripts import FLEET
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: a worker's heartbeat lasts this long, renewed every third of it
+HEARTBEAT_S = 15.0
+
+#: errors that mean "Redis is not there right now", as opposed to a bug
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+#: how far Redis's clock may drift from a worker's monotonic clock between two
+#: answers without counting as a step: a fixed allowance, plus NTP's largest
+#: slew rate (500 ppm) over the time between them
+CLOCK_TOLERANCE_S = 0.02
+CLOCK_SLEW = 5e-4
+
+
+class FleetGuard:
+    """What a worker knows of the fleet's Redis across calls: the
+    run of Redis it last saw, whether the fleet's history is whole, and
+    Redis's clock against this process's monotonic clock.
+
+    Every answer of a guarded script carries Redis's ``TIME``. Without a
+    step, it lies between the previous answer's time plus the monotonic time
+    from that answer to this request, and plus the time from that request to
+    this answer; outside that (with :data:`CLOCK_TOLERANCE_S`), Redis's clock
+    stepped. A forward step makes every stored time look older than it is:
+    the worker records it in Redis at once (:data:`FLEET`) and never uses a
+    grant from that answer. A step back only makes hosts wait longer (the
+    reservation caps that at ``pause``). An answer found consistent is passed
+    on with the next call as the fleet's *checked* clock, which a worker that
+    joins later compares its first answer with: it cannot tell a step from
+    idle time in between, so it judges older records as if all of it were a
+    step, until a worker that was there checks a later time or ``pause``
+    seconds pass (by then whatever was in force before it joined is over).
+    """
+
+    def __init__(self, conn: RedisConnection, pause: float = 30.0) -> None:
+        self.conn = conn
+        #: WALSH_MAX_CRAWL_DELAY (at least WALSH_MIN_DELAY): how long any
+        #: interval can last, so how long lost history can matter
+        self.pause = pause
+        #: Redis runs AOF with appendfsync always: a restart loses nothing
+        self.lossless = False
+        self.run = ""
+        self.lost = ""
+        self._fleet = conn.client.register_script(FLEET)
+        #: (server time, monotonic when asked, monotonic when answered)
+        self._ref: tuple[float, float, float] | None = None
+        self._checked = ""
+        #: this worker's first answer (server time, monotonic), and the
+        #: seconds of possible step before it (see the class docstring)
+        self.since = 0.0
+        self.unsure = 0.0
+        self._joined = 0.0
+        self.anchored = True
+        self._on_lost: list[Callable[[], Awaitable[None]]] = []
+        self._warned_back = False
+        self._prepared: asyncio.Task[None] | None = None
+
+    def keys(self) -> list[str]:
+        key = self.conn.key
+        return [key("run"), key("quarantine"), key("lost"), key("clock")]
+
+    def args(self) -> list[Any]:
+        return ["1" if self.lossless else "0", self.pause, self._checked if self.anchored else ""]
+
+    def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
+        """Call *callback* when this worker first sees the fleet's history
+        marked unknown (Redis restarted without AOF always, or lost data):
+        what it holds that the fleet may have lost, it publishes again."""
+        self._on_lost.append(callback)
+
+    def joined(self, server_now: float, clock: str) -> None:
+        """This worker's first answer: how much of a step it cannot rule out."""
+        self.since, self._joined = server_now, time.monotonic()
+        self.unsure = min(self.pause, max(0.0, server_now - float(clock))) if clock else 0.0
+        self.anchored = self.unsure <= CLOCK_TOLERANCE_S
+
+    async def observe(
+        self, server_now: float, asked: float, answered: float, run: str, lost: str, clock: str
+    ) -> float:
+        """Check one answer; returns the forward step seen (0 if none), which
+        is already recorded in Redis when this returns."""
+        step = 0.0
+        if self._ref is None:
+            self.joined(server_now, clock)
+        else:
+            then, then_asked, then_answered = self._ref
+            slack = CLOCK_TOLERANCE_S + CLOCK_SLEW * (answered - then_asked)
+            low, high = then + (asked - then_answered), then + (answered - then_asked)
+            if server_now > high + slack:
+                step = server_now - high
+            elif server_now < low - slack:
+                self._stepped_back(low - server_now)
+        self._ref = (server_now, asked, answered)
+        self.conn.note_server_time(server_now)
+        if step:
+            await self._record_step(step, server_now)
+        else:
+            self._checked = f"{server_now:.6f}"
+        if not self.anchored and (
+            (clock and float(clock) >= self.since) or time.monotonic() - self._joined >= self.pause
+        ):
+            self.anchored, self.unsure = True, 0.0
+        self.run = run or self.run
+        if lost and lost != self.lost:
+            self.lost = lost
+            self.conn.inc_stat("history_unknown")
+            logger.warning(
+                "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
+                "restarted without AOF appendfsync always, or lost its data): hosts wait "
+                "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
+                "this worker publishes again what it holds.",
+                {"url": self.conn.url, "t": time.ctime(float(lost))},
+            )
+            for callback in self._on_lost:
+                # in the background: a reservation does not wait for it
+                deferred_from_coro(callback()).addErrback(
+                    lambda f: logger.error(
+                        "Publishing again after Redis lost history failed: %(f)s",
+                        {"f": f.getErrorMessage()},
+                    )
+                )
+        return step
+
+    def _stepped_back(self, seconds: float) -> None:
+        self.conn.inc_stat("clock_steps_back")
+        if not self._warned_back:
+            self._warned_back = True
+            logger.warning(
+                "Redis's clock at %(url)s went back %(s).2f s (against this worker's monotonic "
+                "clock): hosts contacted before wait up to WALSH_MAX_CRAWL_DELAY longer; "
+                "politeness holds.",
+                {"url": self.conn.url, "s": seconds},
+            )
+
+    async def _record_step(self, seconds: float, server_now: float) -> None:
+        self.conn.inc_stat("clock_steps")
+        logger.error(
+            "Redis's clock at %(url)s jumped %(s).2f s forward (against this worker's monotonic "
+            "clock): every stored time looks that much older than it is, so hosts contacted "
+            "before wait %(p).0f s, and no grant taken on the stepped clock is used.",
+            {"url": self.conn.url, "s": seconds, "p": self.pause},
+        )
+        # hosts whose last request (on the old clock) could still bind them
+        since = server_now - seconds - self.pause - 1.0
+        await self.check(step=(self.pause, since))
+
+    async def check(self, step: tuple[float, float] | None = None) -> None:
+        """One guarded call on its own (the heartbeat, the blocklist's question)."""
+        await self.prepare()
+        keys = [*self.keys(), self.conn.key("clockq")]
+        args = [*self.args(), *(step if step else ("", ""))]
+        asked = time.monotonic()
+        _, now, run, lost, clock = await self.conn.call(
+            "fleet check", lambda r: self._fleet(keys=keys, args=args, client=r)
+        )
+        if step is not None:
+            # the step is recorded: this answer is on the new clock
+            self._ref = (float(now), asked, time.monotonic())
+            self.conn.note_server_time(float(now))
+            return
+        await self.observe(float(now), asked, time.monotonic(), run, lost, clock)
+
+    async def prepare(self) -> None:
+        """Read once what a Redis restart would cost with this Redis (logged),
+        before the first guarded call: whether it keeps every write."""
+        if self._prepared is None:
+            # one reading for every caller (reservations start together)
+            self._prepared = asyncio.get_running_loop().create_task(self._read_persistence())
+        await asyncio.shield(self._prepared)
+
+    async def _read_persistence(self) -> None:
+        conn = self.conn
+        try:
+            info = await conn.call("read persistence", lambda r: r.info("persistence"))
+            save = (await conn.call("read config", lambda r: r.config_get("save"))).get("save", "")
+            fsync = (await conn.call("read config", lambda r: r.config_get("appendfsync"))).get(
+                "appendfsync", ""
+            )
+            evicts = (
+                await conn.call("read config", lambda r: r.config_get("maxmemory-policy"))
+            ).get("maxmemory-policy", "noeviction")
+        except Exception as exc:  # CONFIG may be disabled on a managed Redis
+            logger.info(
+                "Redis persistence unknown (%(exc)s): a Redis restart counts as lost history "
+                "(every host waits WALSH_MAX_CRAWL_DELAY after it).",
+                {"exc": exc},
+            )
+            return
+        self.lossless = bool(int(info.get("aof_enabled", 0))) and fsync == "always"
+        if evicts != "noeviction":
+            logger.warning(
+                "Redis maxmemory-policy is %(p)s: under memory pressure Redis drops keys of the "
+                "fleet's state (host clocks, the blocklist, records) without a restart anyone "
+                "could notice. Set maxmemory-policy noeviction.",
+                {"p": evicts},
+            )
+        if int(info.get("aof_enabled", 0)):
+            logger.info(
+                "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
+                {
+                    "f": fsync,
+                    "loss": "nothing"
+                    if self.lossless
+                    else "about a second, so after a restart every host waits "
+                    "WALSH_MAX_CRAWL_DELAY from Redis's start",
+                },
+            )
+        elif save:
+            logger.warning(
+                "Redis persistence: RDB snapshots only (save %(s)s): a Redis crash rolls the "
+                "fleet's state back to the last snapshot; after a restart every host waits "
+                "WALSH_MAX_CRAWL_DELAY from Redis's start, and workers publish again the "
+                "blocklist and records they hold. Run Redis with appendonly yes.",
+                {"s": save},
+            )
+        else:
+            logger.warning(
+                "Redis persistence: none: a Redis restart loses every host clock, hold, record "
+                "and claim (every host then waits WALSH_MAX_CRAWL_DELAY from Redis's start). "
+                "Run Redis with appendonly yes."
+            )
+
+    async def history_complete(self) -> bool:
+        """Whether Redis holds all the fleet ever wrote, as far as anyone can
+        tell: no restart without AOF always and no loss seen since the fleet
+        began (a fresh Redis without AOF always counts as a restart)."""
+        await self.check()
+        return not self.lost
+
+
+class RedisConnection:
+    """One client per crawler, and the fail-closed retry loop every call takes."""
+
+    _instances: weakref.WeakKeyDictionary[Crawler, RedisConnection] = weakref.WeakKeyDictionary()
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str = "walsh",
+        *,
+        crawler: Crawler | None = None,
+        max_backoff: float = 10.0,
+        timeout: float = 5.0,
+    ) -> None:
+        try:
+            self.client = aioredis.Redis.from_url(
+                url,
+                decode_responses=True,
+                socket_connect_timeout=timeout,
+                socket_timeout=timeout,
+            )
+        except ValueError as exc:
+            raise WalshConfigurationError(
+                f"WALSH_REDIS_URL={url!r} is not a Redis URL ({exc}); "
+                "use redis://host:port/db or rediss://..."
+            ) from None
+        self.url = url
+        self.prefix = prefix
+        self.crawler = crawler
+        self.max_backoff = max_backoff
+        self._down_since: float | None = None
+        #: Redis's clock minus ours, so timestamps this worker writes for
+        #: others to compare are on the fleet's one clock (see :meth:`time`)
+        self._offset = 0.0
+        #: this process in the fleet: what it holds (lines in flight, cadence
+        #: claims) is its own only while ``<prefix>:alive:<worker>`` exists
+        self.worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._beat: Any = None
+        #: what this worker knows of the fleet's Redis across calls
+        self.guard = FleetGuard(self)
+
+    async def announce(self) -> None:
+        """Start this worker's heartbeat (once): others may take back what it
+        holds once the heartbeat has been silent for HEARTBEAT_S."""
+        if self._beat is not None:
+            return
+        await self._heartbeat()
+        self._beat = task.LoopingCall(lambda: deferred_from_coro(self._heartbeat()))
+        self._beat.start(HEARTBEAT_S / 3, now=False).addErrback(
+            lambda f: logger.error("heartbeat stopped: %(f)s", {"f": f.getErrorMessage()})
+        )
+
+    async def _heartbeat(self) -> None:
+        key = self.key("alive", self.worker)
+        await self.call("heartbeat", lambda r: r.set(key, "1", ex=int(HEARTBEAT_S)))
+        # a restart or a step of Redis's clock is seen within a beat even
+        # while this worker sends nothing (a worker joining meanwhile relies on it)
+        await self.guard.check()
+
+    def note_server_time(self, server_now: float) -> None:
+        self._offset = server_now - time.time()
+
+    def time(self) -> float:
+        """Now, on Redis's clock (as last measured): the time to write into
+        shared state, which other machines compare with their own now."""
+        return time.time() + self._offset
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> RedisConnection:
+        conn = cls._instances.get(crawler)
+        if conn is None:
+            settings = crawler.settings
+            conn = cls(
+                settings["WALSH_REDIS_URL"],
+                settings.get("WALSH_REDIS_PREFIX") or "walsh",
+                crawler=crawler,
+                max_backoff=settings.getfloat("WALSH_REDIS_MAX_BACKOFF", 10.0),
+            )
+            conn.guard.pause = pause_on_loss(settings)
+            cls._instances[crawler] = conn
+        return conn
+
+    def key(self, *parts: str) -> str:
+        return ":".join((self.prefix, *parts))
+
+    def inc_stat(self, name: str, count: int = 1) -> None:
+        """Count *name* under ``walsh/redis/`` in the crawler's stats."""
+        # the crawler's stats exist only once the crawl starts; the spider
+        # may open the connection before that
+        try:
+            stats = self.crawler.stats if self.crawler is not None else None
+        except RuntimeError:
+            return
+        if stats is not None:
+            stats.inc_value(f"walsh/redis/{name}", count)
+
+    async def call(self, what: str, fn: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+        """Run *fn* until Redis answers: wait and reconnect, never skip it."""
+        delay = 0.25
+        while True:
+            try:
+                result = await fn(self.client)
+            except UNAVAILABLE as exc:
+                if self._down_since is None:
+                    self._down_since = time.monotonic()
+                    self.inc_stat("outages")
+                    logger.error(
+                        "Redis at %(url)s is unreachable (%(exc)s) during %(what)s: no request "
+                        "goes out without a reservation and no state is dropped; waiting and "
+                        "reconnecting.",
+                        {"url": self.url, "exc": exc, "what": what},
+                    )
+                self.inc_stat("retries")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+                continue
+            if self._down_since is not None:
+                logger.warning(
+                    "Redis at %(url)s is back after %(s).1f s; the crawl goes on.",
+                    {"url": self.url, "s": time.monotonic() - self._down_since},
+                )
+                self._down_since = None
+            return result
+
+    async def close(self) -> None:
+        if self._beat is not None and self._beat.running:
+            self._beat.stop()
+        await self.client.aclose()

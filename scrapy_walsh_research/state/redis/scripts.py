@@ -1,0 +1,515 @@
+"""Every Lua script of the Redis backend, in one module: a script is data
+(a string sent to Redis, run there atomically), so they live together here,
+each with its KEYS and ARGV, and the Python that calls it lives with its
+component (:mod:`.hostclock`, :mod:`.connection`, :mod:`.lock`,
+:mod:`.target_queue`).
+
+Plain strings: importing them needs no Redis client, so the target queue's
+list reader stays usable without the ``redis`` extra.
+"""
+
+from __future__ import annotations
+
+# -- shared pieces: Redis's clock and the fleet's guard -----------------------
+
+#: Redis's clock, for a script that does not start with the host clock's
+#: PRELUDE (the target queue's); f() keeps six decimals
+NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function f(x) return string.format('%.6f', x) end
+"""
+
+#: Can the fleet trust what Redis holds, and the clock it holds it on?
+#: Appended to the host clock's ``PRELUDE`` (or :data:`NOW`) by every script
+#: that decides (HELLO, RESERVE, FLEET, the target queue's TAKE). Kept apart so a
+#: change to a script's own logic merges without touching it.
+GUARD = """
+-- G = {run key, quarantine key, lost key, clock key}
+-- A = {lossless ('1': Redis runs AOF with appendfsync always), pause s,
+--      checked: the server time of this worker's previous answer, found
+--      consistent with its monotonic clock ('' if none)}
+-- Returns {verdict ('' or 'restarted'), run id, lost marker, clock}.
+local function guard(G, A)
+  local info = redis.call('INFO', 'server')
+  local run = string.match(info, 'run_id:(%x+)')
+  local verdict = ''
+  if redis.call('GET', G[1]) ~= run then
+    -- Redis restarted since the fleet last looked (or the prefix is new).
+    -- Only AOF with appendfsync always keeps every acknowledged write; any
+    -- other Redis may have come back empty or older, which nothing in it
+    -- says. Every host waits until `pause` after Redis started (a request
+    -- before the restart is at least that old by then), and the fleet's
+    -- history is unknown from now on (the blocklist must not fail open).
+    redis.call('SET', G[1], run)
+    local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
+    if not (A[1] == '1' and aof == '1') then
+      local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+      local q = now - up + tonumber(A[2])
+      if q > tonumber(redis.call('GET', G[2]) or '0') then redis.call('SET', G[2], f(q)) end
+      redis.call('SET', G[3], f(now))
+      verdict = 'restarted'
+    end
+  end
+  -- the fleet's clock is good up to the latest time a worker checked against
+  -- its own monotonic clock (kept coarse: one write per quarter second at most)
+  local checked, clock = tonumber(A[3]), tonumber(redis.call('GET', G[4]) or '0')
+  if checked and checked <= now and checked > clock + 0.25 then
+    redis.call('SET', G[4], f(checked))
+  end
+  return {verdict, run, redis.call('GET', G[3]) or '', redis.call('GET', G[4]) or ''}
+end
+"""
+
+
+# -- the host clock (RedisHostClock) and the fleet check (FleetGuard) -----------
+
+# Every script reads Redis's clock; f() keeps six decimals, so microseconds
+# survive the round trip (Lua's default number format keeps fourteen digits).
+PRELUDE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function f(x) return string.format('%.6f', x) end
+-- the strictest robots.txt interval of a host: {seconds, origin, seconds left}
+local function strictest(key)
+  local best, origin, left = 0, '', 0
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 3) == 'iv:' then
+      local sep = string.find(all[i + 1], '|', 1, true)
+      local s = tonumber(string.sub(all[i + 1], 1, sep - 1))
+      if s > best then
+        best, origin = s, string.sub(all[i], 4)
+        left = tonumber(string.sub(all[i + 1], sep + 1)) - now
+      end
+    end
+  end
+  return {f(best), origin, f(left)}
+end
+"""
+
+# What a host's answers said (scrapy_walsh_research.adaptive), kept in its
+# hash: 'ad' the adaptive interval (factor x load, or distress), 'la'/'ll'
+# the average and last response time, 'dd' the distress interval, 'ds' the
+# answers in a row without a signal, 'dg' when a host given up may be
+# contacted again, 'sg:<signal>' the signals since it was last at its floor.
+ADAPTIVE = """
+local function adaptive(key)
+  local a = redis.call('HMGET', key, 'ad', 'la', 'll', 'dd', 'ds', 'dg')
+  local signals = {}
+  local all = redis.call('HGETALL', key)
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, 3) == 'sg:' then
+      table.insert(signals, string.sub(all[i], 4) .. '=' .. all[i + 1])
+    end
+  end
+  return {a[1] or '0', a[2] or '0', a[3] or '0', a[4] or '0', a[5] or '0',
+          f(math.max(0, tonumber(a[6] or '0') - now)), table.concat(signals, ';')}
+end
+local function append(t, more) for _, v in ipairs(more) do table.insert(t, v) end return t end
+"""
+
+RESERVE = (
+    PRELUDE
+    + GUARD
+    + ADAPTIVE
+    + """
+-- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine, KEYS[4] generation
+-- ARGV[1] interval s (with margins), ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner,
+-- ARGV[5] pause s, ARGV[6] generation seen, ARGV[7] margins s
+-- KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine;
+-- ARGV[8] lossless, ARGV[9] checked, ARGV[10] seconds this worker cannot
+-- rule out as a clock step before it joined, for records older than ARGV[11].
+-- Every answer ends with {now, run, lost, clock} for the worker's guard.
+local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7]}, {ARGV[8], ARGV[5], ARGV[9]})
+local function answer(t)
+  for _, v in ipairs({f(now), g[2], g[3], g[4]}) do table.insert(t, v) end
+  return t
+end
+local epoch = redis.call('GET', KEYS[2])
+local gen = tonumber(redis.call('GET', KEYS[4]) or '0')
+if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
+  -- the state is gone or older than what this worker saw: no one knows when
+  -- hosts were last contacted. Quarantine every host, keep the epoch and
+  -- generation from going back, and let the worker log it.
+  local why = 'rollback'
+  if not epoch then why = 'lost' elseif epoch ~= ARGV[3] then why = 'replaced' end
+  if not epoch then redis.call('SET', KEYS[2], ARGV[3]); epoch = ARGV[3] end
+  local q = math.max(tonumber(redis.call('GET', KEYS[3]) or '0'), now + tonumber(ARGV[5]))
+  redis.call('SET', KEYS[3], f(q))
+  redis.call('SET', KEYS[6], f(now))  -- the fleet's history is unknown
+  if gen < tonumber(ARGV[6]) then redis.call('SET', KEYS[4], ARGV[6]) end
+  return answer({why, epoch, redis.call('GET', KEYS[4]) or '0', '0', '', '0'})
+end
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner', 'ad', 'dg')
+local iv = strictest(KEYS[1])
+local ad = adaptive(KEYS[1])
+if h[4] and h[5] == ARGV[4] then
+  return append(answer({'ok', h[1], tostring(gen), iv[1], iv[2], iv[3]}), ad)
+end
+local interval = math.max(tonumber(ARGV[1]), tonumber(iv[1]) + tonumber(ARGV[7]),
+                          tonumber(h[6] or '0') + tonumber(ARGV[7]))
+local ready = tonumber(redis.call('GET', KEYS[3]) or '0')
+-- A clock stepped back makes stored times look later than they
+-- are: no request is in the future, no next slot or lease further ahead
+-- than it can be. Stored so, once (a cap from each new now would slide):
+-- a step back then costs at most WALSH_MAX_CRAWL_DELAY, not the step.
+local cap, fix = now + math.max(interval, tonumber(ARGV[5])), {}
+if h[1] and tonumber(h[1]) > now then h[1] = f(now); table.insert(fix, 'last') end
+if h[2] and tonumber(h[2]) > cap then h[2] = f(cap); table.insert(fix, 'next') end
+if h[4] and tonumber(h[4]) > now + tonumber(ARGV[2]) then
+  h[4] = f(now + tonumber(ARGV[2])); table.insert(fix, 'lease')
+end
+for _, field in ipairs(fix) do
+  local i = ({last = 1, next = 2, lease = 4})[field]
+  redis.call('HSET', KEYS[1], field, h[i])
+end
+if h[1] then ready = math.max(ready, tonumber(h[1]) + interval) end
+if h[2] then ready = math.max(ready, tonumber(h[2])) end
+if h[3] then ready = math.max(ready, tonumber(h[3])) end
+local judged = now
+if h[1] then
+  -- A clock stepped forward makes them look earlier. Hosts last
+  -- contacted before a step a worker saw wait out the clock quarantine.
+  local cq = redis.call('GET', KEYS[8])
+  if cq then
+    local u, lo, hi = string.match(cq, '([^|]+)|([^|]+)|([^|]+)')
+    local last = tonumber(h[1])
+    if last >= tonumber(lo) and last < tonumber(hi) then ready = math.max(ready, tonumber(u)) end
+  end
+  -- A worker that joined after the fleet last checked the clock cannot rule
+  -- out a step in between: it judges older records as if that were one.
+  if tonumber(ARGV[10]) > 0 and tonumber(h[1]) < tonumber(ARGV[11]) then
+    judged = now - tonumber(ARGV[10])
+  end
+end
+if h[7] then ready = math.max(ready, tonumber(h[7])) end
+if h[4] and tonumber(h[4]) > now then
+  -- in flight from another worker: ready no sooner than its interval, and
+  -- asked again shortly after, since its response usually ends the lease
+  ready = math.max(ready, judged + math.min(tonumber(h[4]) - now, 0.25))
+end
+if ready > judged then
+  return append(answer({'wait', f(ready - judged), tostring(gen), iv[1], iv[2], iv[3]}), ad)
+end
+gen = redis.call('INCR', KEYS[4])
+redis.call('HSET', KEYS[1], 'last', f(now), 'next', f(now + interval),
+           'lease', f(now + tonumber(ARGV[2])), 'owner', ARGV[4])
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
+return append(answer({'ok', f(now), tostring(gen), iv[1], iv[2], iv[3]}), ad)
+"""
+)
+
+RENEW = (
+    PRELUDE
+    + """
+-- KEYS[1] host hash; ARGV[1] owner, ARGV[2] lease s. Extends the lease of a
+-- request still in flight; 0 when it is no longer ours, or ran out (another
+-- worker could have taken the host meanwhile: a late renewal revives nothing).
+-- KEYS[2] the lost marker, ARGV[3] when the grant was taken (server
+-- time). Redis lost the grant with the fleet's history (restarted empty or
+-- older) while its request is out: the lease is put back, with the request
+-- no earlier than now, unless another worker holds the host.
+local h = redis.call('HMGET', KEYS[1], 'owner', 'lease')
+if h[1] ~= ARGV[1] then
+  local lost = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if lost <= tonumber(ARGV[3]) or (h[1] and tonumber(h[2] or '0') >= now) then return 0 end
+  local last = math.max(tonumber(redis.call('HGET', KEYS[1], 'last') or '0'), now)
+  redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', f(now + tonumber(ARGV[2])),
+             'last', f(last))
+  redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(tonumber(ARGV[2])))
+  return 1
+end
+if tonumber(h[2] or '0') < now then return 0 end
+redis.call('HSET', KEYS[1], 'lease', f(now + tonumber(ARGV[2])))
+return 1
+"""
+)
+
+COMMIT = (
+    PRELUDE
+    + """
+-- KEYS[1] host hash; ARGV[1] seconds since the request went out, ARGV[2] interval,
+-- ARGV[3] owner, ARGV[4] margins. The wire time is mapped onto the server clock
+-- late, never early.
+local at = now - tonumber(ARGV[1])
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'owner', 'ad')
+local iv = strictest(KEYS[1])
+local interval = math.max(tonumber(ARGV[2]), tonumber(iv[1]) + tonumber(ARGV[4]),
+                          tonumber(h[4] or '0') + tonumber(ARGV[4]))
+local last = math.max(at, tonumber(h[1] or '0'))
+-- the interval in force now: a shorter one than the reservation's (an
+-- answer that eased it) applies at once; 'last' still spaces the next one
+local nxt = at + interval
+redis.call('HSET', KEYS[1], 'last', f(last), 'next', f(nxt))
+if h[3] == ARGV[3] then redis.call('HDEL', KEYS[1], 'lease', 'owner') end
+redis.call('EXPIRE', KEYS[1], 86400)
+return f(nxt - at - tonumber(ARGV[1]))
+"""
+)
+
+HOLD = (
+    PRELUDE
+    + """
+-- KEYS[1] host hash; ARGV[1] seconds from now
+local until_ = now + tonumber(ARGV[1])
+local hold = math.max(until_, tonumber(redis.call('HGET', KEYS[1], 'hold') or '0'))
+redis.call('HSET', KEYS[1], 'hold', f(hold))
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(hold - now))
+return f(hold - now)
+"""
+)
+
+INTERVAL = (
+    PRELUDE
+    + """
+-- KEYS[1] host hash; ARGV[1] origin, ARGV[2] seconds, ARGV[3] seconds it stays current,
+-- ARGV[4] margins. One origin's robots.txt interval, where every reservation
+-- sees it; the host's next allowed time moves with it at once.
+redis.call('HSET', KEYS[1], 'iv:' .. ARGV[1], ARGV[2] .. '|' .. f(now + tonumber(ARGV[3])))
+local iv = strictest(KEYS[1])
+local last = tonumber(redis.call('HGET', KEYS[1], 'last') or '')
+if last then
+  local nxt = math.max(tonumber(redis.call('HGET', KEYS[1], 'next') or '0'),
+                       last + tonumber(iv[1]) + tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[1], 'next', f(nxt))
+end
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(math.max(0, tonumber(ARGV[3]))))
+return iv
+"""
+)
+
+READY = (
+    PRELUDE
+    + ADAPTIVE
+    + """
+-- KEYS[1] host hash, KEYS[2] quarantine; ARGV[1] interval. Seconds until ready
+-- (a hint for the scheduler: a lease is ignored, the reservation checks it),
+-- seconds until the host's hold (Retry-After) ends, its strictest interval,
+-- and what its answers said.
+local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'dg')
+local iv = strictest(KEYS[1])
+local ready = tonumber(redis.call('GET', KEYS[2]) or '0')
+if h[1] then ready = math.max(ready, tonumber(h[1]) + tonumber(ARGV[1])) end
+for i = 2, 5 do if h[i] and i ~= 4 then ready = math.max(ready, tonumber(h[i])) end end
+return append({f(math.max(0, ready - now)), f(math.max(0, tonumber(h[3] or '0') - now)),
+               iv[1], iv[2], iv[3]}, adaptive(KEYS[1]))
+"""
+)
+
+ANSWER = (
+    PRELUDE
+    + ADAPTIVE
+    + """
+-- KEYS[1] host hash. ARGV[1] response time s ('' for none), ARGV[2] distress
+-- signal ('' for none), ARGV[3] the host's floor s, ARGV[4] factor, ARGV[5]
+-- max delay, ARGV[6] backoff, ARGV[7] recovery, ARGV[8] give up s, ARGV[9]
+-- jitter draw, ARGV[10] average weight, ARGV[11] jitter share, ARGV[12] margins.
+-- One answer folded into the host's load and distress: HostLoad.observe in
+-- scrapy_walsh_research/adaptive.py, step for step (a test runs both). The
+-- host's next allowed time moves with it at once, for every worker.
+local h = redis.call('HMGET', KEYS[1], 'la', 'll', 'dd', 'ds', 'dg', 'last', 'next')
+local floor = math.max(tonumber(ARGV[3]), tonumber(strictest(KEYS[1])[1]))
+local avg, lst = tonumber(h[1] or '0'), tonumber(h[2] or '0')
+local dd, ds, dg = tonumber(h[3] or '0'), tonumber(h[4] or '0'), tonumber(h[5] or '0')
+local factor, cap, backoff = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local signal, event = ARGV[2], 'load'
+if ARGV[1] ~= '' then
+  local rt = tonumber(ARGV[1])
+  if avg <= 0 then avg = rt else avg = avg + tonumber(ARGV[10]) * (rt - avg) end
+  lst = rt
+  if signal == '' and factor * rt > cap then signal = 'slow answer' end
+end
+if signal ~= '' then
+  redis.call('HINCRBY', KEYS[1], 'sg:' .. signal, 1)
+  ds = 0
+  if dd >= cap then
+    dg = math.max(dg, now + tonumber(ARGV[8]))
+    event = 'gave_up'
+  else
+    local raised = math.max(floor, dd) * backoff * (1 + tonumber(ARGV[11]) * tonumber(ARGV[9]))
+    dd = math.min(cap, raised)
+    event = 'raised'
+  end
+elseif dd > 0 then
+  ds = ds + 1
+  event = 'streak'
+  if ds >= tonumber(ARGV[7]) then
+    dd = dd / backoff
+    event = 'eased'
+    if dd <= floor * (1 + tonumber(ARGV[11])) then
+      dd = 0
+      ds = 0
+      event = 'recovered'
+      local all = redis.call('HKEYS', KEYS[1])
+      for i = 1, #all do
+        if string.sub(all[i], 1, 3) == 'sg:' then redis.call('HDEL', KEYS[1], all[i]) end
+      end
+    end
+  end
+end
+local ad = math.max(math.min(cap, factor * math.max(lst, avg)), dd)
+redis.call('HSET', KEYS[1], 'la', f(avg), 'll', f(lst), 'dd', f(dd), 'ds', tostring(ds),
+           'dg', f(dg), 'ad', f(ad))
+if h[6] then
+  local nxt = math.max(tonumber(h[7] or '0'), tonumber(h[6]) + ad + tonumber(ARGV[12]))
+  redis.call('HSET', KEYS[1], 'next', f(nxt))
+end
+redis.call('EXPIRE', KEYS[1], 86400 + math.ceil(math.max(0, dg - now)))
+return append({event}, adaptive(KEYS[1]))
+"""
+)
+
+HELLO = (
+    PRELUDE
+    + GUARD
+    + """
+-- KEYS[1] epoch, KEYS[2] quarantine, KEYS[3] generation
+-- ARGV[1] epoch this worker knew ('' if none), ARGV[2] generation it saw,
+-- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
+-- worker left (or a new fleet), or was it lost or rolled back?
+-- KEYS[4..6] run, lost, clock; ARGV[5] lossless (see GUARD).
+local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6]}, {ARGV[5], ARGV[4], ''})
+local epoch = redis.call('GET', KEYS[1])
+local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
+local verdict = 'same'
+if not epoch then
+  if ARGV[1] == '' then verdict = 'new' else verdict = 'lost' end
+  epoch = ARGV[3]
+  redis.call('SET', KEYS[1], epoch)
+elseif ARGV[1] == '' then verdict = 'joined'
+elseif epoch ~= ARGV[1] then verdict = 'replaced'
+elseif gen < tonumber(ARGV[2]) then verdict = 'rollback'
+end
+if verdict == 'lost' or verdict == 'replaced' or verdict == 'rollback' then
+  local q = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now + tonumber(ARGV[4]))
+  redis.call('SET', KEYS[2], f(q))
+  redis.call('SET', KEYS[5], f(now))
+  if gen < tonumber(ARGV[2]) then redis.call('SET', KEYS[3], ARGV[2]); gen = tonumber(ARGV[2]) end
+end
+return {verdict, epoch, tostring(gen), f(now), g[2], redis.call('GET', KEYS[5]) or '', g[4], g[1]}
+"""
+)
+
+FLEET = (
+    PRELUDE
+    + GUARD
+    + """
+-- The guard alone, for a worker's heartbeat and the blocklist's
+-- question "is the fleet's history whole?". With ARGV[4] (a step of Redis's
+-- clock this worker measured): hosts last contacted in [ARGV[5], now) wait
+-- until ARGV[4] seconds from now, and the clock counts as checked from now.
+-- KEYS run, quarantine, lost, clock, clock quarantine; ARGV lossless, pause, checked
+local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[2], ARGV[3]})
+if ARGV[4] ~= '' then
+  local u, lo = now + tonumber(ARGV[4]), tonumber(ARGV[5])
+  local old = redis.call('GET', KEYS[5])
+  if old then
+    local ou, olo = string.match(old, '([^|]+)|([^|]+)|')
+    u, lo = math.max(u, tonumber(ou)), math.min(lo, tonumber(olo))
+  end
+  redis.call('SET', KEYS[5], f(u) .. '|' .. f(lo) .. '|' .. f(now))
+  redis.call('SET', KEYS[4], f(now))
+  g[4] = f(now)
+end
+return {g[1], f(now), g[2], g[3], g[4]}
+"""
+)
+
+
+# -- single-flight locks (RedisLocks) -------------------------------------------
+
+#: extends a lock's lease if this holder still has it
+RENEW_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+# -- the target queue (RedisFeed, finish) ---------------------------------------
+
+#: LMOVE a line into this worker's in-flight list, after giving the lines of
+#: workers whose heartbeat ran out back to the head of the queue
+TAKE_BODY = """
+-- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
+-- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
+-- KEYS[4..7] run, quarantine, lost, clock and ARGV[4..6] lossless,
+-- pause, checked (GUARD). Answers {line or false, lines in flight elsewhere,
+-- seconds to wait before asking again, now, run, lost, clock}.
+local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, {ARGV[4], ARGV[5], ARGV[6]})
+local function answer(raw, pending, wait)
+  return {raw, pending, f(wait), f(now), g[2], g[3], g[4]}
+end
+-- While the fleet's history is being recovered (the quarantine after Redis
+-- lost or rolled back data), no line is handed out: the workers that wrote
+-- records since publish them again first, and no host can be contacted anyway.
+local q = tonumber(redis.call('GET', KEYS[5]) or '0')
+if q > now then return answer(false, 0, q - now) end
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if id ~= ARGV[2] and redis.call('EXISTS', ARGV[3] .. id) == 0 then
+    local lost = ARGV[1] .. 'inflight:' .. id
+    local items = redis.call('LRANGE', lost, 0, -1)
+    for i = #items, 1, -1 do redis.call('LPUSH', KEYS[1], items[i]) end
+    redis.call('DEL', lost)
+    redis.call('SREM', KEYS[2], id)
+  end
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+-- a line that has its record already (the queue came back from an older
+-- snapshot, and the record was published again) is acknowledged, not taken
+for _ = 1, 100 do
+  local raw = redis.call('LMOVE', KEYS[1], KEYS[3], 'LEFT', 'RIGHT')
+  if not raw then break end
+  local ok, item = pcall(cjson.decode, raw)
+  local recorded = 0
+  if ok and type(item) == 'table' and item.line and item.batch then
+    recorded = redis.call('HEXISTS', ARGV[1] .. 'records:' .. tostring(item.batch),
+                          tostring(item.line))
+  end
+  if recorded == 0 then return answer(raw, 0, 0) end
+  redis.call('LREM', KEYS[3], -1, raw)
+end
+if redis.call('LLEN', KEYS[1]) > 0 then return answer(false, 0, 0.001) end
+-- nothing queued: are lines still in flight somewhere (their worker may die)?
+local pending = 0
+for _, id in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if id ~= ARGV[2] then pending = pending + redis.call('LLEN', ARGV[1] .. 'inflight:' .. id) end
+end
+return answer(false, pending, 0)
+"""
+TAKE = NOW + GUARD + TAKE_BODY
+
+#: claim a canonical URL for a line and keep the claims a week, in one step:
+#: a worker killed (or a connection lost) between the two would leave a
+#: batch's claims without an expiry, kept forever
+CLAIM = """
+-- KEYS[1] the batch's claims, ARGV[1] canonical URL, ARGV[2] line, ARGV[3] TTL
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+return redis.call('HGET', KEYS[1], ARGV[1])
+"""
+
+#: one record per line, the line acknowledged and its cadence written, in one step
+FINISH = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+-- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
+-- KEYS[3] cadence hash, KEYS[4] cadence claims
+-- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
+-- ARGV[4] cadence key ('' when the line was not fetched), ARGV[5] records TTL,
+-- ARGV[6] the cadence claim this line held ('' if none), ARGV[7] worker id
+-- KEYS[5] the host's record index, ARGV[8] this record in it ('' for no host)
+local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+if ARGV[8] ~= '' then
+  redis.call('SADD', KEYS[5], ARGV[8])
+  redis.call('EXPIRE', KEYS[5], ARGV[5])
+end
+redis.call('LREM', KEYS[2], 1, ARGV[3])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], string.format('%.6f', now)) end
+if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[7] then
+  redis.call('HDEL', KEYS[4], ARGV[6])
+end
+return {first, string.format('%.6f', now)}
+"""
