@@ -135,16 +135,16 @@ class Identity:
 
         key = generate_key(self.work / "conformance-attestation.pem")
         doc = attest(self.base)
-        token = signed_attestation.sign(doc, key)
+        token = signed_attestation.sign_attestation(doc, key)
         jwks = {"keys": [public_jwk(key)]}
         try:
-            good = signed_attestation.verify(token, jwks) == doc
+            good = signed_attestation.verify_attestation(token, jwks) == doc
         except signed_attestation.AttestationInvalid as exc:
             return False, f"does not verify: {exc}"
         head, payload, sig = token.split(".")
         flipped = payload[:-2] + ("A" if payload[-2] != "A" else "B") + payload[-1]
         try:
-            signed_attestation.verify(".".join([head, flipped, sig]), jwks)
+            signed_attestation.verify_attestation(".".join([head, flipped, sig]), jwks)
         except signed_attestation.AttestationInvalid:
             return good, "verifies; refused with one byte changed"
         return False, "a changed attestation still verified"

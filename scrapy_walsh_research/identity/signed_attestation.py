@@ -63,8 +63,8 @@ def _jose_key(key: Ed25519PrivateKey) -> OKPKey:
     return OKPKey.import_key(pem)
 
 
-def sign(doc: dict[str, Any], key: Ed25519PrivateKey) -> str:
-    """The compact JWS of *doc*'s canonical JSON."""
+def sign_attestation(doc: dict[str, Any], key: Ed25519PrivateKey) -> str:
+    """The compact JWS of the attestation *doc*'s canonical JSON."""
     header = {"alg": "EdDSA", "kid": public_jwk(key)["kid"], "typ": TYP}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # joserfc flags EdDSA per RFC 9864; see module doc
@@ -83,7 +83,7 @@ def load_jwks(source: str) -> dict[str, Any]:
         return json.loads(handle.read())
 
 
-def verify(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
+def verify_attestation(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
     """The attestation in *token* if a key of *jwks* signed it, else
     :class:`AttestationInvalid` saying why."""
     try:
