@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.conformance.check import Report
+    from scrapy_walsh_research.conformance.model import ConformanceResult
 
 
 def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
@@ -47,8 +47,8 @@ def project_targets_spider(settings: Settings) -> type:
         return TargetsSpider
 
 
-def run_conformance_blocking(settings: Settings) -> Report:
-    """Install the reactor, run the sandbox crawls, return the report."""
+def run_conformance_blocking(settings: Settings) -> ConformanceResult:
+    """Install the reactor, run the sandbox crawls, return the result."""
     install_reactor(
         settings["TWISTED_REACTOR"] or "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
         settings["ASYNCIO_EVENT_LOOP"],
@@ -57,7 +57,8 @@ def run_conformance_blocking(settings: Settings) -> Report:
     from twisted.internet import reactor
 
     # imported here: Scrapy imports every command module on every run
-    from scrapy_walsh_research.conformance.check import Report, run_conformance
+    from scrapy_walsh_research.conformance.model import ConformanceResult
+    from scrapy_walsh_research.conformance.run import run_conformance
     from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 
     install_sandbox_resolver(reactor)
@@ -76,6 +77,6 @@ def run_conformance_blocking(settings: Settings) -> Report:
     reactor.callWhenRunning(main)
     reactor.run(installSignalHandlers=False)
     result = outcome["result"]
-    if not isinstance(result, Report):
+    if not isinstance(result, ConformanceResult):
         result.raiseException()
     return result

@@ -57,8 +57,8 @@ class Command(ScrapyCommand):
         # The settings in effect: the project's, the spider's, then its add-ons.
         crawler = Crawler(project_targets_spider(self.settings), self.settings)
         apply_addons(crawler)  # a refused configuration is reported, not raised
-        report = run_conformance_blocking(self.settings) if opts.conformance else None
-        doc = attest(crawler.settings, report)
+        result = run_conformance_blocking(self.settings) if opts.conformance else None
+        doc = attest(crawler.settings, result)
         if key is not None:
             print(signed_attestation.sign_attestation(doc, key))
         else:
