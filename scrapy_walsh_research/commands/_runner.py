@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.log import configure_logging
 from scrapy.utils.reactor import install_reactor
+from twisted.python.failure import Failure
 
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
@@ -54,21 +55,23 @@ def run_conformance_blocking(settings: Settings) -> ConformanceResult:
         settings["ASYNCIO_EVENT_LOOP"],
     )
     configure_logging(settings)
-    from twisted.internet import reactor
+    # The reactor just installed: twisted types the module attribute as its
+    # interfaces, whose run() takes no installSignalHandlers.
+    from twisted.internet import reactor as installed
 
     # imported here: Scrapy imports every command module on every run
-    from scrapy_walsh_research.conformance.model import ConformanceResult
     from scrapy_walsh_research.conformance.run import run_conformance
     from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 
+    reactor: Any = installed
     install_sandbox_resolver(reactor)
     spidercls = project_targets_spider(settings)
-    outcome: dict[str, Any] = {}
+    outcome: dict[str, ConformanceResult | Failure] = {}
 
     def main() -> None:
         d = deferred_from_coro(run_conformance(settings, spidercls))
 
-        def done(result: Any) -> None:
+        def done(result: ConformanceResult | Failure) -> None:
             outcome["result"] = result
             reactor.stop()
 
@@ -77,6 +80,6 @@ def run_conformance_blocking(settings: Settings) -> ConformanceResult:
     reactor.callWhenRunning(main)
     reactor.run(installSignalHandlers=False)
     result = outcome["result"]
-    if not isinstance(result, ConformanceResult):
+    if isinstance(result, Failure):
         result.raiseException()
     return result
