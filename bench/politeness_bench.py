@@ -295,7 +295,7 @@ def signing_cost(results: list[dict]) -> None:
     n = 20000
     started = time.perf_counter()
     for i in range(n):
-        signer.sign("GET", urls[i % len(urls)], {})
+        signer.sign_request("GET", urls[i % len(urls)], {})
     per = (time.perf_counter() - started) / n * 1000
     print(f"\nsigning: {per:.3f} ms per request ({n} signatures, Ed25519, "
           f"{'template' if signer._fast else 'library'} path)")  # fmt: skip

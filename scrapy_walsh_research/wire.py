@@ -145,7 +145,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
             del connection.request  # back to the class's method
             headers: dict[str, str] = {}
             try:
-                signer.sign(tx_request.method.decode("ascii"), request.url, headers)
+                signer.sign_request(tx_request.method.decode("ascii"), request.url, headers)
             except Exception as exc:
                 connection.transport.loseConnection()
                 self._crawler.stats.inc_value("walsh/signing/failed")

@@ -11,7 +11,9 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.conformance.check import HTTP_CACHE_ROW, Report, run_conformance
+from scrapy_walsh_research.conformance.checks import HTTP_CACHE_ROW
+from scrapy_walsh_research.conformance.model import ConformanceResult
+from scrapy_walsh_research.conformance.run import run_conformance
 from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest
 from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.preflight import (
@@ -40,11 +42,11 @@ def project(**overrides: Any) -> Settings:
     )
 
 
-async def conformance(settings: Settings, tmp_path: Any) -> Report:
+async def conformance(settings: Settings, tmp_path: Any) -> ConformanceResult:
     return await deferred_from_coro(run_conformance(settings, TargetsSpider, tmp_path))
 
 
-def failing(report: Report) -> set[str]:
+def failing(report: ConformanceResult) -> set[str]:
     return {c.id for c in report.checks if not c.passed}
 
 

@@ -56,7 +56,7 @@ def test_the_drafts_request_vectors_are_reproduced_byte_for_byte(vector):
         agent_key=vector["signature_agent_key"],
     )
     headers: dict[str, str] = {}
-    signer.sign(
+    signer.sign_request(
         "GET", vector["target_url"], headers, created=vector["created"], nonce=vector["nonce"]
     )
     assert signer.keyid == VECTORS["key"]["thumbprint"]
@@ -99,7 +99,7 @@ def test_the_independent_verifier_accepts_the_published_vectors(vector):
 
 def signed(signer: Signer, url: str = "http://site.test:8080/p") -> dict[str, str]:
     out: dict[str, str] = {}
-    signer.sign("GET", url, out)
+    signer.sign_request("GET", url, out)
     return {k.lower(): v for k, v in out.items()}
 
 
@@ -140,7 +140,7 @@ def test_a_signature_created_in_the_future_fails(pair):
     out: dict[str, str] = {}
     import time
 
-    signer.sign("GET", "http://site.test:8080/p", out, created=int(time.time()) + 3600)
+    signer.sign_request("GET", "http://site.test:8080/p", out, created=int(time.time()) + 3600)
     headers = {k.lower(): v for k, v in out.items()}
     got = verifier.verify("GET", "http", "site.test:8080", "/p", headers)
     assert got == "invalid: created in the future"
@@ -322,14 +322,14 @@ async def test_a_request_that_cannot_be_signed_is_not_sent(server, tmp_path, mon
     server.origin.route("n.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
     server.origin.route("n.test", "/x", Reply(200, "x"))
     settings, _ = signing_settings(server, tmp_path)
-    real = Signer.sign
+    real = Signer.sign_request
 
     def failing(self: Signer, method: str, url: str, headers: Any, **kw: Any) -> None:
         if url.endswith("/x"):
             raise ValueError("no key today")
         real(self, method, url, headers, **kw)
 
-    monkeypatch.setattr(Signer, "sign", failing)
+    monkeypatch.setattr(Signer, "sign_request", failing)
     result = await crawl(settings, [server.url("n.test", "/x")], tmp_path)
     assert server.origin.hits_for("n.test", "/x") == []
     (record,) = result.items

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.log import configure_logging
 from scrapy.utils.reactor import install_reactor
+from twisted.python.failure import Failure
 
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.conformance.check import Report
+    from scrapy_walsh_research.conformance.model import ConformanceResult
 
 
 def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
@@ -47,27 +48,30 @@ def project_targets_spider(settings: Settings) -> type:
         return TargetsSpider
 
 
-def run_conformance_blocking(settings: Settings) -> Report:
-    """Install the reactor, run the sandbox crawls, return the report."""
+def run_conformance_blocking(settings: Settings) -> ConformanceResult:
+    """Install the reactor, run the sandbox crawls, return the result."""
     install_reactor(
         settings["TWISTED_REACTOR"] or "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
         settings["ASYNCIO_EVENT_LOOP"],
     )
     configure_logging(settings)
-    from twisted.internet import reactor
+    # The reactor just installed: twisted types the module attribute as its
+    # interfaces, whose run() takes no installSignalHandlers.
+    from twisted.internet import reactor as installed
 
     # imported here: Scrapy imports every command module on every run
-    from scrapy_walsh_research.conformance.check import Report, run_conformance
+    from scrapy_walsh_research.conformance.run import run_conformance
     from scrapy_walsh_research.sandbox.origin import install_sandbox_resolver
 
+    reactor: Any = installed
     install_sandbox_resolver(reactor)
     spidercls = project_targets_spider(settings)
-    outcome: dict[str, Any] = {}
+    outcome: dict[str, ConformanceResult | Failure] = {}
 
     def main() -> None:
         d = deferred_from_coro(run_conformance(settings, spidercls))
 
-        def done(result: Any) -> None:
+        def done(result: ConformanceResult | Failure) -> None:
             outcome["result"] = result
             reactor.stop()
 
@@ -76,6 +80,6 @@ def run_conformance_blocking(settings: Settings) -> Report:
     reactor.callWhenRunning(main)
     reactor.run(installSignalHandlers=False)
     result = outcome["result"]
-    if not isinstance(result, Report):
+    if isinstance(result, Failure):
         result.raiseException()
     return result

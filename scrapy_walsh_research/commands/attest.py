@@ -57,10 +57,10 @@ class Command(ScrapyCommand):
         # The settings in effect: the project's, the spider's, then its add-ons.
         crawler = Crawler(project_targets_spider(self.settings), self.settings)
         apply_addons(crawler)  # a refused configuration is reported, not raised
-        report = run_conformance_blocking(self.settings) if opts.conformance else None
-        doc = attest(crawler.settings, report)
+        result = run_conformance_blocking(self.settings) if opts.conformance else None
+        doc = attest(crawler.settings, result)
         if key is not None:
-            print(signed_attestation.sign(doc, key))
+            print(signed_attestation.sign_attestation(doc, key))
         else:
             print(json.dumps(doc, indent=2))
         self.exitcode = 0 if all(doc["requirements"].values()) else 1
@@ -73,7 +73,9 @@ class Command(ScrapyCommand):
         try:
             with open(opts.verify) as handle:
                 token = handle.read()
-            doc = signed_attestation.verify(token, signed_attestation.load_jwks(opts.jwks))
+            doc = signed_attestation.verify_attestation(
+                token, signed_attestation.load_jwks(opts.jwks)
+            )
         except (OSError, ValueError) as exc:
             print(f"NOT VERIFIED: {exc}", file=sys.stderr)
             self.exitcode = 1

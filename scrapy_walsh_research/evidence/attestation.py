@@ -18,12 +18,13 @@ from scrapy.utils.misc import load_object
 from scrapy_walsh_research import __version__, preflight
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity import SPEC_VERSION, USER_AGENT
+from scrapy_walsh_research.identity.signing import Signer
 from scrapy_walsh_research.options import declared_purposes
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-    from scrapy_walsh_research.conformance.check import Report
+    from scrapy_walsh_research.conformance.model import ConformanceResult
 
 #: requirement key -> (rule word in start-up problems, components, conformance row ids)
 REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
@@ -86,7 +87,7 @@ def _enabled(settings: BaseSettings) -> dict[str, int]:
     return out
 
 
-def attest(settings: BaseSettings, report: Report | None = None) -> dict[str, Any]:
+def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> dict[str, Any]:
     enabled = _enabled(settings)
     problems = preflight.problems(settings)
     requirements: dict[str, bool] = {}
@@ -103,8 +104,8 @@ def attest(settings: BaseSettings, report: Report | None = None) -> dict[str, An
             "components": {c: enabled.get(c) for c in components},
             "conformance": "not run (pass --conformance)",
         }
-        if report is not None:
-            judged = [c for c in report.checks if c.id in rows]
+        if result is not None:
+            judged = [c for c in result.checks if c.id in rows]
             item["conformance"] = [
                 {"check": c.title, "passed": c.passed, "measured": c.measured} for c in judged
             ]
@@ -145,8 +146,6 @@ def _purposes(settings: BaseSettings) -> list[str] | dict[str, str]:
 def _identity(settings: BaseSettings) -> dict[str, Any]:
     """Whether requests are signed (Web Bot Auth), and as whom: from the key
     itself, not from the setting alone."""
-    from scrapy_walsh_research.identity.signing import Signer
-
     if not settings.get("WALSH_SIGNING_KEY"):
         return {"signed": False, "reason": "WALSH_SIGNING_KEY is not set: requests are unsigned"}
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import urllib.request
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import rfc8785
 from cryptography.hazmat.primitives import serialization
@@ -29,6 +29,7 @@ from scrapy_walsh_research.identity.signing import load_key, public_jwk, public_
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from joserfc.jwk import KeySetSerialization
     from scrapy.settings import BaseSettings
 
 TYP = "walsh-attestation+jws"
@@ -60,11 +61,13 @@ def _jose_key(key: Ed25519PrivateKey) -> OKPKey:
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    return OKPKey.import_key(pem)
+    # joserfc types its constructors' ``Self`` in a way mypy reads as Any
+    jose_key: OKPKey = OKPKey.import_key(pem)
+    return jose_key
 
 
-def sign(doc: dict[str, Any], key: Ed25519PrivateKey) -> str:
-    """The compact JWS of *doc*'s canonical JSON."""
+def sign_attestation(doc: dict[str, Any], key: Ed25519PrivateKey) -> str:
+    """The compact JWS of the attestation *doc*'s canonical JSON."""
     header = {"alg": "EdDSA", "kid": public_jwk(key)["kid"], "typ": TYP}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # joserfc flags EdDSA per RFC 9864; see module doc
@@ -76,18 +79,22 @@ def load_jwks(source: str) -> dict[str, Any]:
     """A JWKS from a file or an https URL (a command, not the crawl: blocking is fine)."""
     if source.startswith("https://"):
         with urllib.request.urlopen(source, timeout=30) as answer:
-            return json.loads(answer.read())
-    if source.startswith("http://"):
+            data = answer.read()
+    elif source.startswith("http://"):
         raise AttestationInvalid(f"{source}: the keys must come over https")
-    with open(source, "rb") as handle:
-        return json.loads(handle.read())
+    else:
+        with open(source, "rb") as handle:
+            data = handle.read()
+    jwks: dict[str, Any] = json.loads(data)  # any other shape: verify_attestation refuses it
+    return jwks
 
 
-def verify(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
+def verify_attestation(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
     """The attestation in *token* if a key of *jwks* signed it, else
     :class:`AttestationInvalid` saying why."""
     try:
-        keys = KeySet.import_key_set(jwks)
+        # the shape is import_key_set's to check: what it refuses is caught here
+        keys = KeySet.import_key_set(cast("KeySetSerialization", jwks))
     except (JoseError, ValueError, TypeError, KeyError) as exc:
         raise AttestationInvalid(f"not a usable JWKS ({exc})") from exc
     try:
@@ -96,7 +103,7 @@ def verify(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
             obj = jws.deserialize_compact(token.strip(), keys, algorithms=ALGORITHMS)
     except (JoseError, ValueError) as exc:
         raise AttestationInvalid(f"the signature does not verify ({exc})") from exc
-    doc = json.loads(obj.payload)
+    doc: dict[str, Any] = json.loads(obj.payload)
     if rfc8785.dumps(doc) != obj.payload:
         raise AttestationInvalid("the signed payload is not canonical JSON (RFC 8785)")
     return doc

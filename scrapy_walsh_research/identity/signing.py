@@ -8,7 +8,7 @@ with ``created``/``expires``, the key's RFC 7638 thumbprint as ``keyid``,
 ``alg="ed25519"``, a fresh ``nonce`` and ``tag="web-bot-auth"``.
 
 The signature is made when the request goes onto its connection (the wire
-handler calls :meth:`Signer.sign`), so no pacing wait can expire it, and
+handler calls :meth:`Signer.sign_request`), so no pacing wait can expire it, and
 every hop and retry gets its own. The RFC 9421 work (signature base,
 structured fields) is the ``http-message-signatures`` library's; this module
 holds the key checks and the protocol's choices.
@@ -295,7 +295,7 @@ class Signer:
             )
         return cls(key, agent=agent, form=form, ttl=ttl, extra=tuple(dict.fromkeys(extra)))
 
-    def sign(
+    def sign_request(
         self,
         method: str,
         url: str,
