@@ -13,7 +13,8 @@ from collections import OrderedDict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.bounds import DEFAULT_CADENCE_CACHE_SIZE, cache_size
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
@@ -72,7 +73,7 @@ class CadenceMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", 86400.0)
+        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
         # Last fetch per target, read once from the store: the frontier asks
@@ -82,7 +83,7 @@ class CadenceMiddleware:
         # answers from a missing entry).
         self._last: OrderedDict[str, float | None] = OrderedDict()
         self.cache_size = cache_size(
-            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", DEFAULT_CADENCE_CACHE_SIZE
+            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", defaults.WALSH_CADENCE_CACHE_SIZE
         )
         pacer = Pacer.for_crawler(crawler)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)

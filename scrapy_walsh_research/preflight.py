@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
-from scrapy_walsh_research import adaptive
+from scrapy_walsh_research import adaptive, defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.options import declared_purposes, list_setting
 
@@ -81,6 +81,9 @@ SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
 RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
 RECORD_PIPELINE_ORDER = 100
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
+
+#: R4: at most one request per second per host, whatever WALSH_MIN_DELAY says
+MIN_DELAY_FLOOR = 1.0
 
 #: Crawlers whose frozen settings passed the check (the gates need not repeat it).
 _checked: weakref.WeakSet[Crawler] = weakref.WeakSet()
@@ -218,11 +221,9 @@ def problems(settings: BaseSettings) -> list[str]:
             "once, ignoring Retry-After): set it to None in DOWNLOADER_MIDDLEWARES or set "
             "RETRY_ENABLED=False."
         )
-    if settings.getfloat("WALSH_MIN_DELAY", 1.0) < 1.0:
-        found.append(
-            f"WALSH_MIN_DELAY={settings.getfloat('WALSH_MIN_DELAY')}: R4 allows at most one "
-            "request per second per host. Set WALSH_MIN_DELAY to 1.0 or more."
-        )
+    too_short = min_delay_problem(settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY))
+    if too_short is not None:
+        found.append(too_short)
     # the adaptive half of R4/R5: nothing may switch it off or weaken it
     # below its documented floor (docs/adaptive.rst)
     found.extend(adaptive.problems(settings.get))
@@ -259,6 +260,17 @@ def problems(settings: BaseSettings) -> list[str]:
     found.extend(_bypass_problems(settings))
     found.extend(_signing_problems(settings))
     return found
+
+
+def min_delay_problem(min_delay: float) -> str | None:
+    """What is wrong with *min_delay* as ``WALSH_MIN_DELAY`` (the start-up
+    check and the pacing gate both refuse it), or None."""
+    if min_delay < MIN_DELAY_FLOOR:
+        return (
+            f"WALSH_MIN_DELAY={min_delay}: R4 allows at most one request per second per host. "
+            f"Set WALSH_MIN_DELAY to {MIN_DELAY_FLOOR} or more."
+        )
+    return None
 
 
 def _list_problems(settings: BaseSettings) -> list[str]:

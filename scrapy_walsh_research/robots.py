@@ -37,7 +37,8 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
@@ -72,9 +73,6 @@ ABSENT_NAMESPACE = "robots_4xx"
 #: another worker keeps the backoff instead of fetching at once
 UNREACHABLE_NAMESPACE = "robots_unreachable"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
-#: WALSH_ROBOTS_TTL and WALSH_ROBOTS_RETRY_DELAY (also tdmrep.json's, usage.py)
-DEFAULT_TTL = 86400.0
-DEFAULT_RETRY_DELAY = 60.0
 #: an origin's documents (robots.txt, tdmrep.json) stay in force at least this
 #: many of its host's intervals: their two fetches, then the target
 USABLE_INTERVALS = 3
@@ -109,10 +107,12 @@ class RobotsTxtMiddleware:
         from scrapy_walsh_research.evidence.audit import AuditTrail
 
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", DEFAULT_TTL)
+        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
         #: how long other workers wait for one worker's fetch of an origin's robots.txt
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", DEFAULT_RETRY_DELAY)
+        self.retry_delay = settings.getfloat(
+            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
+        )
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
         self.pacer = Pacer.for_crawler(crawler)
@@ -121,13 +121,15 @@ class RobotsTxtMiddleware:
         #: parsed answers, least recently used first: an evicted origin's
         #: answer is read back from the state store within its TTL
         self._cache: OrderedDict[str, RobotsEntry] = OrderedDict()
-        self.cache_size = cache_size(settings, "WALSH_ROBOTS_CACHE_SIZE", DEFAULT_ROBOTS_CACHE_SIZE)
+        self.cache_size = cache_size(
+            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
+        )
         self._pending: dict[str, Deferred[RobotsEntry]] = {}
-        from scrapy_walsh_research import identity
-
         self._operator_hosts = {
-            url_host(settings.get("WALSH_BLOCKLIST_URL") or identity.BLOCKLIST_URL),
-            url_host(settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or identity.BLOCKLIST_SCHEMA_URL),
+            url_host(settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL),
+            url_host(
+                settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or defaults.WALSH_BLOCKLIST_SCHEMA_URL
+            ),
         }
 
     @classmethod

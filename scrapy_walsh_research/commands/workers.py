@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands import BaseRunSpiderCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_walsh_research import defaults
+
 if TYPE_CHECKING:
     import argparse
 
@@ -114,7 +116,8 @@ class Command(BaseRunSpiderCommand):
     def long_desc(self) -> str:
         return (
             "Fork N workers of the project's targets spider reading the Redis feed "
-            "(-a redis_key=KEY, default WALSH_REDIS_TARGETS_KEY or 'targets') from one "
+            "(-a redis_key=KEY, default WALSH_REDIS_TARGETS_KEY or "
+            f"{defaults.WALSH_REDIS_TARGETS_KEY!r}) from one "
             "process that has already imported them, so the fleet pays Python's start-up "
             "once. Needs WALSH_REDIS_URL and a POSIX fork. SIGINT/SIGTERM are passed to "
             "every worker (first graceful, second forced); exits non-zero if any failed."
@@ -143,10 +146,9 @@ class Command(BaseRunSpiderCommand):
                 "-o/-O would have every worker write the same file: the fleet's records "
                 "are in Redis (scrapy walsh-records)"
             )
-        from scrapy_walsh_research.state.target_queue import DEFAULT_TARGETS_KEY
-
         spargs.setdefault(
-            "redis_key", settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY
+            "redis_key",
+            settings.get("WALSH_REDIS_TARGETS_KEY") or defaults.WALSH_REDIS_TARGETS_KEY,
         )
         from scrapy.utils.log import configure_logging
 

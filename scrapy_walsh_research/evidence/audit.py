@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import signals
 
+from scrapy_walsh_research import defaults
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.state.redis import RedisConnection
-
-DEFAULT_RETENTION_S = 90 * 86400
 
 
 def utc(t: float) -> str:
@@ -168,14 +168,15 @@ class AuditTrail:
         trail = cls._instances.get(crawler)
         if trail is None:
             settings = crawler.settings
-            retention = settings.getfloat("WALSH_AUDIT_RETENTION", DEFAULT_RETENTION_S)
+            retention = settings.getfloat("WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION)
             if not retention > 0:
                 from scrapy_walsh_research.errors import WalshConfigurationError
 
                 raise WalshConfigurationError(
                     f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
                     "audit log is the evidence a site owner is shown, and this would delete "
-                    "it. Give how long to keep entries, in seconds (default 7776000, 90 days)."
+                    "it. Give how long to keep entries, in seconds "
+                    f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
                 )
             store: AuditStore
             if settings.get("WALSH_REDIS_URL"):

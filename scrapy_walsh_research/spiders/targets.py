@@ -26,8 +26,9 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
-from scrapy_walsh_research.bounds import DEFAULT_LIST_LOOKAHEAD, cache_size
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
@@ -104,7 +105,7 @@ class TargetsSpider(scrapy.Spider):
     store: StateStore
     probe_llms: bool
     only_new: bool
-    list_lookahead: int = DEFAULT_LIST_LOOKAHEAD
+    list_lookahead: int = defaults.WALSH_LIST_LOOKAHEAD
 
     def __init__(
         self, list: str | None = None, redis_key: str | None = None, **kwargs: Any
@@ -136,10 +137,10 @@ class TargetsSpider(scrapy.Spider):
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.store = state_for(crawler)
-        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
-        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
+        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
         spider.list_lookahead = cache_size(
-            crawler.settings, "WALSH_LIST_LOOKAHEAD", DEFAULT_LIST_LOOKAHEAD
+            crawler.settings, "WALSH_LIST_LOOKAHEAD", defaults.WALSH_LIST_LOOKAHEAD
         )
         crawler.signals.connect(spider._headers_received, signal=signals.headers_received)
         crawler.signals.connect(spider._bytes_received, signal=signals.bytes_received)

@@ -173,7 +173,10 @@ def clock_for(crawler: Crawler) -> HostClock:
         from scrapy_walsh_research.state.redis import RedisHostClock
 
         return RedisHostClock.from_crawler(crawler)
-    from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
+    from scrapy_walsh_research.bounds import cache_size
+    from scrapy_walsh_research.defaults import (
+        WALSH_HOST_CLOCK_CACHE_SIZE as DEFAULT_HOST_CLOCK_CACHE_SIZE,
+    )
     from scrapy_walsh_research.state.hostclock import PersistentHostClock
 
     size = cache_size(

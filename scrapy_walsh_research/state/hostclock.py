@@ -14,7 +14,9 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
 from scrapy_walsh_research.adaptive import IDLE, HostLoad
-from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
+from scrapy_walsh_research.defaults import (
+    WALSH_HOST_CLOCK_CACHE_SIZE as DEFAULT_HOST_CLOCK_CACHE_SIZE,
+)
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

@@ -56,7 +56,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import signals
 
 from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
-from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
+from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.defaults import (
+    WALSH_HOST_CLOCK_CACHE_SIZE as DEFAULT_HOST_CLOCK_CACHE_SIZE,
+)
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import RobotsIntervals, pause_on_loss
 from scrapy_walsh_research.state.lua import GUARD
