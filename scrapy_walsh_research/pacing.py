@@ -54,7 +54,6 @@ from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.preflight import check_configuration, min_delay_problem, uses_frontier
 from scrapy_walsh_research.state import clock_for
-from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -74,6 +73,9 @@ logger = logging.getLogger(__name__)
 IN_PLACE_LIMIT = 1.0
 #: set on a request the pacing gate gave back: it keeps its place in its host's queue
 REQUEUED_META = "walsh_requeued"
+#: when the request's bytes last left, stamped by the wire-timed download
+#: handler (:mod:`scrapy_walsh_research.wire`); spacing counts from it
+WIRE_TIME_META = "walsh_wire_time"
 
 
 class Pacer:

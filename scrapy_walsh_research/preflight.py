@@ -72,6 +72,8 @@ SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
 WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
 ADDON = f"{PACKAGE}.Addon"
+#: where the class ADDON names is defined
+ADDON_CLASS = f"{PACKAGE}.addon.Addon"
 #: The start-up check as an extension, built after every add-on has run.
 STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
 #: Its order in EXTENSIONS: late, so extensions built before it are seen too.
@@ -379,7 +381,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
             "every gate is a downloader middleware that Scrapy's downloader calls, and another "
             f"one need not call them. Set DOWNLOADER={SCRAPY_DOWNLOADER!r}."
         )
-    if _addon_installed(settings) and not any(
+    if addon_installed(settings) and not any(
         _name(cls) == STARTUP_CHECK for cls in _enabled(settings, "EXTENSIONS")
     ):
         found.append(
@@ -389,13 +391,16 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
     return found
 
 
-def _addon_installed(settings: BaseSettings) -> bool:
-    from scrapy_walsh_research.addon import Addon
+def addon_installed(settings: BaseSettings) -> bool:
+    """Whether ``ADDONS`` enables the bundle's add-on (or a subclass of it).
 
+    Known by its class's name, as the gates are: the add-on imports this
+    module, so this one does not import it back."""
     for key, order in settings.getdict("ADDONS").items():
         cls = load_object(key) if isinstance(key, str) else key
-        if order is not None and isinstance(cls, type) and issubclass(cls, Addon):
-            return True
+        if order is not None and isinstance(cls, type):
+            if any(_name(base) == ADDON_CLASS for base in cls.__mro__):
+                return True
     return False
 
 

@@ -30,9 +30,8 @@ from scrapy.utils.misc import load_object
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.pacing import WIRE_TIME_META, Pacer
 from scrapy_walsh_research.preflight import check_configuration
-from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
     from scrapy import Request

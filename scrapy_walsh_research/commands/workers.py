@@ -190,7 +190,7 @@ def preload(settings: Settings) -> type:
 
     from scrapy_walsh_research.commands._runner import project_targets_spider
     from scrapy_walsh_research.errors import WalshConfigurationError
-    from scrapy_walsh_research.preflight import _addon_installed
+    from scrapy_walsh_research.preflight import addon_installed
 
     hook = install_reactor_import_hook()
     skipped: list[str] = []
@@ -216,7 +216,7 @@ def preload(settings: Settings) -> type:
         except WalshConfigurationError as exc:
             raise UsageError(str(exc), print_help=False) from None
         merged = crawler.settings
-        if not _addon_installed(merged):
+        if not addon_installed(merged):
             raise UsageError(
                 f"the {spidercls.__name__} spider runs without the Walsh-Research add-on "
                 "here: run walsh-workers in a project whose settings have "
