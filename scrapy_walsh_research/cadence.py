@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import weakref
 from collections import OrderedDict
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STATE_NAMESPACE = "cadence"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
 #: only one worker of a fleet fetches a target at a time: same URL, other batch
@@ -143,8 +139,8 @@ class CadenceMiddleware:
             return
         last, due_at = due
         reason = (
-            f"fetched {_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
-            f"due again {_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
+            f"fetched {utc_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
+            f"due again {utc_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
         )
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 

@@ -17,7 +17,6 @@ than ``WALSH_AUDIT_RETENTION`` (90 days) are dropped when a crawl opens.
 
 from __future__ import annotations
 
-import datetime
 import json
 import sqlite3
 import time
@@ -29,6 +28,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from scrapy import signals
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
+from scrapy_walsh_research.errors import WalshConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -37,12 +39,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.state.redis import RedisConnection
-
-
-def utc(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(
-        timespec="milliseconds"
-    )
 
 
 class AuditStore(Protocol):
@@ -131,7 +127,7 @@ class RedisAudit:
         for _, fields in rows:
             entry = json.loads(fields["e"])
             h = entry.get("host") or ""
-            if host is None or h == host or h.endswith("." + host):
+            if host is None or in_domain(h, host):
                 out.append(entry)
         return out
 
@@ -170,8 +166,6 @@ class AuditTrail:
             settings = crawler.settings
             retention = settings.getfloat("WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION)
             if not retention > 0:
-                from scrapy_walsh_research.errors import WalshConfigurationError
-
                 raise WalshConfigurationError(
                     f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
                     "audit log is the evidence a site owner is shown, and this would delete "
@@ -198,11 +192,15 @@ class AuditTrail:
         return trail
 
     def _base(self, event: str, url: str) -> dict[str, Any]:
-        from scrapy_walsh_research.core.urls import is_http_url, url_host
-
         now = time.time()
         host = url_host(url) if is_http_url(url) else ""
-        return {"t": now, "ts": utc(now), "event": event, "url": url, "host": host}
+        return {
+            "t": now,
+            "ts": utc_iso(now, "milliseconds"),
+            "event": event,
+            "url": url,
+            "host": host,
+        }
 
     def sent(self, request: Request, kind: str) -> Awaitable[None] | None:
         """The entry for *request*, about to go onto its connection."""
@@ -264,8 +262,8 @@ class AuditTrail:
 
     async def purged(self, host: str, cause: str, counts: dict[str, int]) -> None:
         now = time.time()
-        entry = {"t": now, "ts": utc(now), "event": "purge", "url": "", "host": host,
-                 "reason": cause, "deleted": counts}  # fmt: skip
+        entry = {"t": now, "ts": utc_iso(now, "milliseconds"), "event": "purge", "url": "",
+                 "host": host, "reason": cause, "deleted": counts}  # fmt: skip
         done = self.store.append(entry)
         if done is not None:
             await done

@@ -260,10 +260,6 @@ def _measure_gaps(requests: list[Sent]) -> None:
             holds[r.host] = (r.hold_until, r.hold_by or "backoff")
 
 
-def hosts_of(entries: list[dict[str, Any]]) -> list[str]:
-    return sorted({e["host"] for e in entries if e.get("host")})
-
-
 def by_host(entries: list[dict[str, Any]], since: float | None = None) -> dict[str, HostEvidence]:
     """The evidence for each exact host in *entries* (one pass, for the summary)."""
     grouped: dict[str, list[dict[str, Any]]] = {}
@@ -272,10 +268,6 @@ def by_host(entries: list[dict[str, Any]], since: float | None = None) -> dict[s
             grouped.setdefault(e["host"], []).append(e)
     out = {h: collect(grouped[h], h, since) for h in sorted(grouped)}
     return {h: ev for h, ev in out.items() if ev.requests or ev.decisions or ev.purges}
-
-
-def covers(host: str, candidate: str) -> bool:
-    return candidate == host or candidate.endswith("." + host)
 
 
 def parse_since(text: str) -> float:

@@ -29,6 +29,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
@@ -37,7 +38,6 @@ from scrapy_walsh_research.records import (
     PREFERENCES_META,
     TICKET_KEY,
     new_record,
-    now_iso,
     response_metadata,
 )
 from scrapy_walsh_research.retry import GAVE_UP_META
@@ -395,7 +395,7 @@ class TargetsSpider(scrapy.Spider):
                 continue
             keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
             known = await self.store.get_many(SEEN_NAMESPACE, keys)
-            now = now_iso()
+            now = utc_iso()
             await self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
             for item, k in zip(items, keys, strict=True):
                 item["first_seen"] = known.get(k, now)
