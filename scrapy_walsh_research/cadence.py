@@ -8,7 +8,6 @@ store, so the rule holds across runs, which is where it matters.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.state import state_for
 
 if TYPE_CHECKING:
@@ -49,12 +49,11 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 return {'ok', ''}
 """
 CLAIMS_NAMESPACE = "cadence_claims"
-_instances: weakref.WeakKeyDictionary[Crawler, CadenceMiddleware] = weakref.WeakKeyDictionary()
 
 
 def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
     """The crawler's cadence gate, for the record pipeline that writes it."""
-    return _instances.get(crawler)
+    return registered(crawler, CadenceMiddleware)
 
 
 class CadenceMiddleware:
@@ -90,7 +89,7 @@ class CadenceMiddleware:
 
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CLAIM)
-        _instances[crawler] = self
+        register(crawler, CadenceMiddleware, self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

@@ -52,6 +52,7 @@ from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
+from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.preflight import check_configuration, min_delay_problem, uses_frontier
 from scrapy_walsh_research.state import clock_for
 
@@ -80,8 +81,6 @@ WIRE_TIME_META = "walsh_wire_time"
 
 class Pacer:
     """Per-host intervals and the host clock: the one owner of R4/R5 timing."""
-
-    _instances: weakref.WeakKeyDictionary[Crawler, Pacer] = weakref.WeakKeyDictionary()
 
     def __init__(self, crawler: Crawler, clock: HostClock | None = None) -> None:
         settings = crawler.settings
@@ -138,10 +137,7 @@ class Pacer:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> Pacer:
-        pacer = cls._instances.get(crawler)
-        if pacer is None:
-            pacer = cls._instances[crawler] = cls(crawler)
-        return pacer
+        return per_crawler(crawler, Pacer, lambda: cls(crawler))
 
     def add_denial_check(self, check: Callable[[Request], bool]) -> None:
         """Register a gate's cheap, cached-state-only "would deny" test."""

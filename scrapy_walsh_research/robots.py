@@ -27,7 +27,6 @@ import atexit
 import hashlib
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,6 +52,7 @@ from scrapy_walsh_research.internal import (
     internal_fetch,
 )
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.state import state_for
 
@@ -95,13 +95,9 @@ class RobotsEntry:
 class RobotsTxtMiddleware:
     """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
 
-    _instances: weakref.WeakKeyDictionary[Crawler, RobotsTxtMiddleware] = (
-        weakref.WeakKeyDictionary()
-    )
-
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        RobotsTxtMiddleware._instances[crawler] = self
+        register(crawler, RobotsTxtMiddleware, self)
         self.crawler = crawler
         self.stats = crawler.stats
         from scrapy_walsh_research.evidence.audit import AuditTrail
@@ -141,7 +137,7 @@ class RobotsTxtMiddleware:
     def of(cls, crawler: Crawler) -> RobotsTxtMiddleware | None:
         """The crawler's R2 gate, once built (the PREF gate reads the
         selected group's usage preferences from it)."""
-        return cls._instances.get(crawler)
+        return registered(crawler, RobotsTxtMiddleware)
 
     def cached_policy(self, url: str) -> RobotsPolicy | None:
         """The policy in force for *url*'s origin, when one is cached."""

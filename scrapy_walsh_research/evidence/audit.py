@@ -31,6 +31,7 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.per_crawler import per_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -140,8 +141,6 @@ class AuditTrail:
     """Builds the entries; the gates register what is in force (the
     blocklist version, each origin's robots.txt, the signing keyid)."""
 
-    _instances: weakref.WeakKeyDictionary[Crawler, AuditTrail] = weakref.WeakKeyDictionary()
-
     def __init__(self, store: AuditStore, retention: float) -> None:
         self.store = store
         self.retention = retention
@@ -161,35 +160,36 @@ class AuditTrail:
     def for_crawler(cls, crawler: Crawler, *, prune: bool = True) -> AuditTrail:
         """The crawler's trail; *prune*: drop entries past the retention
         (a crawl does; the commands that read the log do not)."""
-        trail = cls._instances.get(crawler)
-        if trail is None:
-            settings = crawler.settings
-            retention = settings.getfloat("WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION)
-            if not retention > 0:
-                raise WalshConfigurationError(
-                    f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
-                    "audit log is the evidence a site owner is shown, and this would delete "
-                    "it. Give how long to keep entries, in seconds "
-                    f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
-                )
-            store: AuditStore
-            if settings.get("WALSH_REDIS_URL"):
-                from scrapy_walsh_research.state.redis import RedisConnection
+        return per_crawler(crawler, AuditTrail, lambda: cls._open(crawler, prune))
 
-                store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
-            else:
-                from scrapy_walsh_research.state.base import state_dir
+    @classmethod
+    def _open(cls, crawler: Crawler, prune: bool) -> AuditTrail:
+        settings = crawler.settings
+        retention = settings.getfloat("WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION)
+        if not retention > 0:
+            raise WalshConfigurationError(
+                f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
+                "audit log is the evidence a site owner is shown, and this would delete "
+                "it. Give how long to keep entries, in seconds "
+                f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
+            )
+        store: AuditStore
+        if settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.state.redis import RedisConnection
 
-                store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
-                crawler.signals.connect(
-                    lambda: store.close(), signal=signals.engine_stopped, weak=False
-                )
-                # past the retention: dropped as the crawl opens (Redis trims
-                # the stream on every append)
-                if prune:
-                    store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
-            trail = cls._instances[crawler] = cls(store, retention)
-        return trail
+            store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
+        else:
+            from scrapy_walsh_research.state.base import state_dir
+
+            store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
+            crawler.signals.connect(
+                lambda: store.close(), signal=signals.engine_stopped, weak=False
+            )
+            # past the retention: dropped as the crawl opens (Redis trims
+            # the stream on every append)
+            if prune:
+                store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
+        return cls(store, retention)
 
     def _base(self, event: str, url: str) -> dict[str, Any]:
         now = time.time()
