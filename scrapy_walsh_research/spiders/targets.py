@@ -341,7 +341,7 @@ class TargetsSpider(scrapy.Spider):
                     errback=self.llms_failed,
                     dont_filter=True,
                     meta={
-                        INTERNAL_META: Marks.for_crawler(self.crawler).sign(LLMS),
+                        INTERNAL_META: Marks.for_crawler(self.crawler).issue(LLMS),
                         LLMS_RECORD_META: record,
                     },
                 )
