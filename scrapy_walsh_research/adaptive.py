@@ -293,8 +293,9 @@ class HostLoad:
 
         def number(key: str) -> float:
             value = data.get(key)
-            ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-            return float(value) if ok else 0.0
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                return float(value)
+            return 0.0
 
         signals = data.get("signals")
         return cls(

@@ -12,23 +12,23 @@ import weakref
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable
+    from collections.abc import Callable
 
     from scrapy.crawler import Crawler
 
 T = TypeVar("T")
 
-_objects: weakref.WeakKeyDictionary[Crawler, dict[Hashable, Any]] = weakref.WeakKeyDictionary()
+_objects: weakref.WeakKeyDictionary[Crawler, dict[object, Any]] = weakref.WeakKeyDictionary()
 
 
-def _slots(crawler: Crawler) -> dict[Hashable, Any]:
+def _slots(crawler: Crawler) -> dict[object, Any]:
     slots = _objects.get(crawler)
     if slots is None:
         slots = _objects[crawler] = {}
     return slots
 
 
-def per_crawler(crawler: Crawler, key: Hashable, factory: Callable[[], T]) -> T:
+def per_crawler(crawler: Crawler, key: object, factory: Callable[[], T]) -> T:
     """The crawler's object under *key*, built by *factory* on first use."""
     slots = _slots(crawler)
     if key not in slots:

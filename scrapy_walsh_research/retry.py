@@ -111,7 +111,8 @@ class RetryMiddleware:
                 return None
         elif status not in RATE_LIMIT_CODES | TRANSIENT_CODES:
             return None
-        attempt = request.meta.get("retry_times", 0)
+        attempt: int = request.meta.get("retry_times", 0)
+        delay: float
         if attempt >= self.max_times:
             if status in RATE_LIMIT_CODES:  # giving up on an overloaded host: one more step
                 delay = min(self.max_delay, self.base * 2**attempt)
@@ -140,6 +141,7 @@ class RetryMiddleware:
             if planned is None:
                 planned = random.uniform(0, min(self.max_delay, self.base * 2**attempt))
             delay, source = float(planned), "backoff"
+        assert self.crawler.spider is not None  # as Scrapy's own RetryMiddleware does
         retry = get_retry_request(
             request,
             spider=self.crawler.spider,

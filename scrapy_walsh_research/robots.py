@@ -120,7 +120,7 @@ class RobotsTxtMiddleware:
         self.cache_size = cache_size(
             settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
         )
-        self._pending: dict[str, Deferred[RobotsEntry]] = {}
+        self._pending: dict[str, Deferred[None]] = {}
         self._operator_hosts = {
             url_host(settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL),
             url_host(
@@ -502,13 +502,14 @@ async def _parse(text: str) -> tuple[RobotsPolicy, str]:
     def finished(future: Any) -> None:
         exc = future.exception()
         if exc is None:
-            reactor.callFromThread(done.callback, future.result())  # type: ignore[attr-defined]
+            reactor.callFromThread(done.callback, future.result())
         else:
-            reactor.callFromThread(done.errback, exc)  # type: ignore[attr-defined]
+            reactor.callFromThread(done.errback, exc)
 
     try:
         _parser_pool().submit(_parse_pickled, text).add_done_callback(finished)
-        loaded: tuple[RobotsPolicy, str] = pickle.loads(await maybe_deferred_to_future(done))
+        data = await maybe_deferred_to_future(done)
+        loaded: tuple[RobotsPolicy, str] = pickle.loads(data)
         return loaded
     except (BrokenProcessPool, OSError, RuntimeError) as exc:
         # no worker process (it died, or cannot start): parse in a thread

@@ -94,7 +94,10 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
                 assert request is not None
                 if not self._grant_valid(request):
                     connection.transport.loseConnection()
-                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
+                    # Twisted's ConnectError.__init__ has no annotations
+                    raise GrantExpired(  # type: ignore[no-untyped-call]
+                        string=f"the reserved slot for {request.url} expired"
+                    )
 
             def send(connection: Any) -> Any:
                 assert request is not None

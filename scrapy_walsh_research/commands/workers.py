@@ -404,7 +404,8 @@ class Fleet:
                     os.kill(os.getpid(), signum)
 
             # after startup's triggers, so after Scrapy installed its handlers
-            reactor.callWhenRunning(lambda: reactor.callLater(0, replay))
+            # (Twisted types its reactor interfaces for the mypy-zope plugin)
+            reactor.callWhenRunning(lambda: reactor.callLater(0, replay))  # type: ignore[arg-type]
         process.start()
         return 1 if process.bootstrap_failed else 0
 

@@ -23,7 +23,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from scrapy import signals
 
@@ -84,7 +84,8 @@ class SQLiteAudit:
     async def query(
         self, host: str | None = None, since: float | None = None
     ) -> list[dict[str, Any]]:
-        sql, args = "SELECT entry FROM audit WHERE t >= ?", [since or 0.0]
+        sql = "SELECT entry FROM audit WHERE t >= ?"
+        args: list[object] = [since or 0.0]
         if host is not None:  # the host or a subdomain (no LIKE: '%' and '_' are literal)
             sql += " AND (host = ? OR substr(host, -?) = ?)"
             args += [host, len(host) + 1, f".{host}"]
@@ -123,7 +124,11 @@ class RedisAudit:
         self, host: str | None = None, since: float | None = None
     ) -> list[dict[str, Any]]:
         start = str(int((since or 0) * 1000))
-        rows = await self.conn.call("audit", lambda r: r.xrange(self.key, min=start))
+        # redis-py types a stream read as optional; XRANGE always answers a list
+        rows = cast(
+            "list[tuple[str, dict[str, str]]]",
+            await self.conn.call("audit", lambda r: r.xrange(self.key, min=start)),
+        )
         out = []
         for _, fields in rows:
             entry = json.loads(fields["e"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from scrapy_walsh_research.evidence.audit import AuditTrail
     from scrapy_walsh_research.state.base import StateStore
+    from scrapy_walsh_research.state.redis import RedisConnection
 
 logger = logging.getLogger(__name__)
 
@@ -118,13 +119,15 @@ async def purge(
     return purged
 
 
-def _redis_connection() -> type:
+def _redis_connection() -> type[RedisConnection]:
     """The Redis connection class, if a Redis store can exist in this process
     (its module is loaded), else a class nothing is an instance of: a crawl
     without Redis does not import redis-py for a purge (0.2-0.7 s on the
     reactor thread)."""
     module = sys.modules.get("scrapy_walsh_research.state.redis")
-    return module.RedisConnection if module is not None else type("NoRedis", (), {})
+    if module is not None:
+        return cast("type[RedisConnection]", module.RedisConnection)
+    return cast("type[RedisConnection]", type("NoRedis", (), {}))
 
 
 def total(purged: dict[str, dict[str, Any]]) -> int:

@@ -400,7 +400,7 @@ def _facts(ev: HostEvidence) -> str:
         '<dl class="facts">'
         f'<dt>requests sent</dt><dd id="request-count">{len(ev.requests)}</dd>'
         f'<dt>denials</dt><dd id="denial-count">{len(ev.denials)}</dd>'
-        f'<dt>smallest gap</dt><dd id="smallest-gap">{_seconds(smallest and smallest.gap)}'
+        f'<dt>smallest gap</dt><dd id="smallest-gap">{_seconds(smallest.gap if smallest else None)}'
         + (
             f' <span class="note">(before {esc(smallest.path)} at {esc(smallest.ts)}, interval '
             f"{_seconds(smallest.required)})</span>"
@@ -540,7 +540,7 @@ def summary_page(hosts: dict[str, HostEvidence], link_dir: str, *, since: str | 
             f'<tr class="host{" under" if ev.under else ""}">'
             f'<td><a href="{esc(link_dir)}/{esc(host_file(host))}">{esc(host)}</a></td>'
             f'<td class="n">{len(ev.requests)}</td><td class="n">{len(ev.denials)}</td>'
-            f'<td class="n">{_seconds(smallest and smallest.gap)}</td>'
+            f'<td class="n">{_seconds(smallest.gap if smallest else None)}</td>'
             f'<td class="n">{len(ev.under)}</td></tr>'
         )
     scope = f" since {esc(since)}" if since else ""

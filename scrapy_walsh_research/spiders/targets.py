@@ -478,7 +478,7 @@ class TargetsSpider(scrapy.Spider):
         if RECEIVED_META in request.meta:
             request.meta[RECEIVED_META] += len(data)
 
-    def _too_large(self, request: Request, exc: BaseException) -> str | None:
+    def _too_large(self, request: Request, exc: BaseException | None) -> str | None:
         """The reason, counted and logged, when Scrapy dropped a response for
         exceeding DOWNLOAD_MAXSIZE; None for any other failure.
 
