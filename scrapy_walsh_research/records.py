@@ -106,7 +106,7 @@ class RecordPipeline:
         self.crawler = crawler
         self.stats = crawler.stats
         self.audit = AuditTrail.for_crawler(crawler)
-        #: with Redis, this machine's copy of the fed records (issue 22)
+        #: with Redis, this machine's copy of the fed records
         self.copies: RecordCopies | None = None
         if crawler.settings.get("WALSH_REDIS_URL"):
             from scrapy_walsh_research.state.base import state_dir
