@@ -125,98 +125,10 @@ def _name(cls: Any) -> str:
 
 def problems(settings: BaseSettings) -> list[str]:
     """Every way *settings* break the contract, each saying what to change."""
-    found: list[str] = []
     mws = enabled_downloader_middlewares(settings)
     order = {_name(cls): prio for cls, prio in mws.items()}
-    gates = (
-        (SCOPE_MW, "R6"),
-        (BLOCKLIST_MW, "R3"),
-        (ROBOTS_MW, "R2"),
-        (USAGE_MW, "PREF"),
-        (PACING_MW, "R4"),
-        (RETRY_MW, "R5"),
-    )
-    for path, rule in (*gates, (USERAGENT_MW, "R1")):
-        if path not in order:
-            found.append(
-                f"{rule} gate {path} is not enabled: add it to DOWNLOADER_MIDDLEWARES "
-                f"with order {DOWNLOADER_MIDDLEWARES[path]} (or use the "
-                f"{PACKAGE}.Addon add-on)."
-            )
-    spider_mws = {_name(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
-    pipelines = {
-        _name(load_object(k) if isinstance(k, str) else k)
-        for k, v in settings.get_component_priority_dict_with_base("ITEM_PIPELINES").items()
-        if v is not None
-    }
-    if RECORD_PIPELINE not in pipelines:
-        found.append(
-            f"{RECORD_PIPELINE} is not enabled: add it to ITEM_PIPELINES with order "
-            f"{RECORD_PIPELINE_ORDER}; the targets spider's records write each target's "
-            "cadence (R8) and acknowledge lines fed through Redis with it."
-        )
-    if SCOPE_SPIDER_MW not in spider_mws:
-        found.append(
-            f"R6 guard {SCOPE_SPIDER_MW} is not enabled: add it to SPIDER_MIDDLEWARES with "
-            f"order {SPIDER_MIDDLEWARES[SCOPE_SPIDER_MW]} so followed links are dropped."
-        )
-    else:
-        # A callback's output passes spider middlewares from the highest order
-        # down: one at or below the guard would see it after the guard.
-        guard = spider_mws[SCOPE_SPIDER_MW]
-        after = sorted(
-            f"{name} ({prio})"
-            for name, prio in spider_mws.items()
-            if prio <= guard and name != SCOPE_SPIDER_MW
-        )
-        if after:
-            found.append(
-                f"SPIDER_MIDDLEWARES runs {', '.join(after)} at or after the R6 guard "
-                f"({SCOPE_SPIDER_MW}, {guard}) on a callback's output, where a request it "
-                "yields is not dropped: give it a higher number."
-            )
-    if BLOCKLIST_MW in order and ROBOTS_MW in order and order[BLOCKLIST_MW] >= order[ROBOTS_MW]:
-        found.append(
-            f"DOWNLOADER_MIDDLEWARES orders the blocklist gate ({order[BLOCKLIST_MW]}) at or "
-            f"after the robots.txt gate ({order[ROBOTS_MW]}): the spec checks the operator "
-            "blocklist first. Give the blocklist gate the lower number."
-        )
-    if USAGE_MW in order and ROBOTS_MW in order and order[USAGE_MW] <= order[ROBOTS_MW]:
-        found.append(
-            f"DOWNLOADER_MIDDLEWARES orders the usage-preferences gate ({order[USAGE_MW]}) at "
-            f"or before the robots.txt gate ({order[ROBOTS_MW]}): preferences apply only where "
-            "robots.txt allows crawling, and tdmrep.json is fetched under robots.txt's rules. "
-            "Give the usage-preferences gate the higher number."
-        )
-    if USAGE_MW in order and PACING_MW in order and order[PACING_MW] <= order[USAGE_MW]:
-        found.append(
-            f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
-            f"the usage-preferences gate ({order[USAGE_MW]}): pace only requests that may be "
-            "sent. Give the pacing gate the higher number."
-        )
-    if ROBOTS_MW in order and PACING_MW in order and order[PACING_MW] <= order[ROBOTS_MW]:
-        found.append(
-            f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
-            f"the robots.txt gate ({order[ROBOTS_MW]}): pace only requests that may be sent. "
-            "Give the pacing gate the higher number."
-        )
-    if PACING_MW in order:
-        # Between the pacing gate and the wire, a component that answers or
-        # retries a request in process_response/process_exception runs before
-        # the pacing gate sees the answer: its Retry-After hold and its send
-        # time would be skipped. The R5 gate itself must run before pacing.
-        between = sorted(
-            f"{name} ({prio})"
-            for name, prio in order.items()
-            if order[PACING_MW] < prio < order.get(USERAGENT_MW, 10**9)
-        )
-        if between:
-            found.append(
-                f"DOWNLOADER_MIDDLEWARES runs {', '.join(between)} between the pacing gate "
-                f"({order[PACING_MW]}) and the R1 gate: it would see answers before pacing does "
-                "(a Retry-After hold could be skipped). Give it a number below "
-                f"{order[PACING_MW]}."
-            )
+    found = _component_problems(settings, order)
+    found.extend(_order_problems(order))
     if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
         found.append(
             f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "
@@ -264,6 +176,110 @@ def problems(settings: BaseSettings) -> list[str]:
     return found
 
 
+def _component_problems(settings: BaseSettings, order: dict[str, int]) -> list[str]:
+    """Gates, the R6 guard and the record pipeline that are not enabled, or
+    run where they cannot guard (*order*: the enabled downloader middlewares)."""
+    found: list[str] = []
+    gates = (
+        (SCOPE_MW, "R6"),
+        (BLOCKLIST_MW, "R3"),
+        (ROBOTS_MW, "R2"),
+        (USAGE_MW, "PREF"),
+        (PACING_MW, "R4"),
+        (RETRY_MW, "R5"),
+    )
+    for path, rule in (*gates, (USERAGENT_MW, "R1")):
+        if path not in order:
+            found.append(
+                f"{rule} gate {path} is not enabled: add it to DOWNLOADER_MIDDLEWARES "
+                f"with order {DOWNLOADER_MIDDLEWARES[path]} (or use the "
+                f"{PACKAGE}.Addon add-on)."
+            )
+    spider_mws = {_name(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
+    pipelines = {
+        _name(load_object(k) if isinstance(k, str) else k)
+        for k, v in settings.get_component_priority_dict_with_base("ITEM_PIPELINES").items()
+        if v is not None
+    }
+    if RECORD_PIPELINE not in pipelines:
+        found.append(
+            f"{RECORD_PIPELINE} is not enabled: add it to ITEM_PIPELINES with order "
+            f"{RECORD_PIPELINE_ORDER}; the targets spider's records write each target's "
+            "cadence (R8) and acknowledge lines fed through Redis with it."
+        )
+    if SCOPE_SPIDER_MW not in spider_mws:
+        found.append(
+            f"R6 guard {SCOPE_SPIDER_MW} is not enabled: add it to SPIDER_MIDDLEWARES with "
+            f"order {SPIDER_MIDDLEWARES[SCOPE_SPIDER_MW]} so followed links are dropped."
+        )
+    else:
+        # A callback's output passes spider middlewares from the highest order
+        # down: one at or below the guard would see it after the guard.
+        guard = spider_mws[SCOPE_SPIDER_MW]
+        after = sorted(
+            f"{name} ({prio})"
+            for name, prio in spider_mws.items()
+            if prio <= guard and name != SCOPE_SPIDER_MW
+        )
+        if after:
+            found.append(
+                f"SPIDER_MIDDLEWARES runs {', '.join(after)} at or after the R6 guard "
+                f"({SCOPE_SPIDER_MW}, {guard}) on a callback's output, where a request it "
+                "yields is not dropped: give it a higher number."
+            )
+    return found
+
+
+def _order_problems(order: dict[str, int]) -> list[str]:
+    """The downloader middlewares out of the spec's order (§5): blocklist,
+    robots.txt, usage preferences, then pacing, with nothing between pacing
+    and the R1 gate."""
+    found: list[str] = []
+    if BLOCKLIST_MW in order and ROBOTS_MW in order and order[BLOCKLIST_MW] >= order[ROBOTS_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the blocklist gate ({order[BLOCKLIST_MW]}) at or "
+            f"after the robots.txt gate ({order[ROBOTS_MW]}): the spec checks the operator "
+            "blocklist first. Give the blocklist gate the lower number."
+        )
+    if USAGE_MW in order and ROBOTS_MW in order and order[USAGE_MW] <= order[ROBOTS_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the usage-preferences gate ({order[USAGE_MW]}) at "
+            f"or before the robots.txt gate ({order[ROBOTS_MW]}): preferences apply only where "
+            "robots.txt allows crawling, and tdmrep.json is fetched under robots.txt's rules. "
+            "Give the usage-preferences gate the higher number."
+        )
+    if USAGE_MW in order and PACING_MW in order and order[PACING_MW] <= order[USAGE_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
+            f"the usage-preferences gate ({order[USAGE_MW]}): pace only requests that may be "
+            "sent. Give the pacing gate the higher number."
+        )
+    if ROBOTS_MW in order and PACING_MW in order and order[PACING_MW] <= order[ROBOTS_MW]:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
+            f"the robots.txt gate ({order[ROBOTS_MW]}): pace only requests that may be sent. "
+            "Give the pacing gate the higher number."
+        )
+    if PACING_MW in order:
+        # Between the pacing gate and the wire, a component that answers or
+        # retries a request in process_response/process_exception runs before
+        # the pacing gate sees the answer: its Retry-After hold and its send
+        # time would be skipped. The R5 gate itself must run before pacing.
+        between = sorted(
+            f"{name} ({prio})"
+            for name, prio in order.items()
+            if order[PACING_MW] < prio < order.get(USERAGENT_MW, 10**9)
+        )
+        if between:
+            found.append(
+                f"DOWNLOADER_MIDDLEWARES runs {', '.join(between)} between the pacing gate "
+                f"({order[PACING_MW]}) and the R1 gate: it would see answers before pacing does "
+                "(a Retry-After hold could be skipped). Give it a number below "
+                f"{order[PACING_MW]}."
+            )
+    return found
+
+
 def min_delay_problem(min_delay: float) -> str | None:
     """What is wrong with *min_delay* as ``WALSH_MIN_DELAY`` (the start-up
     check and the pacing gate both refuse it), or None."""
@@ -308,6 +324,8 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
 
     The table of every Scrapy 2.19 setting and component and why each is
     refused, allowed or only advised against is in ``docs/readings.rst``.
+    Long because it is a flat list of independent checks, one per feature,
+    each with its message: read top to bottom.
     """
     found: list[str] = []
     defaults = settings.getdict("DEFAULT_REQUEST_HEADERS")

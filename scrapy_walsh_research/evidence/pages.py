@@ -169,6 +169,9 @@ PREFERENCE_HEADS = ["source", "signal", "value", "scope", "speaks about", "first
 
 
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
+    """One host's page. Long because it writes the page's sections in the
+    order they appear (requests, denials, documents, preferences, purges):
+    read top to bottom."""
     rows = []
     for r in ev.requests:
         answer = str(r.status) if r.status is not None else (r.error or "—")

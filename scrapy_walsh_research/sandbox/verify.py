@@ -149,6 +149,9 @@ class Verifier:
         headers: dict[str, str],
         now: float | None,
     ) -> str:
+        # One pass in the order a verifier works (RFC 9421 §3.2: parameters,
+        # key, covered components, signature base, signature), each refusal
+        # next to the step it belongs to: long, but read top to bottom.
         now = time.time() if now is None else now
         inputs = parse_dictionary(headers.get("signature-input", ""))
         signatures = parse_dictionary(headers.get("signature", ""))
