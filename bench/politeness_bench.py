@@ -310,8 +310,8 @@ def signing_cost(results: list[dict]) -> None:
 
 def multi(a: argparse.Namespace) -> int:
     """N worker processes sharing one Redis against one worker."""
+    from scrapy_walsh_research.defaults import WALSH_MAX_CRAWL_DELAY
     from scrapy_walsh_research.sandbox.redis_server import RedisServer
-    from scrapy_walsh_research.state.hostclock import DEFAULT_MAX_CRAWL_DELAY
 
     redis = RedisServer(Path(tempfile.mkdtemp(prefix="bench-redis-")), persist=False).start()
     url = redis.url
@@ -319,8 +319,8 @@ def multi(a: argparse.Namespace) -> int:
     # ago may, for all a worker can tell, have restarted empty: every host
     # waits until then (docs/redis.rst). The fleets are timed after that, as
     # against a Redis that has been up a while.
-    print(f"waiting {DEFAULT_MAX_CRAWL_DELAY:.0f} s: Redis's start counts as lost history until then")
-    time.sleep(DEFAULT_MAX_CRAWL_DELAY)
+    print(f"waiting {WALSH_MAX_CRAWL_DELAY:.0f} s: Redis's start counts as lost history until then")
+    time.sleep(WALSH_MAX_CRAWL_DELAY)
     try:
         results = []
         for name, layout in MULTI.items():

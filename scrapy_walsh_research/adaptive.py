@@ -22,10 +22,11 @@ agree step for step):
   host up: its remaining targets are skipped (rule R5) for ``give_up``
   seconds, across restarts.
 
-Defaults live here and nowhere else (see ``docs/adaptive.rst`` for the
-measurements behind them); :func:`problems` is what the start-up check
-refuses. It imports exception classes only: the clocks, the pacing gate and
-the start-up check all use it.
+The defaults are in :mod:`scrapy_walsh_research.defaults` (see
+``docs/adaptive.rst`` for the measurements behind them); the floors below
+and :func:`problems` are what the start-up check refuses. It imports
+exception classes and the defaults only: the clocks, the pacing gate and the
+start-up check all use it.
 """
 
 from __future__ import annotations
@@ -43,25 +44,10 @@ from scrapy.exceptions import (
 from twisted.internet import error as tx_error
 from twisted.web.client import ResponseFailed
 
+from scrapy_walsh_research import defaults
+
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-#: the interval is at least this many times the host's response time: the
-#: bot occupies a host at most 1/6 of the time, as Heritrix's delayFactor 5
-#: does (it waits 5 x the fetch *after* it, we count from its start); a
-#: host answering within 1/6 s keeps the 1 s floor
-DEFAULT_FACTOR = 6.0
-#: the longest interval load or distress may set; a signal when already
-#: there gives the host up
-DEFAULT_MAX_DELAY = 60.0
-#: each distress signal multiplies the interval by this: a 20 s outage then
-#: gets at most three requests (1 s floor: 3 s, then 9 s, then 27 s)
-DEFAULT_BACKOFF = 3.0
-#: answers in a row without a signal before the interval comes down a step
-#: (then every further one, until the next signal, brings it down another)
-DEFAULT_RECOVERY = 3
-#: how long a host given up stays skipped (seconds)
-DEFAULT_GIVE_UP = 3600.0
 
 #: the start-up check's floors: below them the rule stops protecting hosts
 MIN_FACTOR = 4.0  # the bot's share of a slow host's time stays <= 25 %
@@ -74,13 +60,13 @@ ALPHA = 0.2
 #: up to this much is added to each raised distress interval
 JITTER = 0.1
 
-#: what each setting is, for the start-up check's messages
+#: each setting's default and floor, for the start-up check's messages
 SETTINGS = {
-    "WALSH_ADAPTIVE_FACTOR": (DEFAULT_FACTOR, MIN_FACTOR),
-    "WALSH_ADAPTIVE_MAX_DELAY": (DEFAULT_MAX_DELAY, MIN_MAX_DELAY),
-    "WALSH_ADAPTIVE_BACKOFF": (DEFAULT_BACKOFF, MIN_BACKOFF),
-    "WALSH_ADAPTIVE_RECOVERY": (DEFAULT_RECOVERY, MIN_RECOVERY),
-    "WALSH_ADAPTIVE_GIVE_UP": (DEFAULT_GIVE_UP, None),  # at least the max delay
+    "WALSH_ADAPTIVE_FACTOR": (defaults.WALSH_ADAPTIVE_FACTOR, MIN_FACTOR),
+    "WALSH_ADAPTIVE_MAX_DELAY": (defaults.WALSH_ADAPTIVE_MAX_DELAY, MIN_MAX_DELAY),
+    "WALSH_ADAPTIVE_BACKOFF": (defaults.WALSH_ADAPTIVE_BACKOFF, MIN_BACKOFF),
+    "WALSH_ADAPTIVE_RECOVERY": (defaults.WALSH_ADAPTIVE_RECOVERY, MIN_RECOVERY),
+    "WALSH_ADAPTIVE_GIVE_UP": (defaults.WALSH_ADAPTIVE_GIVE_UP, None),  # at least the max delay
 }
 
 # Scrapy wraps Twisted's errors in its own (2.14+); both are listed, since a
@@ -100,11 +86,11 @@ _LOST = (
 class AdaptivePolicy:
     """The ``WALSH_ADAPTIVE_*`` settings in force."""
 
-    factor: float = DEFAULT_FACTOR
-    max_delay: float = DEFAULT_MAX_DELAY
-    backoff: float = DEFAULT_BACKOFF
-    recovery: int = DEFAULT_RECOVERY
-    give_up: float = DEFAULT_GIVE_UP
+    factor: float = defaults.WALSH_ADAPTIVE_FACTOR
+    max_delay: float = defaults.WALSH_ADAPTIVE_MAX_DELAY
+    backoff: float = defaults.WALSH_ADAPTIVE_BACKOFF
+    recovery: int = defaults.WALSH_ADAPTIVE_RECOVERY
+    give_up: float = defaults.WALSH_ADAPTIVE_GIVE_UP
 
     @classmethod
     def from_settings(cls, get: Callable[[str], Any]) -> AdaptivePolicy:
@@ -167,7 +153,7 @@ def problems(get: Callable[[str], Any]) -> list[str]:
             "(a distress signal at WALSH_ADAPTIVE_MAX_DELAY) is skipped this long; shorter "
             "than WALSH_ADAPTIVE_MAX_DELAY it would be probed again sooner than its interval. "
             f"Set WALSH_ADAPTIVE_GIVE_UP to {policy.max_delay:g} or more "
-            f"(default {DEFAULT_GIVE_UP:g})."
+            f"(default {defaults.WALSH_ADAPTIVE_GIVE_UP:g})."
         )
     return found
 
@@ -307,8 +293,9 @@ class HostLoad:
 
         def number(key: str) -> float:
             value = data.get(key)
-            ok = isinstance(value, (int, float)) and math.isfinite(value) and value > 0
-            return float(value) if ok else 0.0
+            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                return float(value)
+            return 0.0
 
         signals = data.get("signals")
         return cls(

@@ -18,15 +18,6 @@ from scrapy_walsh_research.errors import WalshConfigurationError
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-#: parsed robots.txt policies kept in memory (origins)
-DEFAULT_ROBOTS_CACHE_SIZE = 1000
-#: host clocks kept in memory (hosts whose interval has passed may be evicted)
-DEFAULT_HOST_CLOCK_CACHE_SIZE = 1000
-#: last-fetch times (R8 cadence) kept in memory (targets)
-DEFAULT_CADENCE_CACHE_SIZE = 10000
-#: targets of a ``-a list=`` file read ahead into the scheduler
-DEFAULT_LIST_LOOKAHEAD = 10000
-
 
 def cache_size(settings: BaseSettings, name: str, default: int) -> int:
     """The bound set by *name*, checked at start-up: a whole number, at least 1."""

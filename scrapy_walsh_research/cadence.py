@@ -8,15 +8,16 @@ store, so the rule holds across runs, which is where it matters.
 from __future__ import annotations
 
 import logging
-import weakref
 from collections import OrderedDict
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.bounds import DEFAULT_CADENCE_CACHE_SIZE, cache_size
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.state import state_for
 
 if TYPE_CHECKING:
@@ -28,10 +29,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STATE_NAMESPACE = "cadence"
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
 
 
 #: only one worker of a fleet fetches a target at a time: same URL, other batch
@@ -52,12 +49,11 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 return {'ok', ''}
 """
 CLAIMS_NAMESPACE = "cadence_claims"
-_instances: weakref.WeakKeyDictionary[Crawler, CadenceMiddleware] = weakref.WeakKeyDictionary()
 
 
 def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
     """The crawler's cadence gate, for the record pipeline that writes it."""
-    return _instances.get(crawler)
+    return registered(crawler, CadenceMiddleware)
 
 
 class CadenceMiddleware:
@@ -72,7 +68,7 @@ class CadenceMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", 86400.0)
+        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
         # Last fetch per target, read once from the store: the frontier asks
@@ -82,7 +78,7 @@ class CadenceMiddleware:
         # answers from a missing entry).
         self._last: OrderedDict[str, float | None] = OrderedDict()
         self.cache_size = cache_size(
-            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", DEFAULT_CADENCE_CACHE_SIZE
+            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", defaults.WALSH_CADENCE_CACHE_SIZE
         )
         pacer = Pacer.for_crawler(crawler)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
@@ -93,7 +89,7 @@ class CadenceMiddleware:
 
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CLAIM)
-        _instances[crawler] = self
+        register(crawler, CadenceMiddleware, self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -142,8 +138,8 @@ class CadenceMiddleware:
             return
         last, due_at = due
         reason = (
-            f"fetched {_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
-            f"due again {_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
+            f"fetched {utc_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
+            f"due again {utc_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
         )
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 

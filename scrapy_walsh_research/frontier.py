@@ -124,10 +124,10 @@ class FrontierScheduler:
             fits = max(ready, now) + self._expected_duration(host) <= c_ready
             if ready <= now and fits:
                 return self._take(host, now)
-            return self._pop_denied() or self._wait_until(ready if fits else c_ready)
+            return self._pop_denied_or_wait(ready if fits else c_ready)
         if ready <= now:
             return self._take(host, now)
-        return self._pop_denied() or self._wait_until(ready)
+        return self._pop_denied_or_wait(ready)
 
     # -- the heap: one live entry per host with queued requests -----------------
 
@@ -234,9 +234,13 @@ class FrontierScheduler:
             expected = max(expected, self.pacer.clock.host_load(host).load)
         return 1.25 * expected
 
-    def _wait_until(self, when: float) -> None:
-        self._wake_at(when)
-        return None
+    def _pop_denied_or_wait(self, when: float) -> Request | None:
+        """A request a gate will deny, at once; else None, and the engine is
+        woken at *when*."""
+        denied = self._pop_denied()
+        if denied is None:
+            self._wake_at(when)
+        return denied
 
     def _pop_denied(self) -> Request | None:
         """A waiting request that a gate will deny anyway goes out now.
@@ -272,4 +276,5 @@ class FrontierScheduler:
 
         self._timer_at = when
         delay = max(0.0, when - time.monotonic())
-        self._timer = reactor.callLater(delay, wake_engine, self.crawler)
+        # (Twisted types its reactor interfaces for the mypy-zope plugin)
+        self._timer = reactor.callLater(delay, wake_engine, self.crawler)  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ bundle's own requests only. Such an exemption must not be something a
 project can claim with one line of ``meta``: Scrapy copies ``meta`` to every
 redirect hop and retry, and any spider or middleware can set any key.
 
-So the bundle *signs* its requests: ``meta["walsh_internal"]`` holds a token
+So the bundle *marks* its requests: ``meta["walsh_internal"]`` holds a token
 ``purpose.nonce.mac`` whose HMAC-SHA256 is keyed by a secret kept in the
 state store (one per ``WALSH_STATE_DIR``, or per fleet with
 ``WALSH_REDIS_URL``, so a request scheduled by one worker and sent by another
@@ -17,7 +17,7 @@ targets get a ``target`` token from :class:`~scrapy_walsh_research.scope.
 ScopeSpiderMiddleware` as they leave the spider's ``start()``; Scrapy's
 ``is_start_request`` is not trusted.
 
-A signed token does travel to redirect hops and retries (they are the same
+A valid mark does travel to redirect hops and retries (they are the same
 fetch); each gate still checks the hop itself (see the blocklist and
 robots.txt gates).
 """
@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING
 from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http.request import NO_CALLBACK
+
+from scrapy_walsh_research.per_crawler import per_crawler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -75,9 +77,9 @@ class HostBusy(IgnoreRequest):
 
 
 class Marks:
-    """Signs and verifies the bundle's request tokens for one crawler."""
-
-    _instances: weakref.WeakKeyDictionary[Crawler, Marks] = weakref.WeakKeyDictionary()
+    """Issues and verifies the marks of the bundle's own requests for one
+    crawler: HMAC tokens, not the requests' Web Bot Auth signatures
+    (:mod:`scrapy_walsh_research.identity.signing`)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -88,10 +90,7 @@ class Marks:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> Marks:
-        marks = cls._instances.get(crawler)
-        if marks is None:
-            marks = cls._instances[crawler] = cls(crawler)
-        return marks
+        return per_crawler(crawler, Marks, lambda: cls(crawler))
 
     async def ready(self) -> None:
         """Load (or create, once, atomically) the secret shared through the state store."""
@@ -109,15 +108,15 @@ class Marks:
         msg = f"{purpose}.{nonce}".encode()
         return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:32]
 
-    def sign(self, purpose: str) -> str:
+    def issue(self, purpose: str) -> str:
         """A token for *purpose*; :meth:`ready` must have been awaited."""
         if self._secret is None:
-            raise RuntimeError("Marks.sign() before Marks.ready()")
+            raise RuntimeError("Marks.issue() before Marks.ready()")
         nonce = secrets.token_hex(8)
         return f"{purpose}.{nonce}.{self._mac(purpose, nonce)}"
 
     def purpose(self, request: Request, *, quiet: bool = False) -> str | None:
-        """The verified purpose of *request*, or None (unsigned or forged; a
+        """The verified purpose of *request*, or None (unmarked or forged; a
         forged one is counted and logged unless *quiet*)."""
         token = request.meta.get(INTERNAL_META)
         if token is None:
@@ -193,7 +192,7 @@ async def internal_fetch(
     """
     marks = Marks.for_crawler(crawler)
     await marks.ready()
-    meta: dict[str, object] = {INTERNAL_META: marks.sign(purpose), "dont_retry": True}
+    meta: dict[str, object] = {INTERNAL_META: marks.issue(purpose), "dont_retry": True}
     if max_bytes is not None:
         meta[_CAP_META] = max_bytes
         _install_cap(crawler)

@@ -13,9 +13,11 @@ silently shrinks.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.core.preferences import DEFAULT_PURPOSES, purpose_problems
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.core.preferences import FORBIDDEN_PURPOSES, PURPOSES, TDM
 from scrapy_walsh_research.errors import WalshConfigurationError
 
 if TYPE_CHECKING:
@@ -62,13 +64,38 @@ def parse_list(name: str, raw: Any) -> list[str]:
 
 def declared_purposes(settings: BaseSettings) -> tuple[str, ...]:
     """``WALSH_PURPOSES``: what the bot declares it does with what it fetches
-    (default :data:`~scrapy_walsh_research.core.preferences.DEFAULT_PURPOSES`).
+    (default :data:`~scrapy_walsh_research.defaults.WALSH_PURPOSES`).
     Unknown purposes, ones the contract forbids, and a list without ``tdm``
     are refused, naming the setting."""
     if settings.get("WALSH_PURPOSES") is None:
-        return DEFAULT_PURPOSES
+        return defaults.WALSH_PURPOSES
     purposes = [p.lower() for p in list_setting(settings, "WALSH_PURPOSES")]
     problems = purpose_problems(purposes)
     if problems:
         raise WalshConfigurationError(" ".join(problems))
     return tuple(dict.fromkeys(purposes))
+
+
+def purpose_problems(purposes: Sequence[str]) -> list[str]:
+    """What is wrong with *purposes* as WALSH_PURPOSES, each saying what to change."""
+    found: list[str] = []
+    unknown = [p for p in purposes if p not in PURPOSES]
+    if unknown:
+        found.append(
+            f"WALSH_PURPOSES names {', '.join(map(repr, unknown))}: not a purpose. Choose from "
+            f"{', '.join(PURPOSES)} (default: {', '.join(defaults.WALSH_PURPOSES)})."
+        )
+    for purpose in purposes:
+        if purpose in FORBIDDEN_PURPOSES:
+            found.append(
+                f"WALSH_PURPOSES declares {purpose!r}: {FORBIDDEN_PURPOSES[purpose]}. "
+                f"Remove it (a project that does this is not a Walsh-Research bot)."
+            )
+    if TDM not in purposes:
+        found.append(
+            f"WALSH_PURPOSES={list(purposes)!r} leaves out {TDM!r}: every record is text and "
+            "data mining of metadata, so the bot always declares it (sites' TDM reservations "
+            f"must apply). Set WALSH_PURPOSES to include {TDM!r} (default: "
+            f"{', '.join(defaults.WALSH_PURPOSES)})."
+        )
+    return found

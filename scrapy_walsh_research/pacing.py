@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.adaptive import (
     AdaptivePolicy,
     Answer,
@@ -51,10 +52,9 @@ from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
-from scrapy_walsh_research.preflight import check_configuration, uses_frontier
+from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.preflight import check_configuration, min_delay_problem, uses_frontier
 from scrapy_walsh_research.state import clock_for
-from scrapy_walsh_research.state.hostclock import DEFAULT_MAX_CRAWL_DELAY
-from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -69,43 +69,41 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: added to every host interval: spacing counts from when a request's bytes
-#: left, and a busy origin may stamp one arrival a few ms later than the next
-#: (seen on a loaded 2-core machine: origin gaps of 0.9942 s and 0.996 s with
-#: 5 ms); 10 ms costs a host-bound chain 1 %
-DEFAULT_MARGIN = 0.010
 #: how long a target may wait in place for its host when the scheduler is not
 #: the frontier, before it goes back to the scheduler
 IN_PLACE_LIMIT = 1.0
 #: set on a request the pacing gate gave back: it keeps its place in its host's queue
 REQUEUED_META = "walsh_requeued"
+#: when the request's bytes last left, stamped by the wire-timed download
+#: handler (:mod:`scrapy_walsh_research.wire`); spacing counts from it
+WIRE_TIME_META = "walsh_wire_time"
 
 
 class Pacer:
     """Per-host intervals and the host clock: the one owner of R4/R5 timing."""
 
-    _instances: weakref.WeakKeyDictionary[Crawler, Pacer] = weakref.WeakKeyDictionary()
-
     def __init__(self, crawler: Crawler, clock: HostClock | None = None) -> None:
         settings = crawler.settings
         self.stats = crawler.stats
-        self.min_delay = settings.getfloat("WALSH_MIN_DELAY", 1.0)
-        if self.min_delay < 1.0:
-            raise WalshConfigurationError(
-                f"WALSH_MIN_DELAY={self.min_delay}: R4 allows at most one request per second "
-                "per host. Set WALSH_MIN_DELAY to 1.0 or more."
-            )
-        self.max_crawl_delay = settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY)
+        self.min_delay = settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY)
+        too_short = min_delay_problem(self.min_delay)
+        if too_short is not None:
+            raise WalshConfigurationError(too_short)
+        self.max_crawl_delay = settings.getfloat(
+            "WALSH_MAX_CRAWL_DELAY", defaults.WALSH_MAX_CRAWL_DELAY
+        )
         #: added to every interval: spacing is counted from when the bytes left,
         #: but the origin stamps arrival after its own accept/parse, which can
         #: take longer for one request (a new connection) than for the next
-        self.margin = settings.getfloat("WALSH_PACING_MARGIN", DEFAULT_MARGIN)
+        self.margin = settings.getfloat("WALSH_PACING_MARGIN", defaults.WALSH_PACING_MARGIN)
         if self.margin < 0:
             raise WalshConfigurationError(
                 f"WALSH_PACING_MARGIN={self.margin}: it is added to every interval and "
                 "cannot be negative."
             )
-        self.retry_max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", 600.0)
+        self.retry_max_delay = settings.getfloat(
+            "WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY
+        )
         try:
             self.adaptive = AdaptivePolicy.from_settings(settings.get)
         except ValueError as exc:
@@ -139,10 +137,7 @@ class Pacer:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> Pacer:
-        pacer = cls._instances.get(crawler)
-        if pacer is None:
-            pacer = cls._instances[crawler] = cls(crawler)
-        return pacer
+        return per_crawler(crawler, Pacer, lambda: cls(crawler))
 
     def add_denial_check(self, check: Callable[[Request], bool]) -> None:
         """Register a gate's cheap, cached-state-only "would deny" test."""

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
-from scrapy_walsh_research import adaptive
+from scrapy_walsh_research import adaptive, defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.options import declared_purposes, list_setting
 
@@ -72,6 +72,8 @@ SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
 WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
 ADDON = f"{PACKAGE}.Addon"
+#: where the class ADDON names is defined
+ADDON_CLASS = f"{PACKAGE}.addon.Addon"
 #: The start-up check as an extension, built after every add-on has run.
 STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
 #: Its order in EXTENSIONS: late, so extensions built before it are seen too.
@@ -81,6 +83,9 @@ SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
 RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
 RECORD_PIPELINE_ORDER = 100
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
+
+#: R4: at most one request per second per host, whatever WALSH_MIN_DELAY says
+MIN_DELAY_FLOOR = 1.0
 
 #: Crawlers whose frozen settings passed the check (the gates need not repeat it).
 _checked: weakref.WeakSet[Crawler] = weakref.WeakSet()
@@ -120,9 +125,61 @@ def _name(cls: Any) -> str:
 
 def problems(settings: BaseSettings) -> list[str]:
     """Every way *settings* break the contract, each saying what to change."""
-    found: list[str] = []
     mws = enabled_downloader_middlewares(settings)
     order = {_name(cls): prio for cls, prio in mws.items()}
+    found = _component_problems(settings, order)
+    found.extend(_order_problems(order))
+    if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
+        found.append(
+            f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "
+            "once, ignoring Retry-After): set it to None in DOWNLOADER_MIDDLEWARES or set "
+            "RETRY_ENABLED=False."
+        )
+    too_short = min_delay_problem(settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY))
+    if too_short is not None:
+        found.append(too_short)
+    # the adaptive half of R4/R5: nothing may switch it off or weaken it
+    # below its documented floor (docs/adaptive.rst)
+    found.extend(adaptive.problems(settings.get))
+    if SCRAPY_ROBOTS_MW in order and settings.getbool("ROBOTSTXT_OBEY"):
+        found.append(
+            f"Scrapy's {SCRAPY_ROBOTS_MW} is active beside the R2 gate (it selects groups by "
+            "substring and allows everything on a 5xx): set it to None in "
+            "DOWNLOADER_MIDDLEWARES or set ROBOTSTXT_OBEY=False."
+        )
+    if USERAGENT_MW in order:
+        later = sorted(
+            f"{name} ({prio})"
+            for name, prio in order.items()
+            if prio >= order[USERAGENT_MW] and name != USERAGENT_MW
+        )
+        if later:
+            found.append(
+                f"DOWNLOADER_MIDDLEWARES runs {', '.join(later)} at or after the R1 gate "
+                f"({order[USERAGENT_MW]}), where it could change the User-Agent on the wire: "
+                "give it a lower number or move the R1 gate higher."
+            )
+    if settings.getint("CONCURRENT_REQUESTS") != 1:
+        found.append(
+            f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
+            "requests. Set CONCURRENT_REQUESTS=1."
+        )
+    found.extend(_list_problems(settings))
+    found.extend(_redis_problems(settings))
+    if settings.getint("REDIRECT_MAX_TIMES") > 5:
+        found.append(
+            f"REDIRECT_MAX_TIMES={settings.getint('REDIRECT_MAX_TIMES')}: at most 5 redirect "
+            "hops are followed. Set REDIRECT_MAX_TIMES=5 or lower."
+        )
+    found.extend(_bypass_problems(settings))
+    found.extend(_signing_problems(settings))
+    return found
+
+
+def _component_problems(settings: BaseSettings, order: dict[str, int]) -> list[str]:
+    """Gates, the R6 guard and the record pipeline that are not enabled, or
+    run where they cannot guard (*order*: the enabled downloader middlewares)."""
+    found: list[str] = []
     gates = (
         (SCOPE_MW, "R6"),
         (BLOCKLIST_MW, "R3"),
@@ -170,6 +227,14 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"({SCOPE_SPIDER_MW}, {guard}) on a callback's output, where a request it "
                 "yields is not dropped: give it a higher number."
             )
+    return found
+
+
+def _order_problems(order: dict[str, int]) -> list[str]:
+    """The downloader middlewares out of the spec's order (§5): blocklist,
+    robots.txt, usage preferences, then pacing, with nothing between pacing
+    and the R1 gate."""
+    found: list[str] = []
     if BLOCKLIST_MW in order and ROBOTS_MW in order and order[BLOCKLIST_MW] >= order[ROBOTS_MW]:
         found.append(
             f"DOWNLOADER_MIDDLEWARES orders the blocklist gate ({order[BLOCKLIST_MW]}) at or "
@@ -212,53 +277,18 @@ def problems(settings: BaseSettings) -> list[str]:
                 "(a Retry-After hold could be skipped). Give it a number below "
                 f"{order[PACING_MW]}."
             )
-    if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
-        found.append(
-            f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "
-            "once, ignoring Retry-After): set it to None in DOWNLOADER_MIDDLEWARES or set "
-            "RETRY_ENABLED=False."
-        )
-    if settings.getfloat("WALSH_MIN_DELAY", 1.0) < 1.0:
-        found.append(
-            f"WALSH_MIN_DELAY={settings.getfloat('WALSH_MIN_DELAY')}: R4 allows at most one "
-            "request per second per host. Set WALSH_MIN_DELAY to 1.0 or more."
-        )
-    # the adaptive half of R4/R5: nothing may switch it off or weaken it
-    # below its documented floor (docs/adaptive.rst)
-    found.extend(adaptive.problems(settings.get))
-    if SCRAPY_ROBOTS_MW in order and settings.getbool("ROBOTSTXT_OBEY"):
-        found.append(
-            f"Scrapy's {SCRAPY_ROBOTS_MW} is active beside the R2 gate (it selects groups by "
-            "substring and allows everything on a 5xx): set it to None in "
-            "DOWNLOADER_MIDDLEWARES or set ROBOTSTXT_OBEY=False."
-        )
-    if USERAGENT_MW in order:
-        later = sorted(
-            f"{name} ({prio})"
-            for name, prio in order.items()
-            if prio >= order[USERAGENT_MW] and name != USERAGENT_MW
-        )
-        if later:
-            found.append(
-                f"DOWNLOADER_MIDDLEWARES runs {', '.join(later)} at or after the R1 gate "
-                f"({order[USERAGENT_MW]}), where it could change the User-Agent on the wire: "
-                "give it a lower number or move the R1 gate higher."
-            )
-    if settings.getint("CONCURRENT_REQUESTS") != 1:
-        found.append(
-            f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
-            "requests. Set CONCURRENT_REQUESTS=1."
-        )
-    found.extend(_list_problems(settings))
-    found.extend(_redis_problems(settings))
-    if settings.getint("REDIRECT_MAX_TIMES") > 5:
-        found.append(
-            f"REDIRECT_MAX_TIMES={settings.getint('REDIRECT_MAX_TIMES')}: at most 5 redirect "
-            "hops are followed. Set REDIRECT_MAX_TIMES=5 or lower."
-        )
-    found.extend(_bypass_problems(settings))
-    found.extend(_signing_problems(settings))
     return found
+
+
+def min_delay_problem(min_delay: float) -> str | None:
+    """What is wrong with *min_delay* as ``WALSH_MIN_DELAY`` (the start-up
+    check and the pacing gate both refuse it), or None."""
+    if min_delay < MIN_DELAY_FLOOR:
+        return (
+            f"WALSH_MIN_DELAY={min_delay}: R4 allows at most one request per second per host. "
+            f"Set WALSH_MIN_DELAY to {MIN_DELAY_FLOOR} or more."
+        )
+    return None
 
 
 def _list_problems(settings: BaseSettings) -> list[str]:
@@ -294,6 +324,8 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
 
     The table of every Scrapy 2.19 setting and component and why each is
     refused, allowed or only advised against is in ``docs/readings.rst``.
+    Long because it is a flat list of independent checks, one per feature,
+    each with its message: read top to bottom.
     """
     found: list[str] = []
     defaults = settings.getdict("DEFAULT_REQUEST_HEADERS")
@@ -367,7 +399,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
             "every gate is a downloader middleware that Scrapy's downloader calls, and another "
             f"one need not call them. Set DOWNLOADER={SCRAPY_DOWNLOADER!r}."
         )
-    if _addon_installed(settings) and not any(
+    if addon_installed(settings) and not any(
         _name(cls) == STARTUP_CHECK for cls in _enabled(settings, "EXTENSIONS")
     ):
         found.append(
@@ -377,13 +409,16 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
     return found
 
 
-def _addon_installed(settings: BaseSettings) -> bool:
-    from scrapy_walsh_research.addon import Addon
+def addon_installed(settings: BaseSettings) -> bool:
+    """Whether ``ADDONS`` enables the bundle's add-on (or a subclass of it).
 
+    Known by its class's name, as the gates are: the add-on imports this
+    module, so this one does not import it back."""
     for key, order in settings.getdict("ADDONS").items():
         cls = load_object(key) if isinstance(key, str) else key
-        if order is not None and isinstance(cls, type) and issubclass(cls, Addon):
-            return True
+        if order is not None and isinstance(cls, type):
+            if any(_name(base) == ADDON_CLASS for base in cls.__mro__):
+                return True
     return False
 
 

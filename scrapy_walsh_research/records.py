@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+
+from scrapy_walsh_research.core.timestamps import utc_iso
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -35,10 +36,6 @@ SENT_OUTCOMES = ("fetched", "not_modified", "withheld")
 #: request meta: the usage preferences that applied to the URL, as record
 #: dicts (set by the PREF gate, read into the record)
 PREFERENCES_META = "walsh_preferences"
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def new_record(
@@ -82,7 +79,7 @@ def response_validators(response: Response) -> dict[str, Any]:
         "final_url": response.url,
         "etag": _header(response, b"ETag"),
         "last_modified": _header(response, b"Last-Modified"),
-        "fetched_at": now_iso(),
+        "fetched_at": utc_iso(),
     }
 
 

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.utils.misc import load_object
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.pacing import WIRE_TIME_META, Pacer
 from scrapy_walsh_research.preflight import check_configuration
-from scrapy_walsh_research.wire import WIRE_TIME_META
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -54,9 +54,9 @@ class RetryMiddleware:
         self.crawler = crawler
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
-        self.max_times = settings.getint("WALSH_RETRY_TIMES", 3)
-        self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", 1.0)
-        self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", 600.0)
+        self.max_times = settings.getint("WALSH_RETRY_TIMES", defaults.WALSH_RETRY_TIMES)
+        self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", defaults.WALSH_RETRY_BASE_DELAY)
+        self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY)
         self.exceptions = tuple(
             load_object(x) if isinstance(x, str) else x
             for x in settings.getlist("RETRY_EXCEPTIONS")
@@ -111,7 +111,8 @@ class RetryMiddleware:
                 return None
         elif status not in RATE_LIMIT_CODES | TRANSIENT_CODES:
             return None
-        attempt = request.meta.get("retry_times", 0)
+        attempt: int = request.meta.get("retry_times", 0)
+        delay: float
         if attempt >= self.max_times:
             if status in RATE_LIMIT_CODES:  # giving up on an overloaded host: one more step
                 delay = min(self.max_delay, self.base * 2**attempt)
@@ -140,6 +141,7 @@ class RetryMiddleware:
             if planned is None:
                 planned = random.uniform(0, min(self.max_delay, self.base * 2**attempt))
             delay, source = float(planned), "backoff"
+        assert self.crawler.spider is not None  # as Scrapy's own RetryMiddleware does
         retry = get_retry_request(
             request,
             spider=self.crawler.spider,

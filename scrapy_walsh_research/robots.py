@@ -27,7 +27,6 @@ import atexit
 import hashlib
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,8 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
@@ -52,6 +52,7 @@ from scrapy_walsh_research.internal import (
     internal_fetch,
 )
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.state import FlightBusy, state_for
 
@@ -72,9 +73,6 @@ ABSENT_NAMESPACE = "robots_4xx"
 #: another worker keeps the backoff instead of fetching at once
 UNREACHABLE_NAMESPACE = "robots_unreachable"
 LAST_GOOD_MAX_AGE = 30 * 86400.0
-#: WALSH_ROBOTS_TTL and WALSH_ROBOTS_RETRY_DELAY (also tdmrep.json's, usage.py)
-DEFAULT_TTL = 86400.0
-DEFAULT_RETRY_DELAY = 60.0
 #: an origin's documents (robots.txt, tdmrep.json) stay in force at least this
 #: many of its host's intervals: their two fetches, then the target
 USABLE_INTERVALS = 3
@@ -97,22 +95,20 @@ class RobotsEntry:
 class RobotsTxtMiddleware:
     """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
 
-    _instances: weakref.WeakKeyDictionary[Crawler, RobotsTxtMiddleware] = (
-        weakref.WeakKeyDictionary()
-    )
-
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        RobotsTxtMiddleware._instances[crawler] = self
+        register(crawler, RobotsTxtMiddleware, self)
         self.crawler = crawler
         self.stats = crawler.stats
         from scrapy_walsh_research.evidence.audit import AuditTrail
 
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", DEFAULT_TTL)
+        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
         #: how long other workers wait for one worker's fetch of an origin's robots.txt
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", DEFAULT_RETRY_DELAY)
+        self.retry_delay = settings.getfloat(
+            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
+        )
         self.store = state_for(crawler)
         self.marks = Marks.for_crawler(crawler)
         self.pacer = Pacer.for_crawler(crawler)
@@ -121,13 +117,15 @@ class RobotsTxtMiddleware:
         #: parsed answers, least recently used first: an evicted origin's
         #: answer is read back from the state store within its TTL
         self._cache: OrderedDict[str, RobotsEntry] = OrderedDict()
-        self.cache_size = cache_size(settings, "WALSH_ROBOTS_CACHE_SIZE", DEFAULT_ROBOTS_CACHE_SIZE)
-        self._pending: dict[str, Deferred[RobotsEntry]] = {}
-        from scrapy_walsh_research import identity
-
+        self.cache_size = cache_size(
+            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
+        )
+        self._pending: dict[str, Deferred[None]] = {}
         self._operator_hosts = {
-            url_host(settings.get("WALSH_BLOCKLIST_URL") or identity.BLOCKLIST_URL),
-            url_host(settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or identity.BLOCKLIST_SCHEMA_URL),
+            url_host(settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL),
+            url_host(
+                settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or defaults.WALSH_BLOCKLIST_SCHEMA_URL
+            ),
         }
 
     @classmethod
@@ -139,7 +137,7 @@ class RobotsTxtMiddleware:
     def of(cls, crawler: Crawler) -> RobotsTxtMiddleware | None:
         """The crawler's R2 gate, once built (the PREF gate reads the
         selected group's usage preferences from it)."""
-        return cls._instances.get(crawler)
+        return registered(crawler, RobotsTxtMiddleware)
 
     def cached_policy(self, url: str) -> RobotsPolicy | None:
         """The policy in force for *url*'s origin, when one is cached."""
@@ -499,13 +497,14 @@ async def _parse(text: str) -> tuple[RobotsPolicy, str]:
     def finished(future: Any) -> None:
         exc = future.exception()
         if exc is None:
-            reactor.callFromThread(done.callback, future.result())  # type: ignore[attr-defined]
+            reactor.callFromThread(done.callback, future.result())
         else:
-            reactor.callFromThread(done.errback, exc)  # type: ignore[attr-defined]
+            reactor.callFromThread(done.errback, exc)
 
     try:
         _parser_pool().submit(_parse_pickled, text).add_done_callback(finished)
-        loaded: tuple[RobotsPolicy, str] = pickle.loads(await maybe_deferred_to_future(done))
+        data = await maybe_deferred_to_future(done)
+        loaded: tuple[RobotsPolicy, str] = pickle.loads(data)
         return loaded
     except (BrokenProcessPool, OSError, RuntimeError) as exc:
         # no worker process (it died, or cannot start): parse in a thread

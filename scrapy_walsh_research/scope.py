@@ -2,7 +2,7 @@
 
 Two guards:
 
-* :class:`ScopeSpiderMiddleware` signs every request that leaves the
+* :class:`ScopeSpiderMiddleware` marks every request that leaves the
   spider's ``start()`` as a declared target, and drops every request a
   spider callback yields (followed links), whatever the spider;
 * :class:`ScopeDownloaderMiddleware`, first in the downloader chain, lets
@@ -10,8 +10,8 @@ Two guards:
   requests), their redirects and retries, and the bundle's own requests.
   Anything else (a media pipeline's sub-resources, a request another
   component injects, one carrying a forged marker) is denied with rule R6
-  before any other gate runs. What counts as declared is the bundle's signed
-  token (:mod:`scrapy_walsh_research.internal`), never a meta key a project
+  before any other gate runs. What counts as declared is the bundle's own
+  mark (:mod:`scrapy_walsh_research.internal`), never a meta key a project
   could set.
 """
 
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 
 class ScopeSpiderMiddleware:
-    """Sign declared targets; drop requests yielded by callbacks (R6)."""
+    """Mark declared targets; drop requests yielded by callbacks (R6)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -50,12 +50,12 @@ class ScopeSpiderMiddleware:
         return cls(crawler)
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        """Every request of ``start()`` is a declared target: sign it (closest
+        """Every request of ``start()`` is a declared target: mark it (closest
         to the engine, so requests other middlewares add here count too)."""
         await self.marks.ready()
         async for obj in start:
             if isinstance(obj, Request):
-                obj.meta[INTERNAL_META] = self.marks.sign(TARGET)
+                obj.meta[INTERNAL_META] = self.marks.issue(TARGET)
             yield obj
 
     def _keep(self, obj: Any, response: Response) -> bool:

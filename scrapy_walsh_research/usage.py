@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research.bounds import DEFAULT_ROBOTS_CACHE_SIZE, cache_size
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.preferences import (
     HEADER,
     TDM_RESERVATION,
@@ -76,8 +77,6 @@ from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration, uses_frontier
 from scrapy_walsh_research.records import PREFERENCES_META, response_validators
 from scrapy_walsh_research.robots import (
-    DEFAULT_RETRY_DELAY,
-    DEFAULT_TTL,
     LAST_GOOD_MAX_AGE,
     SHORT_WAIT,
     USABLE_INTERVALS,
@@ -133,8 +132,10 @@ class UsagePreferencesMiddleware:
         self.stats = crawler.stats
         self.purposes = declared_purposes(settings)
         AuditTrail.for_crawler(crawler).purposes = self.purposes
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", DEFAULT_TTL)
-        self.retry_delay = settings.getfloat("WALSH_ROBOTS_RETRY_DELAY", DEFAULT_RETRY_DELAY)
+        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
+        self.retry_delay = settings.getfloat(
+            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
+        )
         #: how long other workers wait for one worker's fetch of an origin's file
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
         self.store = state_for(crawler)
@@ -142,7 +143,9 @@ class UsagePreferencesMiddleware:
         self.pacer = Pacer.for_crawler(crawler)
         self.pacer.add_denial_check(self._cached_denial)
         self.requeue = uses_frontier(settings)
-        self.cache_size = cache_size(settings, "WALSH_ROBOTS_CACHE_SIZE", DEFAULT_ROBOTS_CACHE_SIZE)
+        self.cache_size = cache_size(
+            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
+        )
         self._cache: OrderedDict[str, TdmEntry] = OrderedDict()
         self._pending: dict[str, Deferred[None]] = {}
         #: what applied before each request went out, for its response

@@ -37,14 +37,19 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.error import ConnectError
+
+from scrapy_walsh_research.core.urls import url_host
+from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS, Signer
+from scrapy_walsh_research.internal import Marks
+from scrapy_walsh_research.pacing import WIRE_TIME_META, Pacer
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-
-WIRE_TIME_META = "walsh_wire_time"
 
 
 class GrantExpired(ConnectError):
@@ -75,12 +80,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         pool.retryAutomatically = False
         self._current: Request | None = None
         self._crawler = crawler
-        from scrapy_walsh_research.identity.signing import Signer
-
         self._signer = Signer.from_settings(crawler.settings)
-        from scrapy_walsh_research.evidence.audit import AuditTrail
-        from scrapy_walsh_research.internal import Marks
-
         self._audit = AuditTrail.for_crawler(crawler)
         self._audit.keyid = self._signer.keyid if self._signer is not None else None
         self._marks = Marks.for_crawler(crawler)
@@ -94,7 +94,10 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
                 assert request is not None
                 if not self._grant_valid(request):
                     connection.transport.loseConnection()
-                    raise GrantExpired(string=f"the reserved slot for {request.url} expired")
+                    # Twisted's ConnectError.__init__ has no annotations
+                    raise GrantExpired(  # type: ignore[no-untyped-call]
+                        string=f"the reserved slot for {request.url} expired"
+                    )
 
             def send(connection: Any) -> Any:
                 assert request is not None
@@ -115,8 +118,6 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
                 written = self._audit.sent(request, self._kind(request))
                 if written is None:
                     return send(connection)
-                from scrapy.utils.defer import deferred_from_coro
-
                 return deferred_from_coro(written).addCallback(lambda _: send(connection))
 
             return d.addCallback(stamp)
@@ -136,8 +137,6 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
     def _sign_on(self, connection: Any, request: Request) -> None:
         """Sign *request* as the connection writes it (its next ``request``
         call), replacing any ``Signature*`` headers it carried."""
-        from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
-
         signer = self._signer
         assert signer is not None
 
@@ -163,9 +162,6 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         connection.request = request_once
 
     def _grant_valid(self, request: Request) -> bool:
-        from scrapy_walsh_research.core.urls import url_host
-        from scrapy_walsh_research.pacing import Pacer
-
         return Pacer.for_crawler(self._crawler).grant_valid(url_host(request.url))
 
     async def download_request(self, request: Request) -> Response:

@@ -275,7 +275,8 @@ def test_the_audit_log_stores_the_preferences_of_each_decision(scenario):
 
 
 def test_the_evidence_report_shows_what_each_host_stated_and_what_the_bot_did(scenario):
-    from scrapy_walsh_research.evidence.report import by_host, host_page
+    from scrapy_walsh_research.evidence.host_evidence import by_host
+    from scrapy_walsh_research.evidence.pages import host_page
 
     db = sqlite3.connect(scenario.state / "audit.sqlite3")
     try:

@@ -12,8 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core import preferences as P
 from scrapy_walsh_research.core.robots_policy import RobotsPolicy
+from scrapy_walsh_research.options import purpose_problems
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOKEN = "Walsh-Research"
@@ -260,7 +262,7 @@ def test_x_robots_tag_applies_directives_for_every_bot_and_for_our_token(values,
 
 def test_a_preference_about_an_undeclared_purpose_never_denies():
     prefs = P.content_signal("ai-train=no, search=no", source=P.HEADER, scope="x")
-    assert P.decide(prefs, P.DEFAULT_PURPOSES) is None
+    assert P.decide(prefs, defaults.WALSH_PURPOSES) is None
     denied = P.decide(prefs, ["tdm", "ai-train"])
     assert denied is not None and "ai-train" in P.denial_reason(denied, ["tdm", "ai-train"])
 
@@ -271,12 +273,12 @@ def test_a_preference_about_an_undeclared_purpose_never_denies():
      (["tdm", "ai-train"], "R6"), (["ai-input"], "leaves out 'tdm'")],
 )  # fmt: skip
 def test_purposes_that_are_unknown_forbidden_or_without_tdm_are_problems(purposes, fragment):
-    assert any(fragment in p for p in P.purpose_problems(purposes))
+    assert any(fragment in p for p in purpose_problems(purposes))
 
 
 def test_the_default_and_tdm_with_ai_input_are_fine():
-    assert P.purpose_problems(list(P.DEFAULT_PURPOSES)) == []
-    assert P.purpose_problems(["tdm", "ai-input"]) == []
+    assert purpose_problems(list(defaults.WALSH_PURPOSES)) == []
+    assert purpose_problems(["tdm", "ai-input"]) == []
 
 
 # -- property-based: no parser raises on any input ---------------------------------------

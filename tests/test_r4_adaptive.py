@@ -292,7 +292,8 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
     import re
 
     from scrapy_walsh_research.evidence.audit import SQLiteAudit
-    from scrapy_walsh_research.evidence.report import collect, host_page
+    from scrapy_walsh_research.evidence.host_evidence import collect
+    from scrapy_walsh_research.evidence.pages import host_page
 
     calls = itertools.count()
     slow = site(server, "slow.test", 3, Reply(200, "ok", delay=0.3),

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 
-from scrapy_walsh_research.evidence.report import collect, host_page
+from scrapy_walsh_research.evidence.host_evidence import collect
+from scrapy_walsh_research.evidence.pages import host_page
 from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.useragent import USER_AGENT

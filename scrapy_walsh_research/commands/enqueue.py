@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research.state.redis.target_queue import DEFAULT_TARGETS_KEY, enqueue
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.state.redis.target_queue import enqueue
 
 if TYPE_CHECKING:
     import argparse
@@ -32,7 +33,7 @@ class Command(ScrapyCommand):
             "--key",
             default=None,
             help="Redis list name, under WALSH_REDIS_PREFIX "
-            "(default: WALSH_REDIS_TARGETS_KEY or 'targets')",
+            f"(default: WALSH_REDIS_TARGETS_KEY or {defaults.WALSH_REDIS_TARGETS_KEY!r})",
         )
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -47,8 +48,12 @@ class Command(ScrapyCommand):
         path = Path(args[0])
         if not path.is_file():
             raise UsageError(f"URL list {args[0]!r} does not exist or is not a file")
-        key = opts.key or self.settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY
-        prefix = self.settings.get("WALSH_REDIS_PREFIX") or "walsh"
+        key = (
+            opts.key
+            or self.settings.get("WALSH_REDIS_TARGETS_KEY")
+            or defaults.WALSH_REDIS_TARGETS_KEY
+        )
+        prefix = self.settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
         batch = uuid.uuid4().hex
         n = enqueue(url, key, path, prefix=prefix, batch=batch)
         print(

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.identity.signing import (
-    DEFAULT_AGENT,
     directory_response,
     generate_key,
     load_key,
@@ -88,7 +88,7 @@ class Command(ScrapyCommand):
         if not path:
             raise UsageError("set WALSH_SIGNING_KEY (-s WALSH_SIGNING_KEY=PATH)")
         keys = [load_key(path)] + [load_key(p, "--also") for p in opts.also]
-        agent = self.settings.get("WALSH_SIGNATURE_AGENT") or DEFAULT_AGENT
+        agent = self.settings.get("WALSH_SIGNATURE_AGENT") or defaults.WALSH_SIGNATURE_AGENT
         created = int(time.time())
         body, headers = directory_response(
             keys, agent, created=created, expires=created + opts.valid_days * 86400

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research.state.redis.target_queue import DEFAULT_TARGETS_KEY
+from scrapy_walsh_research import defaults
 
 if TYPE_CHECKING:
     import argparse
@@ -50,8 +50,12 @@ class Command(ScrapyCommand):
             raise UsageError(
                 "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
             )
-        key = opts.key or self.settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY
-        prefix = self.settings.get("WALSH_REDIS_PREFIX") or "walsh"
+        key = (
+            opts.key
+            or self.settings.get("WALSH_REDIS_TARGETS_KEY")
+            or defaults.WALSH_REDIS_TARGETS_KEY
+        )
+        prefix = self.settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
         client = redis.Redis.from_url(url, decode_responses=True)
         pattern = f"{prefix}:{key}:records:{opts.batch or '*'}"
         try:

@@ -45,8 +45,8 @@ class Command(ScrapyCommand):
         parser.add_argument("--json", action="store_true", help="JSON instead of HTML")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        from scrapy_walsh_research.evidence.host_evidence import parse_since
         from scrapy_walsh_research.evidence.purge import host_argument
-        from scrapy_walsh_research.evidence.report import parse_since
 
         if args:
             raise UsageError("walsh-report takes options only, e.g. --host example.org")
@@ -89,7 +89,8 @@ class Command(ScrapyCommand):
         self, entries: list[dict[str, Any]], host: str, opts: argparse.Namespace,
         since: float | None,
     ) -> None:  # fmt: skip
-        from scrapy_walsh_research.evidence.report import collect, host_page
+        from scrapy_walsh_research.evidence.host_evidence import collect
+        from scrapy_walsh_research.evidence.pages import host_page
 
         evidence = collect(entries, host, since)
         if opts.json:
@@ -108,12 +109,8 @@ class Command(ScrapyCommand):
     def _all(
         self, entries: list[dict[str, Any]], opts: argparse.Namespace, since: float | None
     ) -> None:
-        from scrapy_walsh_research.evidence.report import (
-            by_host,
-            host_file,
-            host_page,
-            summary_page,
-        )
+        from scrapy_walsh_research.evidence.host_evidence import by_host
+        from scrapy_walsh_research.evidence.pages import host_file, host_page, summary_page
 
         hosts = by_host(entries, since)
         if opts.json:

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands import BaseRunSpiderCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_walsh_research import defaults
+
 if TYPE_CHECKING:
     import argparse
 
@@ -115,7 +117,8 @@ class Command(BaseRunSpiderCommand):
     def long_desc(self) -> str:
         return (
             "Fork N workers of the project's targets spider reading the Redis feed "
-            "(-a redis_key=KEY, default WALSH_REDIS_TARGETS_KEY or 'targets') from one "
+            "(-a redis_key=KEY, default WALSH_REDIS_TARGETS_KEY or "
+            f"{defaults.WALSH_REDIS_TARGETS_KEY!r}) from one "
             "process that has already imported them, so the fleet pays Python's start-up "
             "once. Needs WALSH_REDIS_URL and a POSIX fork. SIGINT/SIGTERM are passed to "
             "every worker (first graceful, second forced); exits non-zero if any failed."
@@ -144,10 +147,9 @@ class Command(BaseRunSpiderCommand):
                 "-o/-O would have every worker write the same file: the fleet's records "
                 "are in Redis (scrapy walsh-records)"
             )
-        from scrapy_walsh_research.state.redis.target_queue import DEFAULT_TARGETS_KEY
-
         spargs.setdefault(
-            "redis_key", settings.get("WALSH_REDIS_TARGETS_KEY") or DEFAULT_TARGETS_KEY
+            "redis_key",
+            settings.get("WALSH_REDIS_TARGETS_KEY") or defaults.WALSH_REDIS_TARGETS_KEY,
         )
         from scrapy.utils.log import configure_logging
 
@@ -189,7 +191,7 @@ def preload(settings: Settings) -> type:
 
     from scrapy_walsh_research.commands._runner import project_targets_spider
     from scrapy_walsh_research.errors import WalshConfigurationError
-    from scrapy_walsh_research.preflight import _addon_installed
+    from scrapy_walsh_research.preflight import addon_installed
 
     hook = install_reactor_import_hook()
     skipped: list[str] = []
@@ -215,7 +217,7 @@ def preload(settings: Settings) -> type:
         except WalshConfigurationError as exc:
             raise UsageError(str(exc), print_help=False) from None
         merged = crawler.settings
-        if not _addon_installed(merged):
+        if not addon_installed(merged):
             raise UsageError(
                 f"the {spidercls.__name__} spider runs without the Walsh-Research add-on "
                 "here: run walsh-workers in a project whose settings have "
@@ -403,7 +405,8 @@ class Fleet:
                     os.kill(os.getpid(), signum)
 
             # after startup's triggers, so after Scrapy installed its handlers
-            reactor.callWhenRunning(lambda: reactor.callLater(0, replay))
+            # (Twisted types its reactor interfaces for the mypy-zope plugin)
+            reactor.callWhenRunning(lambda: reactor.callLater(0, replay))  # type: ignore[arg-type]
         process.start()
         return 1 if process.bootstrap_failed else 0
 

@@ -52,8 +52,6 @@ PURPOSES: dict[str, str] = {
     AI_TRAIN: "training or fine-tuning AI models",
     SEARCH: "building a search index and search results",
 }
-#: the spec's bot mines metadata and never trains, indexes or feeds AI answers
-DEFAULT_PURPOSES: tuple[str, ...] = (TDM,)
 #: purposes the contract forbids (R6): declaring one is refused at start-up
 FORBIDDEN_PURPOSES: dict[str, str] = {
     AI_TRAIN: "R6: a Walsh-Research bot MUST NOT train models on fetched content",
@@ -134,31 +132,6 @@ def denial_reason(preference: Preference, declared: Iterable[str]) -> str:
         f"{preference.source} says no to {hit} ({preference.signal} = {preference.value}; "
         f"{preference.scope}), a purpose the bot declares (WALSH_PURPOSES)"
     )
-
-
-def purpose_problems(purposes: Sequence[str]) -> list[str]:
-    """What is wrong with *purposes* as WALSH_PURPOSES, each saying what to change."""
-    found: list[str] = []
-    unknown = [p for p in purposes if p not in PURPOSES]
-    if unknown:
-        found.append(
-            f"WALSH_PURPOSES names {', '.join(map(repr, unknown))}: not a purpose. Choose from "
-            f"{', '.join(PURPOSES)} (default: {', '.join(DEFAULT_PURPOSES)})."
-        )
-    for purpose in purposes:
-        if purpose in FORBIDDEN_PURPOSES:
-            found.append(
-                f"WALSH_PURPOSES declares {purpose!r}: {FORBIDDEN_PURPOSES[purpose]}. "
-                f"Remove it (a project that does this is not a Walsh-Research bot)."
-            )
-    if TDM not in purposes:
-        found.append(
-            f"WALSH_PURPOSES={list(purposes)!r} leaves out {TDM!r}: every record is text and "
-            "data mining of metadata, so the bot always declares it (sites' TDM reservations "
-            f"must apply). Set WALSH_PURPOSES to include {TDM!r} (default: "
-            f"{', '.join(DEFAULT_PURPOSES)})."
-        )
-    return found
 
 
 # -- path patterns (RFC 9309 §2.2.2), shared by Content-Usage and TDMRep ------------

@@ -171,6 +171,12 @@ def is_ip(host: str) -> bool:
     return True
 
 
+def in_domain(host: str, domain: str) -> bool:
+    """Whether *host* is *domain* or a subdomain of it, as R3 matches an entry
+    (both normalised: ``a.example.org`` is in ``example.org``, ``badexample.org`` is not)."""
+    return host == domain or host.endswith("." + domain)
+
+
 def host_variants(host: str) -> set[str]:
     """Every normalised host the crawl may contact for a URL naming *host*.
 

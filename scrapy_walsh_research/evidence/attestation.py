@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
-from scrapy_walsh_research import __version__, preflight
+from scrapy_walsh_research import __version__, defaults, preflight
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.identity.signing import Signer
@@ -96,7 +96,10 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
         reasons = [p for p in problems if p.split(" ", 2)[:2] and _concerns(p, rule)]
         missing = [c for c in components if c not in enabled]
         reasons += [f"{c} is not enabled" for c in missing if not any(c in r for r in reasons)]
-        if rule == "R8" and settings.getfloat("WALSH_RUN_INTERVAL", 86400.0) < 86400:
+        if (
+            rule == "R8"
+            and settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL) < 86400
+        ):
             reasons.append(
                 f"WALSH_RUN_INTERVAL={settings.getfloat('WALSH_RUN_INTERVAL')} is below a day"
             )

@@ -17,16 +17,21 @@ than ``WALSH_AUDIT_RETENTION`` (90 days) are dropped when a crawl opens.
 
 from __future__ import annotations
 
-import datetime
 import json
 import sqlite3
 import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from scrapy import signals
+
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
+from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.per_crawler import per_crawler
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -35,14 +40,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.state.redis.connection import RedisConnection
-
-DEFAULT_RETENTION_S = 90 * 86400
-
-
-def utc(t: float) -> str:
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(
-        timespec="milliseconds"
-    )
 
 
 class AuditStore(Protocol):
@@ -87,7 +84,8 @@ class SQLiteAudit:
     async def query(
         self, host: str | None = None, since: float | None = None
     ) -> list[dict[str, Any]]:
-        sql, args = "SELECT entry FROM audit WHERE t >= ?", [since or 0.0]
+        sql = "SELECT entry FROM audit WHERE t >= ?"
+        args: list[object] = [since or 0.0]
         if host is not None:  # the host or a subdomain (no LIKE: '%' and '_' are literal)
             sql += " AND (host = ? OR substr(host, -?) = ?)"
             args += [host, len(host) + 1, f".{host}"]
@@ -126,12 +124,16 @@ class RedisAudit:
         self, host: str | None = None, since: float | None = None
     ) -> list[dict[str, Any]]:
         start = str(int((since or 0) * 1000))
-        rows = await self.conn.call("audit", lambda r: r.xrange(self.key, min=start))
+        # redis-py types a stream read as optional; XRANGE always answers a list
+        rows = cast(
+            "list[tuple[str, dict[str, str]]]",
+            await self.conn.call("audit", lambda r: r.xrange(self.key, min=start)),
+        )
         out = []
         for _, fields in rows:
             entry = json.loads(fields["e"])
             h = entry.get("host") or ""
-            if host is None or h == host or h.endswith("." + host):
+            if host is None or in_domain(h, host):
                 out.append(entry)
         return out
 
@@ -143,8 +145,6 @@ class RedisAudit:
 class AuditTrail:
     """Builds the entries; the gates register what is in force (the
     blocklist version, each origin's robots.txt, the signing keyid)."""
-
-    _instances: weakref.WeakKeyDictionary[Crawler, AuditTrail] = weakref.WeakKeyDictionary()
 
     def __init__(self, store: AuditStore, retention: float) -> None:
         self.store = store
@@ -165,43 +165,47 @@ class AuditTrail:
     def for_crawler(cls, crawler: Crawler, *, prune: bool = True) -> AuditTrail:
         """The crawler's trail; *prune*: drop entries past the retention
         (a crawl does; the commands that read the log do not)."""
-        trail = cls._instances.get(crawler)
-        if trail is None:
-            settings = crawler.settings
-            retention = settings.getfloat("WALSH_AUDIT_RETENTION", DEFAULT_RETENTION_S)
-            if not retention > 0:
-                from scrapy_walsh_research.errors import WalshConfigurationError
+        return per_crawler(crawler, AuditTrail, lambda: cls._open(crawler, prune))
 
-                raise WalshConfigurationError(
-                    f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
-                    "audit log is the evidence a site owner is shown, and this would delete "
-                    "it. Give how long to keep entries, in seconds (default 7776000, 90 days)."
-                )
-            store: AuditStore
-            if settings.get("WALSH_REDIS_URL"):
-                from scrapy_walsh_research.state.redis.connection import RedisConnection
+    @classmethod
+    def _open(cls, crawler: Crawler, prune: bool) -> AuditTrail:
+        settings = crawler.settings
+        retention = settings.getfloat("WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION)
+        if not retention > 0:
+            raise WalshConfigurationError(
+                f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
+                "audit log is the evidence a site owner is shown, and this would delete "
+                "it. Give how long to keep entries, in seconds "
+                f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
+            )
+        store: AuditStore
+        if settings.get("WALSH_REDIS_URL"):
+            from scrapy_walsh_research.state.redis.connection import RedisConnection
 
-                store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
-            else:
-                from scrapy_walsh_research.state.directory import state_dir
+            store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
+        else:
+            from scrapy_walsh_research.state.directory import state_dir
 
-                store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
-                crawler.signals.connect(
-                    lambda: store.close(), signal=signals.engine_stopped, weak=False
-                )
-                # past the retention: dropped as the crawl opens (Redis trims
-                # the stream on every append)
-                if prune:
-                    store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
-            trail = cls._instances[crawler] = cls(store, retention)
-        return trail
+            store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
+            crawler.signals.connect(
+                lambda: store.close(), signal=signals.engine_stopped, weak=False
+            )
+            # past the retention: dropped as the crawl opens (Redis trims
+            # the stream on every append)
+            if prune:
+                store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
+        return cls(store, retention)
 
     def _base(self, event: str, url: str) -> dict[str, Any]:
-        from scrapy_walsh_research.core.urls import is_http_url, url_host
-
         now = time.time()
         host = url_host(url) if is_http_url(url) else ""
-        return {"t": now, "ts": utc(now), "event": event, "url": url, "host": host}
+        return {
+            "t": now,
+            "ts": utc_iso(now, "milliseconds"),
+            "event": event,
+            "url": url,
+            "host": host,
+        }
 
     def sent(self, request: Request, kind: str) -> Awaitable[None] | None:
         """The entry for *request*, about to go onto its connection."""
@@ -263,8 +267,8 @@ class AuditTrail:
 
     async def purged(self, host: str, cause: str, counts: dict[str, int]) -> None:
         now = time.time()
-        entry = {"t": now, "ts": utc(now), "event": "purge", "url": "", "host": host,
-                 "reason": cause, "deleted": counts}  # fmt: skip
+        entry = {"t": now, "ts": utc_iso(now, "milliseconds"), "event": "purge", "url": "",
+                 "host": host, "reason": cause, "deleted": counts}  # fmt: skip
         done = self.store.append(entry)
         if done is not None:
             await done

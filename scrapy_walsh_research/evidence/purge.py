@@ -13,10 +13,10 @@ the audit log's decisions show which lines were exported, and when.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.core.urls import is_http_url, url_host
+from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -65,7 +65,7 @@ def host_argument(text: str, what: str = "HOST") -> str:
 def covers(domain: str) -> Callable[[str], bool]:
     """Whether a host is *domain* or a subdomain of it (as R3 matches)."""
     domain = domain.lower().rstrip(".")
-    return lambda host: host == domain or host.endswith("." + domain)
+    return lambda host: in_domain(host, domain)
 
 
 async def purge(
@@ -94,7 +94,7 @@ async def purge(
                 counts[namespace] = counts.get(namespace, 0) + 1
         if gone:
             await store.delete_many(namespace, gone)
-    at = datetime.fromtimestamp(store.time(), timezone.utc).isoformat(timespec="seconds")
+    at = utc_iso(store.time())
     why_for = cause if callable(cause) else (lambda host: cause)
     fed = await store.purge_records(matches, why_for, at, only)
     for host, counts in fed.items():

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from scrapy_walsh_research import defaults
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
@@ -50,7 +52,7 @@ class HeapFreeze:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("WALSH_GC_FREEZE", True):
+        if not crawler.settings.getbool("WALSH_GC_FREEZE", defaults.WALSH_GC_FREEZE):
             raise NotConfigured
         ext = cls(crawler)
         crawler.signals.connect(ext.engine_started, signal=signals.engine_started)

@@ -11,6 +11,5 @@ USER_AGENT = "Mozilla/5.0 (compatible; Walsh-Research/1.0; +https://wal.sh/bot/)
 PRODUCT_TOKEN = "Walsh-Research"
 SPEC_VERSION = "walsh-research-compliance/v1"
 BLOCKLIST_CONTRACT = "walsh-research-blocklist/v1"
-POLICY_URL = "https://wal.sh/bot/"
 BLOCKLIST_URL = "https://wal.sh/.well-known/walsh-research/blocklist.json"
 BLOCKLIST_SCHEMA_URL = "https://wal.sh/.well-known/walsh-research/blocklist.schema.json"

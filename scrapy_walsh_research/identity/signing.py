@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from http_message_signatures import HTTPMessageSigner, HTTPSignatureKeyResolver, algorithms
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.options import list_setting
 
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 LABEL = "sig1"
 TAG = "web-bot-auth"
-DEFAULT_AGENT = "https://wal.sh/.well-known/http-message-signatures-directory"
 FORMS = ("dictionary", "origin", "string")
 EXTRA_COMPONENTS = ("@method", "@path", "@target-uri")
 #: the public half of RFC 9421 Appendix B.1.4's test-key-ed25519: published,
@@ -211,7 +211,7 @@ class Signer:
         self,
         key: Ed25519PrivateKey,
         *,
-        agent: str = DEFAULT_AGENT,
+        agent: str = defaults.WALSH_SIGNATURE_AGENT,
         form: str = "dictionary",
         ttl: float = 60.0,
         extra: tuple[str, ...] = (),
@@ -261,14 +261,14 @@ class Signer:
         if not path:
             return None
         key = load_key(path)
-        agent = settings.get("WALSH_SIGNATURE_AGENT") or DEFAULT_AGENT
+        agent = settings.get("WALSH_SIGNATURE_AGENT") or defaults.WALSH_SIGNATURE_AGENT
         parts = urlsplit(agent)
         if parts.scheme != "https" or not parts.hostname or '"' in agent or "\\" in agent:
             raise WalshConfigurationError(
                 f"WALSH_SIGNATURE_AGENT={agent!r}: the key directory must be an https URL "
                 "(verifiers fetch it over TLS)"
             )
-        form = settings.get("WALSH_SIGNATURE_AGENT_FORM") or "dictionary"
+        form = settings.get("WALSH_SIGNATURE_AGENT_FORM") or defaults.WALSH_SIGNATURE_AGENT_FORM
         if form not in FORMS:
             raise WalshConfigurationError(
                 f"WALSH_SIGNATURE_AGENT_FORM={form!r}: use one of {', '.join(FORMS)}"

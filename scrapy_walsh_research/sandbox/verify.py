@@ -79,6 +79,7 @@ def parse_dictionary(text: str) -> dict[str, tuple[Any, dict[str, Any], str]]:
         if i >= len(text) or text[i] != "=":
             raise Unparsable("dictionary member without a value")
         start = i = i + 1
+        value: Any
         if text[i] == "(":
             items: list[tuple[Any, dict[str, Any]]] = []
             i += 1
@@ -88,10 +89,10 @@ def parse_dictionary(text: str) -> dict[str, tuple[Any, dict[str, Any], str]]:
                 if text[i] == ")":
                     i += 1
                     break
-                value, i = _bare(text, i)
+                item, i = _bare(text, i)
                 params, i = _params(text, i)
-                items.append((value, params))
-            value: Any = items
+                items.append((item, params))
+            value = items
         else:
             value, i = _bare(text, i)
         params, i = _params(text, i)
@@ -148,6 +149,9 @@ class Verifier:
         headers: dict[str, str],
         now: float | None,
     ) -> str:
+        # One pass in the order a verifier works (RFC 9421 §3.2: parameters,
+        # key, covered components, signature base, signature), each refusal
+        # next to the step it belongs to: long, but read top to bottom.
         now = time.time() if now is None else now
         inputs = parse_dictionary(headers.get("signature-input", ""))
         signatures = parse_dictionary(headers.get("signature", ""))

@@ -12,4 +12,5 @@ def bundled_schema_text() -> str:
 
 
 def bundled_schema() -> dict[str, Any]:
-    return json.loads(bundled_schema_text())
+    schema: dict[str, Any] = json.loads(bundled_schema_text())
+    return schema

@@ -26,8 +26,10 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
-from scrapy_walsh_research.bounds import DEFAULT_LIST_LOOKAHEAD, cache_size
+from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
@@ -36,7 +38,6 @@ from scrapy_walsh_research.records import (
     PREFERENCES_META,
     TICKET_KEY,
     new_record,
-    now_iso,
     response_metadata,
 )
 from scrapy_walsh_research.retry import GAVE_UP_META
@@ -104,7 +105,7 @@ class TargetsSpider(scrapy.Spider):
     store: StateStore
     probe_llms: bool
     only_new: bool
-    list_lookahead: int = DEFAULT_LIST_LOOKAHEAD
+    list_lookahead: int = defaults.WALSH_LIST_LOOKAHEAD
 
     def __init__(
         self, list: str | None = None, redis_key: str | None = None, **kwargs: Any
@@ -136,10 +137,10 @@ class TargetsSpider(scrapy.Spider):
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.store = state_for(crawler)
-        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", True)
-        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", False)
+        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
+        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
         spider.list_lookahead = cache_size(
-            crawler.settings, "WALSH_LIST_LOOKAHEAD", DEFAULT_LIST_LOOKAHEAD
+            crawler.settings, "WALSH_LIST_LOOKAHEAD", defaults.WALSH_LIST_LOOKAHEAD
         )
         crawler.signals.connect(spider._headers_received, signal=signals.headers_received)
         crawler.signals.connect(spider._bytes_received, signal=signals.bytes_received)
@@ -340,7 +341,7 @@ class TargetsSpider(scrapy.Spider):
                     errback=self.llms_failed,
                     dont_filter=True,
                     meta={
-                        INTERNAL_META: Marks.for_crawler(self.crawler).sign(LLMS),
+                        INTERNAL_META: Marks.for_crawler(self.crawler).issue(LLMS),
                         LLMS_RECORD_META: record,
                     },
                 )
@@ -394,7 +395,7 @@ class TargetsSpider(scrapy.Spider):
                 continue
             keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
             known = await self.store.get_many(SEEN_NAMESPACE, keys)
-            now = now_iso()
+            now = utc_iso()
             await self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
             for item, k in zip(items, keys, strict=True):
                 item["first_seen"] = known.get(k, now)
@@ -477,7 +478,7 @@ class TargetsSpider(scrapy.Spider):
         if RECEIVED_META in request.meta:
             request.meta[RECEIVED_META] += len(data)
 
-    def _too_large(self, request: Request, exc: BaseException) -> str | None:
+    def _too_large(self, request: Request, exc: BaseException | None) -> str | None:
         """The reason, counted and logged, when Scrapy dropped a response for
         exceeding DOWNLOAD_MAXSIZE; None for any other failure.
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from scrapy import signals
 
-from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
+from scrapy_walsh_research import defaults
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore
@@ -77,6 +78,6 @@ def clock_for(crawler: Crawler) -> HostClock:
 
         return RedisHostClock.from_crawler(crawler)
     size = cache_size(
-        crawler.settings, "WALSH_HOST_CLOCK_CACHE_SIZE", DEFAULT_HOST_CLOCK_CACHE_SIZE
+        crawler.settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
     )
     return PersistentHostClock(state_for(crawler), cache_size=size, stats=crawler.stats)

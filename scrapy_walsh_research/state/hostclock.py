@@ -15,8 +15,8 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.adaptive import IDLE, HostLoad
-from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -25,10 +25,6 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
     from scrapy_walsh_research.state.protocols import StateStore
 
-#: WALSH_MAX_CRAWL_DELAY: a host asking for more is skipped, so no honoured
-#: interval is longer
-DEFAULT_MAX_CRAWL_DELAY = 30.0
-
 
 def pause_on_loss(settings: BaseSettings) -> float:
     """How long lost history can matter: the longest interval any honoured
@@ -36,8 +32,8 @@ def pause_on_loss(settings: BaseSettings) -> float:
     A shared backend that may have lost when hosts were last contacted makes
     every host wait this long."""
     return max(
-        settings.getfloat("WALSH_MIN_DELAY", 1.0),
-        settings.getfloat("WALSH_MAX_CRAWL_DELAY", DEFAULT_MAX_CRAWL_DELAY),
+        settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY),
+        settings.getfloat("WALSH_MAX_CRAWL_DELAY", defaults.WALSH_MAX_CRAWL_DELAY),
     )
 
 
@@ -166,7 +162,7 @@ class PersistentHostClock(MemoryHostClock):
     def __init__(
         self,
         store: StateStore,
-        cache_size: int = DEFAULT_HOST_CLOCK_CACHE_SIZE,
+        cache_size: int = defaults.WALSH_HOST_CLOCK_CACHE_SIZE,
         stats: StatsCollector | None = None,
     ) -> None:
         super().__init__()

@@ -38,6 +38,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.state.hostclock import pause_on_loss
 from scrapy_walsh_research.state.redis.scripts import FLEET
@@ -289,7 +290,7 @@ class RedisConnection:
     def __init__(
         self,
         url: str,
-        prefix: str = "walsh",
+        prefix: str = defaults.WALSH_REDIS_PREFIX,
         *,
         crawler: Crawler | None = None,
         max_backoff: float = 10.0,
@@ -355,9 +356,11 @@ class RedisConnection:
             settings = crawler.settings
             conn = cls(
                 settings["WALSH_REDIS_URL"],
-                settings.get("WALSH_REDIS_PREFIX") or "walsh",
+                settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX,
                 crawler=crawler,
-                max_backoff=settings.getfloat("WALSH_REDIS_MAX_BACKOFF", 10.0),
+                max_backoff=settings.getfloat(
+                    "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
+                ),
             )
             conn.guard.pause = pause_on_loss(settings)
             cls._instances[crawler] = conn

@@ -34,8 +34,9 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
-from scrapy_walsh_research.bounds import DEFAULT_HOST_CLOCK_CACHE_SIZE, cache_size
+from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import RobotsIntervals, pause_on_loss
 from scrapy_walsh_research.state.redis.connection import UNAVAILABLE, RedisConnection
@@ -62,7 +63,6 @@ logger = logging.getLogger(__name__)
 
 #: how long a reservation is leased; renewed every third of it while its
 #: request is in flight, so a dead worker costs its host this long at most
-DEFAULT_LEASE = 15.0
 
 
 class RedisHostClock(RobotsIntervals):
@@ -138,12 +138,12 @@ class RedisHostClock(RobotsIntervals):
         digest = hashlib.sha256(f"{conn.url}\x00{conn.prefix}".encode()).hexdigest()[:12]
         clock = cls(
             conn,
-            lease=settings.getfloat("WALSH_REDIS_LEASE", DEFAULT_LEASE),
-            margin=settings.getfloat("WALSH_REDIS_MARGIN", 0.05),
+            lease=settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE),
+            margin=settings.getfloat("WALSH_REDIS_MARGIN", defaults.WALSH_REDIS_MARGIN),
             pause_on_loss=pause_on_loss(settings),
             journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
             cache_size=cache_size(
-                settings, "WALSH_HOST_CLOCK_CACHE_SIZE", DEFAULT_HOST_CLOCK_CACHE_SIZE
+                settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
             ),
         )
         crawler.signals.connect(clock.close, signal=signals.engine_stopped, weak=False)

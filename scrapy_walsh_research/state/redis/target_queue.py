@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE
 
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TARGETS_KEY = "targets"
 #: how long a batch's canonical-URL claims are kept once its last line is taken
 CLAIMS_TTL_S = 7 * 86400
 
@@ -52,7 +52,12 @@ def list_lines(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def enqueue(
-    url: str, key: str, path: Path, *, prefix: str = "walsh", batch: str | None = None
+    url: str,
+    key: str,
+    path: Path,
+    *,
+    prefix: str = defaults.WALSH_REDIS_PREFIX,
+    batch: str | None = None,
 ) -> int:
     """Push the list at *path* onto the Redis list *key*; returns the lines pushed.
 

@@ -1,0 +1,46 @@
+"""One object of a kind per crawler: the owners the components share.
+
+The pacer, the request marks, the audit trail, the state stores and the
+gates other components read from are each built once per crawler and found
+again by every component that needs them. They are kept weakly, by crawler,
+so a finished crawl's objects go with it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from scrapy.crawler import Crawler
+
+T = TypeVar("T")
+
+_objects: weakref.WeakKeyDictionary[Crawler, dict[object, Any]] = weakref.WeakKeyDictionary()
+
+
+def _slots(crawler: Crawler) -> dict[object, Any]:
+    slots = _objects.get(crawler)
+    if slots is None:
+        slots = _objects[crawler] = {}
+    return slots
+
+
+def per_crawler(crawler: Crawler, key: object, factory: Callable[[], T]) -> T:
+    """The crawler's object under *key*, built by *factory* on first use."""
+    slots = _slots(crawler)
+    if key not in slots:
+        slots[key] = factory()
+    return cast("T", slots[key])
+
+
+def register(crawler: Crawler, kind: type[T], obj: T) -> None:
+    """Make *obj* the crawler's *kind* (a component Scrapy builds, that others read)."""
+    _slots(crawler)[kind] = obj
+
+
+def registered(crawler: Crawler, kind: type[T]) -> T | None:
+    """The crawler's *kind* as last :func:`register`-ed, or None."""
+    return cast("T | None", _objects.get(crawler, {}).get(kind))
