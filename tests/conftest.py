@@ -248,3 +248,16 @@ async def sleep(seconds: float) -> None:
     from twisted.internet import reactor, task
 
     await task.deferLater(reactor, seconds, lambda: None)
+
+
+#: the modules whose tests wait longest (Redis restarts, fleets of workers,
+#: the soak): started first, so no worker is left with one of them at the end
+SLOW_FIRST = ("test_redis_recovery", "test_redis_fleet", "test_soak", "test_redis_shared_state")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        return SLOW_FIRST.index(name) if name in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)
