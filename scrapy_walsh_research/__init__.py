@@ -5,7 +5,7 @@ robots.txt (R2) -> pacing (R4) -> the exact User-Agent (R1) -> backoff (R5).
 """
 
 from scrapy_walsh_research.addon import Addon
-from scrapy_walsh_research.identity import (
+from scrapy_walsh_research.core.contract import (
     BLOCKLIST_SCHEMA_URL,
     BLOCKLIST_URL,
     PRODUCT_TOKEN,

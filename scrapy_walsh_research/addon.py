@@ -15,7 +15,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware as ScrapyRetry
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware as ScrapyRobotsTxt
 from scrapy.utils.misc import load_object
 
-from scrapy_walsh_research.identity import USER_AGENT
+from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.preflight import (
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,

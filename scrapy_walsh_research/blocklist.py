@@ -34,7 +34,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research import identity
+from scrapy_walsh_research.core import contract as identity
 from scrapy_walsh_research.core.urls import host_variants, is_ip, normalize_host, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, HostBusy, Marks, internal_fetch

@@ -14,7 +14,7 @@ time (said where so).
 
 from __future__ import annotations
 
-from scrapy_walsh_research.identity import BLOCKLIST_SCHEMA_URL, BLOCKLIST_URL
+from scrapy_walsh_research.core.contract import BLOCKLIST_SCHEMA_URL, BLOCKLIST_URL
 
 # -- what the bot declares ----------------------------------------------------
 

@@ -38,10 +38,10 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import (
     BLOCKLIST,
     DIRECT,

@@ -54,6 +54,7 @@ from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.preferences import (
     HEADER,
     TDM_RESERVATION,
@@ -70,7 +71,6 @@ from scrapy_walsh_research.core.preferences import TDMREP as TDMREP_SOURCE
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.identity import PRODUCT_TOKEN
 from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.options import declared_purposes
 from scrapy_walsh_research.pacing import Pacer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research.identity import USER_AGENT
+from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.preflight import check_configuration
 
 if TYPE_CHECKING:

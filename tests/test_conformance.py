@@ -12,9 +12,9 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.conformance.checks import HTTP_CACHE_ROW
-from scrapy_walsh_research.conformance.model import ConformanceResult
 from scrapy_walsh_research.conformance.run import run_conformance
 from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest
+from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.preflight import (
     BLOCKLIST_MW,

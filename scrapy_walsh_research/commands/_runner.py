@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.conformance.model import ConformanceResult
+    from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 
 
 def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:

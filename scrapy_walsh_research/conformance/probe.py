@@ -10,7 +10,6 @@ from urllib.parse import urlsplit
 
 from scrapy import Request, signals
 
-from scrapy_walsh_research.conformance.model import CrawlOutcome
 from scrapy_walsh_research.conformance.scenario import (
     BLOCKLIST_PATH,
     BLOCKLIST_REFRESH_S,
@@ -19,6 +18,7 @@ from scrapy_walsh_research.conformance.scenario import (
     SCHEMA_PATH,
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.evidence.verdicts import CrawlOutcome
 from scrapy_walsh_research.sandbox.crawl import crawl_list
 
 if TYPE_CHECKING:

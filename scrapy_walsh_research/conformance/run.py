@@ -22,7 +22,6 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_walsh_research.conformance.checks import Observed, judge
 from scrapy_walsh_research.conformance.identity import Identity
-from scrapy_walsh_research.conformance.model import ConformanceResult
 from scrapy_walsh_research.conformance.probe import Probe
 from scrapy_walsh_research.conformance.scenario import (
     BLOCKLIST_REFRESH_S,
@@ -31,6 +30,7 @@ from scrapy_walsh_research.conformance.scenario import (
     Scenario,
 )
 from scrapy_walsh_research.conformance.stored import stored_about
+from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 from scrapy_walsh_research.sandbox.origin import SandboxServer
 
 if TYPE_CHECKING:

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research import __version__, defaults, preflight
+from scrapy_walsh_research.core.contract import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.identity import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.identity.signing import Signer
 from scrapy_walsh_research.options import declared_purposes
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-    from scrapy_walsh_research.conformance.model import ConformanceResult
+    from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 
 #: requirement key -> (rule word in start-up problems, components, conformance row ids)
 REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {

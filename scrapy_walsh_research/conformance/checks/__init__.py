@@ -30,7 +30,7 @@ from scrapy_walsh_research.conformance.checks.user_agent import user_agent
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from scrapy_walsh_research.conformance.model import ConformanceResult
+    from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 
     Judge = Callable[[Judgement, Observed], None]
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research.conformance.model import Check
 from scrapy_walsh_research.conformance.scenario import OPERATOR
+from scrapy_walsh_research.evidence.verdicts import Check
 from scrapy_walsh_research.usage import TDMREP_PATH
 
 #: the bundle's own per-origin documents, fetched before a host's targets
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from scrapy.settings import Settings
 
     from scrapy_walsh_research.conformance.identity import Identity
-    from scrapy_walsh_research.conformance.model import ConformanceResult, CrawlOutcome
     from scrapy_walsh_research.conformance.scenario import Scenario
+    from scrapy_walsh_research.evidence.verdicts import ConformanceResult, CrawlOutcome
     from scrapy_walsh_research.sandbox.origin import Hit
 
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.conformance.checks.base import OWN_PATHS
 from scrapy_walsh_research.conformance.scenario import OPERATOR
-from scrapy_walsh_research.identity import USER_AGENT
+from scrapy_walsh_research.core.contract import USER_AGENT
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.conformance.checks.base import Judgement, Observed

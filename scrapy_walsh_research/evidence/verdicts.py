@@ -1,10 +1,10 @@
-"""What a conformance run produces: the rows, and what each sandbox crawl left.
+"""What a conformance run found: the rows, and what each sandbox crawl left.
 
-The bottom of the conformance check: it imports nothing from the package but
-the sandbox's ``Hit`` type, so the attestation
-(:mod:`scrapy_walsh_research.evidence.attestation`), which is built *from* a
-:class:`ConformanceResult`, reads it without importing the check that runs
-the crawls.
+Evidence, kept below the check that produces it: the conformance check
+(:mod:`scrapy_walsh_research.conformance`) fills it in, the attestation
+(:mod:`scrapy_walsh_research.evidence.attestation`) is built from it, and
+neither imports the other. It imports nothing from the package but the
+sandbox's ``Hit`` type.
 """
 
 from __future__ import annotations
