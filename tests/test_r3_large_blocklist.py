@@ -234,6 +234,28 @@ async def test_a_child_process_that_dies_does_not_cost_the_list(server, tmp_path
     assert outcomes(res)[server.url("gone.test")] == ("denied", "R3")
 
 
+def test_the_child_process_imports_only_the_pure_core():
+    """The child reads a list with the pure core alone: no Scrapy, no
+    Twisted, no gate module (it used to import the whole gate, and Scrapy
+    with it, to run a pure parser). Imported as the crawl process starts it,
+    in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    from scrapy_walsh_research.blocklist.build import CHILD_MODULE
+
+    code = f"import json, sys; import {CHILD_MODULE}; print(json.dumps(sorted(sys.modules)))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    loaded = set(json.loads(run.stdout))
+    assert CHILD_MODULE in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("scrapy", "twisted")}
+    ours = {m for m in loaded if m.startswith("scrapy_walsh_research.")}
+    # the package's own __init__ brings the identity constants, nothing else
+    outside_core = {m for m in ours if not m.startswith("scrapy_walsh_research.core")}
+    assert outside_core <= {"scrapy_walsh_research.identity"}
+
+
 # -- the index file a large list is read into ---------------------------------------
 
 NAMES = st.from_regex(PLAIN_HOST, fullmatch=True)
