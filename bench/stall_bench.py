@@ -81,7 +81,7 @@ def lookups() -> dict:
     """Blocklist lookup cost (µs per host) at 10^2 and 10^6 entries, each
     held as the crawl holds it: a small list in memory, a large one (past
     INLINE_PARSE_BYTES) in the index file its child process wrote."""
-    from scrapy_walsh_research.blocklist import DomainSet
+    from scrapy_walsh_research.core.blocklist_entries import DomainSet
     from scrapy_walsh_research.core.blocklist_index import IndexFile, write_index
 
     out = {}
@@ -91,7 +91,7 @@ def lookups() -> dict:
         domains = DomainSet.from_entries(entries, source="bench")
         if n > 1000:
             path = tempfile.mktemp(prefix="walsh-bench-index-")
-            write_index(domains._entries, path)
+            write_index(domains.entries, path)
             domains = DomainSet.from_index(IndexFile(path))
             os.unlink(path)
         started = time.perf_counter()

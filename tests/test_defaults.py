@@ -19,14 +19,6 @@ REFERENCE = ROOT / "docs" / "reference.rst"
 
 SETTINGS = {name: getattr(defaults, name) for name in dir(defaults) if name.startswith("WALSH_")}
 
-#: Files that still read some settings with a default of their own. They were
-#: being split while the defaults moved here and will read this module once
-#: merged; then delete each entry (the test fails on an entry that is clean).
-PENDING = {
-    # WALSH_BLOCKLIST_RETRY_DELAY, _MIN_REFRESH, _MAX_REFRESH, _MAX_BYTES, _URL, _SCHEMA_URL
-    "blocklist.py",
-}
-
 #: Settings methods that take a default after the name, and the bundle's own
 #: readers (``cache_size(settings, name, default)``, ``list_setting(settings, name)``).
 READERS = {"get", "getbool", "getint", "getfloat", "getlist", "getdict", "getwithbase"}
@@ -182,20 +174,10 @@ def test_no_setting_is_read_with_a_default_of_its_own():
     wrong = [
         f"{path.relative_to(PACKAGE)}:{line}: {setting} defaults to {ast.unparse(default)}"
         for path in modules()
-        if path.relative_to(PACKAGE).as_posix() not in PENDING
         for line, setting, default, ok in reads(path)
         if not ok
     ]
     assert not wrong, "read the default from scrapy_walsh_research.defaults:\n" + "\n".join(wrong)
-
-
-def test_the_pending_list_names_only_files_that_still_need_it():
-    clean = [
-        name
-        for name in sorted(PENDING)
-        if not (PACKAGE / name).exists() or all(ok for _, _, _, ok in reads(PACKAGE / name))
-    ]
-    assert not clean, f"{clean} read every default from defaults now: remove them from PENDING"
 
 
 def test_the_code_check_catches_a_literal_and_a_foreign_constant(tmp_path):

@@ -11,12 +11,8 @@ import pytest_twisted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_walsh_research.blocklist import (
-    BlocklistError,
-    DomainSet,
-    normalize_entry,
-    refresh_seconds,
-)
+from scrapy_walsh_research.core.blocklist_document import BlocklistError, refresh_seconds
+from scrapy_walsh_research.core.blocklist_entries import DomainSet, normalize_entry
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.preflight import BLOCKLIST_MW
 from scrapy_walsh_research.sandbox import Reply
@@ -83,10 +79,10 @@ def test_lookup_cost_does_not_grow_with_the_list():
             return super().get(key, default)
 
     for size in (10, 100_000):
-        domains = DomainSet.from_entries(
+        listed = DomainSet.from_entries(
             [{"domain": f"site{i}.test"} for i in range(size)], source="test"
         )
-        domains._entries = CountingDict(domains._entries)
+        domains = DomainSet.from_index(CountingDict(listed.entries))
         CountingDict.lookups = 0
         assert domains.match("a.b.c.unlisted.test") is None
         assert CountingDict.lookups == 5  # one per label suffix, whatever the size
@@ -533,7 +529,7 @@ def reference_valid(doc: Any) -> bool:
 @given(st.one_of(near_documents(), JSON))
 def test_a_document_is_adopted_exactly_when_the_published_schema_accepts_it(gate, doc):
     try:
-        adopted = gate.parse(doc, url="https://x.test/b.json", fetched_at=0.0)
+        adopted = gate.builder.parse(doc, url="https://x.test/b.json", fetched_at=0.0)
     except BlocklistError:
         adopted = None
     valid = reference_valid(doc)
@@ -549,7 +545,7 @@ def test_a_document_is_adopted_exactly_when_the_published_schema_accepts_it(gate
 @given(st.binary(max_size=300))
 def test_any_bytes_are_adopted_or_rejected_never_raised(gate, body):
     try:
-        gate.parse(body, url="https://x.test/b.json", fetched_at=0.0)
+        gate.builder.parse(body, url="https://x.test/b.json", fetched_at=0.0)
     except BlocklistError:
         pass
 
@@ -592,7 +588,7 @@ def test_a_schema_format_that_cannot_be_checked_stops_the_crawl_at_start_up(tmp_
     # and with it installed, every format the bundled schema names has a checker
     from jsonschema.validators import validator_for
 
-    from scrapy_walsh_research.blocklist import REQUIRED_FORMATS
+    from scrapy_walsh_research.core.blocklist_document import REQUIRED_FORMATS
     from scrapy_walsh_research.schemas import bundled_schema, bundled_schema_text
 
     schema = bundled_schema()

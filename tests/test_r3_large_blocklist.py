@@ -16,7 +16,8 @@ import pytest_twisted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_walsh_research.blocklist import INLINE_PARSE_BYTES, PLAIN_HOST, entry_hosts
+from scrapy_walsh_research.core.blocklist_document import INLINE_PARSE_BYTES
+from scrapy_walsh_research.core.blocklist_entries import PLAIN_HOST, entry_hosts
 from scrapy_walsh_research.core.urls import host_variants
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl
@@ -119,7 +120,7 @@ def test_the_contract_constrains_an_entry_only_by_what_the_shape_shortcut_looks_
     """If the published schema ever asks more of an entry (a pattern on
     ``domain``, a format on ``reason``), one entry per shape no longer stands
     for the others: this fails, and the shortcut must be looked at again."""
-    from scrapy_walsh_research.blocklist import ENTRY_SCHEMA_FIELDS
+    from scrapy_walsh_research.core.blocklist_document import ENTRY_SCHEMA_FIELDS
     from scrapy_walsh_research.schemas import bundled_schema
 
     items = bundled_schema()["properties"]["blocked"]["items"]
@@ -149,7 +150,8 @@ BAD_ENTRIES = [
 def test_one_bad_entry_among_thousands_rejects_the_list_and_names_it(bad, why, tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.blocklist import BlocklistError, BlocklistMiddleware
+    from scrapy_walsh_research.blocklist import BlocklistMiddleware
+    from scrapy_walsh_research.core.blocklist_document import BlocklistError
     from scrapy_walsh_research.spiders.targets import TargetsSpider
 
     crawler = get_crawler(TargetsSpider, {"WALSH_STATE_DIR": str(tmp_path)})
@@ -157,9 +159,9 @@ def test_one_bad_entry_among_thousands_rejects_the_list_and_names_it(bad, why, t
     doc = blocklist_doc(*(f"d{i}.example" for i in range(3000)))
     doc["blocked"].insert(2345, bad)
     with pytest.raises(BlocklistError, match=r"blocked/2345"):
-        gate.parse(doc, url="https://x.test/b.json", fetched_at=0.0)
+        gate.builder.parse(doc, url="https://x.test/b.json", fetched_at=0.0)
     del doc["blocked"][2345]
-    assert len(gate.parse(doc, url="https://x.test/b.json", fetched_at=0.0).domains) == 3000
+    assert len(gate.builder.parse(doc, url="https://x.test/b.json", fetched_at=0.0).domains) == 3000
 
 
 @given(st.from_regex(PLAIN_HOST, fullmatch=True).filter(lambda s: "xn--" not in s))
@@ -221,15 +223,37 @@ async def test_a_large_list_with_one_bad_entry_is_rejected_and_the_list_in_force
 async def test_a_child_process_that_dies_does_not_cost_the_list(server, tmp_path, monkeypatch):
     """A child without an answer (killed, cannot start) is no verdict on the
     list: it is read in a thread instead, and still blocks."""
-    import scrapy_walsh_research.blocklist as blocklist
+    from scrapy_walsh_research.blocklist import build
 
-    monkeypatch.setattr(blocklist, "_CHILD_CODE", "raise SystemExit(3)")
+    monkeypatch.setattr(build, "CHILD_CODE", "raise SystemExit(3)")
     serve_list(server, large("gone.test"))
     serve_hosts(server, "gone.test")
     res = await crawl(base_settings(server, tmp_path / "s"), [server.url("gone.test")], tmp_path)
     assert res.stats["walsh/blocklist/child_failed"] == 1
     assert res.stats["walsh/blocklist/adopted"] == 1
     assert outcomes(res)[server.url("gone.test")] == ("denied", "R3")
+
+
+def test_the_child_process_imports_only_the_pure_core():
+    """The child reads a list with the pure core alone: no Scrapy, no
+    Twisted, no gate module (it used to import the whole gate, and Scrapy
+    with it, to run a pure parser). Imported as the crawl process starts it,
+    in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    from scrapy_walsh_research.blocklist.build import CHILD_MODULE
+
+    code = f"import json, sys; import {CHILD_MODULE}; print(json.dumps(sorted(sys.modules)))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    loaded = set(json.loads(run.stdout))
+    assert CHILD_MODULE in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("scrapy", "twisted")}
+    ours = {m for m in loaded if m.startswith("scrapy_walsh_research.")}
+    # the package's own __init__ brings the identity constants, nothing else
+    outside_core = {m for m in ours if not m.startswith("scrapy_walsh_research.core")}
+    assert outside_core <= {"scrapy_walsh_research.identity"}
 
 
 # -- the index file a large list is read into ---------------------------------------
@@ -243,7 +267,7 @@ def test_the_index_file_answers_like_the_entries_it_was_written_from(listed, ask
     import os
     import tempfile
 
-    from scrapy_walsh_research.blocklist import DomainSet
+    from scrapy_walsh_research.core.blocklist_entries import DomainSet
     from scrapy_walsh_research.core.blocklist_index import IndexFile, write_index
 
     entries = {name: {"domain": name, "reason": f"r{i}"} for i, name in enumerate(sorted(listed))}
@@ -275,7 +299,11 @@ def test_a_document_gets_one_verdict_whichever_path_reads_it(document, adopted):
     """Found by review: the child process read a large list with json.loads
     (NaN, 1e400 accepted) and the thread path with ijson (refused): the same
     bytes were adopted or not depending on whether the child ran."""
-    from scrapy_walsh_research.blocklist import BlocklistError, load_json, strict_json
+    from scrapy_walsh_research.core.blocklist_document import (
+        BlocklistError,
+        load_json,
+        strict_json,
+    )
 
     large = document + b" " * (300 * 1024)
     verdicts = []

@@ -234,7 +234,7 @@ def preload(settings: Settings) -> type:
                 for component, value in merged.getdict(key).items():
                     load(component)
                     load(value)
-        from scrapy_walsh_research.blocklist import load_validator
+        from scrapy_walsh_research.blocklist.schema import load_validator
         from scrapy_walsh_research.schemas import bundled_schema
 
         load_validator(bundled_schema())  # jsonschema's meta-schemas and format checkers

@@ -83,9 +83,9 @@ class IndexFile(Mapping[str, dict[str, Any]]):
             raise ValueError(f"{path} is not a blocklist index")
         if len(self._map) < base:
             raise ValueError(f"{path} is truncated")
-        self._mask = slots - 1
-        self._count = count
-        self._base = base
+        self._mask: int = slots - 1
+        self._count: int = count
+        self._base: int = base
 
     def _record(self, offset: int) -> tuple[bytes, bytes]:
         (length,) = _LENGTH.unpack_from(self._map, offset)
@@ -93,7 +93,7 @@ class IndexFile(Mapping[str, dict[str, Any]]):
         name, _, entry = self._map[start : start + length].partition(b"\0")
         return name, entry
 
-    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, name: str, default: Any = None) -> Any:
         key = name.encode()
         h = _hash(key)
         i = h & self._mask
