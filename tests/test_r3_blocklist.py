@@ -24,6 +24,7 @@ from tests.conftest import (
     blocklist_doc,
     crawl,
     json_reply,
+    sleep,
 )
 
 
@@ -260,6 +261,39 @@ async def test_a_persisted_fresh_list_is_not_refetched_on_restart(server, tmp_pa
     await crawl(base_settings(server, state), [server.url("blocked.test")], tmp_path)
     await crawl(base_settings(server, state), [server.url("blocked.test")], tmp_path)
     assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_due_list_is_refetched_before_any_target_on_restart_after_distress_eased(
+    server, tmp_path
+):
+    """The operator host answered 503, then recovered at the last answer of
+    a run. On restart its interval is the floor again: the due list is
+    fetched before the targets, not deferred for the interval it had in
+    distress while the old list lets a newly opted-out host be contacted."""
+    state = tmp_path / "state"
+    answers = [Reply(503, "down"), json_reply(blocklist_doc(refresh="PT1S"))]
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, lambda hit: answers[0])
+    serve_hosts(server, "optout.test")
+    settings = base_settings(
+        server, state, WALSH_BLOCKLIST_MIN_REFRESH=1, WALSH_BLOCKLIST_EXTRA=["local.test"],
+        WALSH_ADAPTIVE_BACKOFF=5, WALSH_ADAPTIVE_RECOVERY=2,
+    )  # fmt: skip
+    denied = [server.url("local.test")]  # a target that sends nothing, to run the gate
+    await crawl(settings, denied, tmp_path)  # schema, then the list: 503 (distress, ~5 s)
+    answers.pop(0)
+    # schema and list, each waiting out the distress interval; the list's
+    # answer is the second in a row without a signal: the host has recovered
+    second = await crawl(settings, denied, tmp_path)
+    assert second.stats.get("walsh/adaptive/recovered") == 1
+    answers[0] = json_reply(blocklist_doc("optout.test", refresh="PT1S"))
+    await sleep(1.1)  # the adopted list is due (PT1S)
+    url = server.url("optout.test")
+    third = await crawl(settings, [url], tmp_path)
+    assert server.origin.hits_for("optout.test") == []
+    assert outcomes(third)[url] == ("denied", "R3")
+    assert len(server.origin.hits_for(BLOCKLIST_HOST, BLOCKLIST_PATH)) == 3
+    assert "walsh/blocklist/deferred" not in third.stats
 
 
 @pytest_twisted.ensureDeferred
