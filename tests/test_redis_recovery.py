@@ -163,8 +163,9 @@ async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_non
             BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
         )
         site(server, "blocked.test", 1)
-        slow = [server.url("slow.test", f"/p/{i}") for i in range(12)]
-        site(server, "slow.test", 12)
+        # enough pages that the holder is still crawling when the new worker ends
+        slow = [server.url("slow.test", f"/p/{i}") for i in range(30)]
+        site(server, "slow.test", 30)
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3, WALSH_REDIS_MAX_BACKOFF=0.5)
         push(redis, shared, slow, tmp_path, key="long")
         holder = spawn_worker(server, "long", tmp_path / "a", **shared)
@@ -177,7 +178,8 @@ async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_non
         push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
         new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
         await new.ended
-        holder.transport.signalProcess("TERM")
+        if holder.transport.pid is not None:  # a loaded machine may let it finish
+            holder.transport.signalProcess("TERM")
         await holder.ended
         got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
         assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], new.err.decode()[
