@@ -65,6 +65,13 @@ def launch(server: Any, n: int, state: Path, **settings: Any) -> Launcher:
     return proc
 
 
+def failure(log: str) -> str:
+    """What to show when the launcher failed: a worker's traceback (the
+    workers' logs interleave, so the tail alone may not hold it)."""
+    start = log.find("Traceback")
+    return log[start : start + 3000] if start >= 0 else log[-3000:]
+
+
 def pages(server: Any) -> list[Any]:
     return [h for h in server.origin.hits if h.path.startswith("/p/")]
 
@@ -80,7 +87,7 @@ async def test_two_forked_workers_give_every_line_one_record_and_keep_each_hosts
     proc = launch(server, 2, tmp_path / "state", **shared)
     await proc.ended
     log = proc.log()
-    assert proc.code == 0, log[-3000:]
+    assert proc.code == 0, failure(log)
     got = durable_records(redis_server, shared)
     assert sorted(r["line"] for r in got) == list(range(1, 19)), log[-3000:]
     assert {r["outcome"] for r in got} == {"fetched"}
@@ -158,7 +165,7 @@ async def test_sigterm_to_the_launcher_stops_every_worker_gracefully_and_loses_n
     await proc.ended
     log = proc.log()
     # passed on once to each worker, which stopped as Scrapy does on one SIGTERM
-    assert proc.code == 0, log[-3000:]
+    assert proc.code == 0, failure(log)
     assert "SIGTERM received, passed to 2 worker(s)" in log
     assert log.count("Received SIGTERM, shutting down gracefully") == 2, log[-3000:]
     assert "forcing" not in log and "Traceback" not in log
