@@ -26,38 +26,32 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
-import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scrapy import Request
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research import defaults
-from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import (
     BLOCKLIST,
-    DIRECT,
     ROBOTS,
     SCHEMA,
     HostBusy,
-    Marks,
     internal_fetch,
 )
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
 from scrapy_walsh_research.per_crawler import register, registered
-from scrapy_walsh_research.preflight import check_configuration, uses_frontier
-from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.preflight import check_configuration
 
 if TYPE_CHECKING:
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
@@ -72,13 +66,6 @@ ABSENT_NAMESPACE = "robots_4xx"
 #: the last failed fetch per origin and when to try again, so a restart or
 #: another worker keeps the backoff instead of fetching at once
 UNREACHABLE_NAMESPACE = "robots_unreachable"
-LAST_GOOD_MAX_AGE = 30 * 86400.0
-#: an origin's documents (robots.txt, tdmrep.json) stay in force at least this
-#: many of its host's intervals: their two fetches, then the target
-USABLE_INTERVALS = 3
-#: how long a robots.txt fetch may wait in place when its target can go back
-#: to the frontier instead (a stale view of a shared clock, another origin)
-SHORT_WAIT = 2.0
 
 
 @dataclass
@@ -92,35 +79,22 @@ class RobotsEntry:
     sha256: str | None = None
 
 
-class RobotsTxtMiddleware:
+class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
+
+    kind = "robots"
+    document = "robots.txt"
+    answer_namespaces = (STATE_NAMESPACE, ABSENT_NAMESPACE)
+    unreachable_namespace = UNREACHABLE_NAMESPACE
+    log = logger
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         register(crawler, RobotsTxtMiddleware, self)
-        self.crawler = crawler
-        self.stats = crawler.stats
+        super().__init__(crawler)
         from scrapy_walsh_research.evidence.audit import AuditTrail
 
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
-        #: how long other workers wait for one worker's fetch of an origin's robots.txt
-        self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.retry_delay = settings.getfloat(
-            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
-        )
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
-        self.pacer.add_denial_check(self._cached_denial)
-        self.requeue = uses_frontier(settings)
-        #: parsed answers, least recently used first: an evicted origin's
-        #: answer is read back from the state store within its TTL
-        self._cache: OrderedDict[str, RobotsEntry] = OrderedDict()
-        self.cache_size = cache_size(
-            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
-        )
-        self._pending: dict[str, Deferred[None]] = {}
         self._operator_hosts = {
             url_host(settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL),
             url_host(
@@ -173,28 +147,9 @@ class RobotsTxtMiddleware:
             deny(self.crawler, logger, request, "R2", reason)
         if self._exempt(request):
             return None  # robots.txt itself, the blocklist and its schema
-        entry = self._fresh(origin_of(request.url), touch=True)
-        if entry is None:
-            host = url_host(request.url)
-            skip = await self.pacer.skip(host)
-            if skip is not None:  # fetching robots.txt would contact the host
-                deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
-            # The bundle's own tdmrep.json redirected to another origin is
-            # fetched from inside a target's chain: it cannot go back to the
-            # frontier, so it waits in place (bounded) for that robots.txt.
-            direct = self.marks.purpose(request, quiet=True) in DIRECT
-            requeue = self.requeue and not direct
-            if requeue and self.pacer.ready_at(host) > time.monotonic():
-                return self.pacer.requeue(request)
-            wait = self.pacer.max_crawl_delay if direct else None
-            try:
-                entry = await self.entry_for(request.url, max_wait=SHORT_WAIT if requeue else wait)
-            except HostBusy as exc:
-                if requeue:
-                    self.pacer.defer(host, exc.ready_in)
-                    return self.pacer.requeue(request)
-                reason = f"robots.txt cannot be fetched: {exc}"
-                deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
+        entry = await self.entry_or_requeue(request)
+        if isinstance(entry, Request):
+            return entry  # back to the frontier until its host is ready
         policy = entry.policy
         if policy.allows(request.url):
             return None
@@ -206,121 +161,23 @@ class RobotsTxtMiddleware:
         entry = self._cache.get(origin_of(url))
         return entry.sha256 if entry is not None else None
 
-    def _fresh(self, origin: str, touch: bool = False) -> RobotsEntry | None:
-        entry = self._cache.get(origin)
-        if entry is None or self.store.time() >= entry.expires:
-            return None
-        if touch:
-            self._cache.move_to_end(origin)
-        return entry
-
-    def _remember(self, origin: str, entry: RobotsEntry) -> None:
-        """Cache *entry*, evicting the least recently used beyond the bound."""
-        self._cache[origin] = entry
-        self._cache.move_to_end(origin)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-            self.stats.inc_value("walsh/robots/cache_evicted")
-        self.stats.max_value("walsh/robots/cache_max", len(self._cache))
-
     def _cached_denial(self, request: Request) -> bool:
         if self._exempt(request):
             return False
         entry = self._fresh(origin_of(request.url))
         return bool(entry and not entry.policy.allows(request.url))
 
-    async def entry_for(self, url: str, *, max_wait: float | None = None) -> RobotsEntry:
-        """The robots.txt answer in force for *url*'s origin: cached, stored
-        within the TTL, or fetched (one fetch per origin at a time). A fetch
-        that cannot wait *max_wait* for its host raises :class:`HostBusy`."""
-        origin = origin_of(url)
-        while True:
-            entry = self._fresh(origin)
-            if entry is not None:
-                return entry
-            pending = self._pending.get(origin)
-            if pending is None:
-                break
-            await maybe_deferred_to_future(pending)  # then look again
-        pending = self._pending[origin] = Deferred()
-        try:
-            entry = await self._stored_fresh(origin) or await self._fetch_once(
-                origin, self._cache.get(origin), max_wait
-            )
-            await self.pacer.note_robots(origin, entry.policy, entry.expires)
-            # An answer outlives the waits its own fetch and the origin's
-            # tdmrep.json fetch (usage.py) impose on the host: a TTL shorter
-            # than the Crawl-delay would otherwise re-fetch the two in turn
-            # forever while the target waits for its turn.
-            usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
-            entry.expires = max(entry.expires, usable)
-            self._remember(origin, entry)
-        finally:
-            del self._pending[origin]
-            pending.callback(None)
-        return entry
+    async def _noted(self, origin: str, entry: RobotsEntry) -> None:
+        await self.pacer.note_robots(origin, entry.policy, entry.expires)
 
-    async def _fetch_once(
-        self, origin: str, previous: RobotsEntry | None, max_wait: float | None
-    ) -> RobotsEntry:
-        """Fetch, or, with shared state, let one worker of the fleet fetch while
-        the others wait and adopt what it stored: workers starting together
-        send an origin one robots.txt request, not one each."""
-        for _ in range(3):
-            try:
-                release = await self.store.single_flight(
-                    f"robots:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
-                )
-            except FlightBusy:
-                # another worker's fetch is still out: serve other hosts
-                # meanwhile rather than hold the only download slot
-                raise HostBusy(url_host(origin), 1.0) from None
-            if release is not None:
-                try:
-                    return await self._fetch(origin, previous, max_wait)
-                finally:
-                    await release()
-            stored = await self._stored_fresh(origin)
-            if stored is not None:
-                self.stats.inc_value("walsh/robots/adopted_from_worker")
-                return stored
-        return await self._fetch(origin, previous, max_wait)
-
-    async def _stored_fresh(self, origin: str) -> RobotsEntry | None:
-        """The latest answer stored by an earlier run or another worker and
-        still in force: a 2xx copy or a 4xx within the TTL, or a failed fetch
-        before its next try."""
-        answers = [
-            a
-            for a in (
-                await self.store.get(STATE_NAMESPACE, origin),
-                await self.store.get(ABSENT_NAMESPACE, origin),
-                await self.store.get(UNREACHABLE_NAMESPACE, origin),
-            )
-            if isinstance(a, dict) and isinstance(a.get("fetched_at"), (int, float))
-        ]
-        if not answers:
-            return None
-        saved = max(answers, key=lambda a: float(a["fetched_at"]))
-        fetched_at, status = float(saved["fetched_at"]), saved.get("status")
-        now = self.store.time()
-        if "retry_at" in saved:  # a failed fetch: its backoff still runs
-            retry_at = float(saved["retry_at"])
-            if not fetched_at <= now < retry_at:
-                return None
-            self.stats.inc_value("walsh/robots/stored_copy")
-            return await self._failed_entry(
-                origin, status, str(saved.get("why")), retry_at, int(saved.get("failures", 1))
-            )
-        if not fetched_at <= now < fetched_at + self.ttl:
-            return None
-        self.stats.inc_value("walsh/robots/stored_copy")
+    async def _from_saved(self, saved: dict[str, Any], expires: float) -> RobotsEntry:
+        status = saved.get("status")
         digest = None
         if saved.get("text") is not None:
             policy, digest = await _parse(str(saved["text"]))
         else:
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
-        return RobotsEntry(policy, fetched_at + self.ttl, status, sha256=digest)
+        return RobotsEntry(policy, expires, status, sha256=digest)
 
     async def _fetch(
         self, origin: str, previous: RobotsEntry | None, max_wait: float | None
@@ -382,48 +239,11 @@ class RobotsTxtMiddleware:
             audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
         )  # fmt: skip
 
-    async def _unreachable(
-        self, origin: str, previous: RobotsEntry | None, status: int | None, why: str
-    ) -> RobotsEntry:
-        """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good copy
-        exists. The failure is stored, so the backoff holds across restarts and
-        workers."""
-        self.stats.inc_value("walsh/robots/unreachable")
-        failures = (await self._failures_before(origin, previous)) + 1
-        delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
-        now = self.store.time()
-        await self.store.put(
-            UNREACHABLE_NAMESPACE,
-            origin,
-            {"fetched_at": now, "retry_at": now + delay, "status": status, "why": why,
-             "failures": failures},
-        )  # fmt: skip
-        return await self._failed_entry(origin, status, why, now + delay, failures)
-
-    async def _failures_before(self, origin: str, previous: RobotsEntry | None) -> int:
-        """Failed fetches in a row so far: from the cached answer, or, once
-        it was evicted from the cache, from the stored failure when that is
-        the latest answer and its backoff ended within the TTL (an eviction
-        must not restart the exponential backoff)."""
-        if previous is not None:
-            return previous.failures
-        failed = await self.store.get(UNREACHABLE_NAMESPACE, origin)
-        if not isinstance(failed, dict) or not isinstance(failed.get("retry_at"), (int, float)):
-            return 0
-        others = [await self.store.get(STATE_NAMESPACE, origin),
-                  await self.store.get(ABSENT_NAMESPACE, origin)]  # fmt: skip
-        latest = max((float(a["fetched_at"]) for a in others
-                      if isinstance(a, dict) and isinstance(a.get("fetched_at"), (int, float))),
-                     default=float("-inf"))  # fmt: skip
-        if float(failed.get("fetched_at", 0)) <= latest:
-            return 0
-        if self.store.time() - float(failed["retry_at"]) > self.ttl:
-            return 0
-        return int(failed.get("failures", 0))
-
     async def _failed_entry(
         self, origin: str, status: int | None, why: str, retry_at: float, failures: int
     ) -> RobotsEntry:
+        """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good
+        copy exists."""
         now = self.store.time()
         delay = retry_at - now
         saved = await self.store.get(STATE_NAMESPACE, origin)

@@ -45,15 +45,11 @@ from __future__ import annotations
 import logging
 import time
 import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.defer import maybe_deferred_to_future
-from twisted.internet.defer import Deferred
+from scrapy import Request
 
-from scrapy_walsh_research import defaults
-from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.preferences import (
     HEADER,
@@ -68,24 +64,17 @@ from scrapy_walsh_research.core.preferences import (
     unknown_file_preference,
 )
 from scrapy_walsh_research.core.preferences import TDMREP as TDMREP_SOURCE
-from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, internal_fetch
 from scrapy_walsh_research.options import declared_purposes
-from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.preflight import check_configuration, uses_frontier
+from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
+from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.records import PREFERENCES_META, response_validators
-from scrapy_walsh_research.robots import (
-    LAST_GOOD_MAX_AGE,
-    SHORT_WAIT,
-    USABLE_INTERVALS,
-    RobotsTxtMiddleware,
-)
-from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.robots import RobotsTxtMiddleware
 
 if TYPE_CHECKING:
-    from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
     from typing_extensions import Self
@@ -122,32 +111,20 @@ class TdmEntry:
         return tdm_file_preferences(self.tdm, url)
 
 
-class UsagePreferencesMiddleware:
+class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
     """Downloader middleware: deny (before) or withhold (after) a target
     whose host says no to a purpose the bot declares."""
 
+    kind = "tdmrep"
+    document = "tdmrep.json"
+    answer_namespaces = (STATE_NAMESPACE,)
+    unreachable_namespace = UNREACHABLE_NAMESPACE
+    log = logger
+
     def __init__(self, crawler: Crawler) -> None:
-        settings = crawler.settings
-        self.crawler = crawler
-        self.stats = crawler.stats
-        self.purposes = declared_purposes(settings)
+        super().__init__(crawler)
+        self.purposes = declared_purposes(crawler.settings)
         AuditTrail.for_crawler(crawler).purposes = self.purposes
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
-        self.retry_delay = settings.getfloat(
-            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
-        )
-        #: how long other workers wait for one worker's fetch of an origin's file
-        self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
-        self.pacer.add_denial_check(self._cached_denial)
-        self.requeue = uses_frontier(settings)
-        self.cache_size = cache_size(
-            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
-        )
-        self._cache: OrderedDict[str, TdmEntry] = OrderedDict()
-        self._pending: dict[str, Deferred[None]] = {}
         #: what applied before each request went out, for its response
         self._before: weakref.WeakKeyDictionary[Request, tuple[Preference, ...]] = (
             weakref.WeakKeyDictionary()
@@ -171,25 +148,9 @@ class UsagePreferencesMiddleware:
     async def process_request(self, request: Request) -> Request | None:
         if self._own(request):
             return None
-        origin = origin_of(request.url)
-        entry = self._fresh(origin, touch=True)
-        if entry is None:
-            host = url_host(request.url)
-            skip = await self.pacer.skip(host)
-            if skip is not None:  # fetching tdmrep.json would contact the host
-                deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
-            if self.requeue and self.pacer.ready_at(host) > time.monotonic():
-                return self.pacer.requeue(request)
-            try:
-                entry = await self.entry_for(
-                    request.url, max_wait=SHORT_WAIT if self.requeue else None
-                )
-            except HostBusy as exc:
-                if self.requeue:
-                    self.pacer.defer(host, exc.ready_in)
-                    return self.pacer.requeue(request)
-                reason = f"tdmrep.json cannot be fetched: {exc}"
-                deny(self.crawler, logger, request, "R4", reason, outcome="skipped")
+        entry = await self.entry_or_requeue(request)
+        if isinstance(entry, Request):
+            return entry  # back to the frontier until its host is ready
         stated = await self._robots_preferences(request) + tuple(entry.preferences(request.url))
         self._before[request] = stated
         records = [p.as_record() for p in stated]
@@ -251,72 +212,6 @@ class UsagePreferencesMiddleware:
         return decide(stated, self.purposes) is not None
 
     # -- tdmrep.json, once per origin ------------------------------------------------
-
-    def _fresh(self, origin: str, touch: bool = False) -> TdmEntry | None:
-        entry = self._cache.get(origin)
-        if entry is None or self.store.time() >= entry.expires:
-            return None
-        if touch:
-            self._cache.move_to_end(origin)
-        return entry
-
-    def _remember(self, origin: str, entry: TdmEntry) -> None:
-        self._cache[origin] = entry
-        self._cache.move_to_end(origin)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
-            self.stats.inc_value("walsh/tdmrep/cache_evicted")
-
-    async def entry_for(self, url: str, *, max_wait: float | None = None) -> TdmEntry:
-        """The tdmrep.json answer in force for *url*'s origin: cached, stored
-        within the TTL, or fetched (one fetch per origin at a time, and with
-        Redis one per fleet). :class:`HostBusy` when the fetch cannot wait
-        *max_wait* for its host (nothing was sent)."""
-        origin = origin_of(url)
-        while True:
-            entry = self._fresh(origin)
-            if entry is not None:
-                return entry
-            pending = self._pending.get(origin)
-            if pending is None:
-                break
-            await maybe_deferred_to_future(pending)
-        pending = self._pending[origin] = Deferred()
-        try:
-            entry = await self._stored_fresh(origin) or await self._fetch_once(
-                origin, self._cache.get(origin), max_wait
-            )
-            # outlive the waits the origin's two documents put on the host
-            usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
-            entry.expires = max(entry.expires, usable)
-            self._remember(origin, entry)
-        finally:
-            del self._pending[origin]
-            pending.callback(None)
-        return entry
-
-    async def _fetch_once(
-        self, origin: str, previous: TdmEntry | None, max_wait: float | None
-    ) -> TdmEntry:
-        """With shared state, one worker of the fleet fetches while the others
-        wait and adopt what it stored."""
-        for _ in range(3):
-            try:
-                release = await self.store.single_flight(
-                    f"tdmrep:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
-                )
-            except FlightBusy:
-                raise HostBusy(url_host(origin), 1.0) from None
-            if release is not None:
-                try:
-                    return await self._fetch(origin, previous, max_wait)
-                finally:
-                    await release()
-            stored = await self._stored_fresh(origin)
-            if stored is not None:
-                self.stats.inc_value("walsh/tdmrep/adopted_from_worker")
-                return stored
-        return await self._fetch(origin, previous, max_wait)
 
     async def _fetch(
         self, origin: str, previous: TdmEntry | None, max_wait: float | None
@@ -380,63 +275,18 @@ class UsagePreferencesMiddleware:
             logger.info("tdmrep.json read with problems: %(p)s", {"p": tdm.problems})
         return TdmEntry(tdm, expires, status)
 
-    async def _stored_fresh(self, origin: str) -> TdmEntry | None:
-        """The latest answer stored by an earlier run or another worker and
-        still in force."""
-        answers = [
-            a
-            for a in (
-                await self.store.get(STATE_NAMESPACE, origin),
-                await self.store.get(UNREACHABLE_NAMESPACE, origin),
-            )
-            if isinstance(a, dict) and isinstance(a.get("fetched_at"), (int, float))
-        ]
-        if not answers:
-            return None
-        saved = max(answers, key=lambda a: float(a["fetched_at"]))
-        fetched_at, now = float(saved["fetched_at"]), self.store.time()
-        status = saved.get("status")
-        if "retry_at" in saved:
-            retry_at = float(saved["retry_at"])
-            if not fetched_at <= now < retry_at:
-                return None
-            self.stats.inc_value("walsh/tdmrep/stored_copy")
-            return await self._failed_entry(
-                origin, status, str(saved.get("why")), retry_at, int(saved.get("failures", 1))
-            )
-        if not fetched_at <= now < fetched_at + self.ttl:
-            return None
-        self.stats.inc_value("walsh/tdmrep/stored_copy")
-        return self._from_copy(saved, fetched_at + self.ttl)
-
-    def _from_copy(self, saved: dict[str, object], expires: float) -> TdmEntry:
+    async def _from_saved(self, saved: dict[str, Any], expires: float) -> TdmEntry:
         status = saved.get("status")
         code = status if isinstance(status, int) else None
         if isinstance(saved.get("body"), str):
             return self._entry(str(saved["body"]).encode("latin-1"), code, expires)
         return TdmEntry(None, expires, code)
 
-    async def _unreachable(
-        self, origin: str, previous: TdmEntry | None, status: int | None, why: str
-    ) -> TdmEntry:
-        """Unknown: the origin reads as reserved until the file can be
-        fetched (retried with backoff, stored so a restart keeps it), unless
-        a last good answer exists."""
-        self.stats.inc_value("walsh/tdmrep/unreachable")
-        failures = (previous.failures if previous is not None else 0) + 1
-        delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
-        now = self.store.time()
-        await self.store.put(
-            UNREACHABLE_NAMESPACE,
-            origin,
-            {"fetched_at": now, "retry_at": now + delay, "status": status, "why": why,
-             "failures": failures},
-        )  # fmt: skip
-        return await self._failed_entry(origin, status, why, now + delay, failures)
-
     async def _failed_entry(
         self, origin: str, status: int | None, why: str, retry_at: float, failures: int
     ) -> TdmEntry:
+        """Unknown: the origin reads as reserved until the file can be
+        fetched, unless a last good answer exists."""
         now = self.store.time()
         saved = await self.store.get(STATE_NAMESPACE, origin)
         if isinstance(saved, dict) and now - float(saved.get("fetched_at", 0)) < LAST_GOOD_MAX_AGE:
@@ -445,7 +295,7 @@ class UsagePreferencesMiddleware:
                 "%(why)s for %(origin)s; using the last good answer; next try in %(d).0f s",
                 {"why": why, "origin": origin, "d": retry_at - now},
             )
-            entry = self._from_copy(saved, retry_at)
+            entry = await self._from_saved(saved, retry_at)
             entry.failures = failures
             return entry
         reason = (
