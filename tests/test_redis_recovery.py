@@ -70,9 +70,7 @@ async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server,
         first = spawn_worker(server, "targets", tmp_path / "a", **shared)
         await first.ended
         assert pages(server, "cd.test") == ["/p/0"], first.err.decode()[-2000:]
-        redis.kill()
-        redis.wipe()
-        redis.persist = False
+        redis.lose_volume()
         redis.start()  # empty, and no persistence that could vouch for it
         push(redis, shared, urls[1:], tmp_path)
         new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
@@ -134,9 +132,7 @@ async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fle
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
         push(redis, shared, site(server, "fine.test", 1), tmp_path)
         await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
-        redis.kill()
-        redis.wipe()
-        redis.persist = False
+        redis.lose_volume()
         redis.start()
         server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
         push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
@@ -170,9 +166,7 @@ async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_non
         push(redis, shared, slow, tmp_path, key="long")
         holder = spawn_worker(server, "long", tmp_path / "a", **shared)
         await until(lambda: len(pages(server, "slow.test")) >= 2)
-        redis.kill()
-        redis.wipe()
-        redis.persist = False
+        redis.lose_volume()
         server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
         redis.start()
         push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
@@ -332,9 +326,7 @@ async def test_a_lease_redis_lost_while_its_request_is_out_is_put_back(server, t
         push(redis, shared, [server.url("slow.test", "/p/0")], tmp_path, key="a")
         a = spawn_worker(server, "a", tmp_path / "a", **shared)
         await until(lambda: pages(server, "slow.test") == ["/p/0"])
-        redis.kill()
-        redis.wipe()
-        redis.persist = False
+        redis.lose_volume()
         redis.start()
         push(redis, shared, [server.url("slow.test", "/p/1")], tmp_path, key="b")
         b = spawn_worker(server, "b", tmp_path / "b", **shared)

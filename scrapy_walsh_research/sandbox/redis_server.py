@@ -107,6 +107,14 @@ class RedisServer:
                 else:
                     path.unlink()
 
+    def lose_volume(self) -> None:
+        """Killed, its data files gone, and set to come back with no
+        persistence that could vouch for it: the next :meth:`start` is an
+        empty Redis whose lost history only its restart reveals."""
+        self.kill()
+        self.wipe()
+        self.persist = False
+
     def snapshot(self, name: str) -> None:
         """SAVE now and keep the snapshot as *name*."""
         client = self.client()
