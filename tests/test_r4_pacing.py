@@ -355,3 +355,32 @@ async def test_a_stored_reservation_covers_its_request_or_the_commit_is_written(
         assert clock.ready_at(host, interval) == pytest.approx(now + late + interval)
     assert writes == ["soon.test", "late.test", "late.test"]
     await store.close()
+
+
+@pytest_twisted.ensureDeferred
+async def test_what_an_answer_writes_before_its_commit_still_covers_the_request(tmp_path):
+    """A crash between an answer and its commit: the answer's write (load,
+    distress) still allows COMMIT_SLACK for the request to have left, so a
+    restart never lets the next request to the host go sooner than its
+    interval after that request. (Before: the answer's write dropped the
+    slack, and a request that left 0.5 s after its reservation was followed
+    after a restart by one 0.5 s after it.)"""
+    import time
+
+    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
+    from scrapy_walsh_research.state.hostclock import PersistentHostClock
+    from scrapy_walsh_research.state.sqlite import SQLiteStateStore
+
+    store = SQLiteStateStore(tmp_path / "state.sqlite3")
+    clock = PersistentHostClock(store)
+    interval, slack = 3.0, PersistentHostClock.COMMIT_SLACK
+    now = time.monotonic()
+    assert await clock.reserve("d.test", now, interval) == 0
+    await clock.note_answer("d.test", Answer(0.05, None, 0.5), AdaptivePolicy(), 1.0)
+    await clock.hold("d.test", now)  # a hold written meanwhile keeps it too
+    # the process dies here: the commit (the request left up to `slack` after
+    # `now`) is never written
+    restarted = PersistentHostClock(store)
+    await restarted.warm("d.test")
+    assert restarted.ready_at("d.test", interval) >= now + slack + interval - 0.01
+    await store.close()

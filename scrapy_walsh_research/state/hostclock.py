@@ -141,10 +141,12 @@ class PersistentHostClock(MemoryHostClock):
     clock.
 
     The reservation is stored as if its request left :data:`COMMIT_SLACK`
-    after it was reserved; the commit (when it actually left) is written only
-    when it left later still. A request leaves within milliseconds of its
-    reservation, so this saves one state write per request; the price is that
-    a restart may wait up to that much longer for a host, never less.
+    after it was reserved, and so is every write until its commit (a hold,
+    an answer's load and distress): the commit (when it actually left) is
+    written only when it left later still, or when an answer changed the
+    interval. A request leaves within milliseconds of its reservation, so
+    this saves one state write per request; the price is that a restart may
+    wait up to that much longer for a host, never less.
 
     Hosts are kept in memory up to *cache_size* (``WALSH_HOST_CLOCK_CACHE_SIZE``),
     least recently used first out, and only once they are *settled*: their
@@ -173,6 +175,10 @@ class PersistentHostClock(MemoryHostClock):
         self._seeded: OrderedDict[str, None] = OrderedDict()
         #: the next allowed time last written for each host (monotonic)
         self._stored_next: dict[str, float] = {}
+        #: hosts reserved and not yet committed: what is written for them
+        #: keeps COMMIT_SLACK (a crash before the commit must not leave a
+        #: record saying the request left at its reservation)
+        self._open: set[str] = set()
         self.evicted = 0
 
     def cached_hosts(self) -> int:
@@ -235,11 +241,13 @@ class PersistentHostClock(MemoryHostClock):
             for into in (self._last, self._next, self._hold, self._intervals, self._strictest,
                          self._stored_next, self._loads):  # fmt: skip
                 into.pop(host, None)
+            self._open.discard(host)
             self.evicted += 1
             if self.stats is not None:
                 self.stats.inc_value("walsh/hostclock/cache_evicted")
 
-    async def _save(self, host: str, interval: float | None = None, slack: float = 0.0) -> None:
+    async def _save(self, host: str, interval: float | None = None) -> None:
+        slack = self.COMMIT_SLACK if host in self._open else 0.0
         last = self._last.get(host)
         if last is not None and interval is not None:
             self._next[host] = max(self._next.get(host, 0.0), last + interval)
@@ -270,12 +278,14 @@ class PersistentHostClock(MemoryHostClock):
         # No await between the check and the set: atomic on the reactor.
         wait = self._reserve(host, now, interval)
         if wait <= 0:
-            await self._save(host, interval, self.COMMIT_SLACK)  # before the request leaves
+            self._open.add(host)
+            await self._save(host, interval)  # before the request leaves
         return wait
 
     async def commit(self, host: str, at: float, interval: float) -> None:
         await self._seed(host)
         self._commit(host, at)
+        self._open.discard(host)
         due = self._last[host] + interval
         self._next[host] = due
         if due <= self._stored_next.get(host, float("-inf")) <= due + self.COMMIT_SLACK:
