@@ -13,7 +13,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.conformance.checks import HTTP_CACHE_ROW
 from scrapy_walsh_research.conformance.run import run_conformance
-from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest
+from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest, holds
 from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.preflight import (
@@ -144,6 +144,7 @@ def test_attestation_from_configuration_is_true_only_with_every_gate_in_place():
     doc = attest(effective(project()))
     assert set(doc["requirements"]) == set(REQUIREMENTS)
     assert all(doc["requirements"].values()), doc["evidence"]
+    assert doc["refused"] == [] and holds(doc)
     assert {"tool", "version", "spec", "user_agent", "settings_sha256"} <= set(doc)
     assert all(e["conformance"].startswith("not run") for e in doc["evidence"].values())
 
@@ -153,6 +154,7 @@ def test_attestation_from_configuration_is_true_only_with_every_gate_in_place():
     [
         ({"DOWNLOADER_MIDDLEWARES": {ROBOTS_MW: None}}, "R2_robots_rfc9309"),
         ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: None}}, "R3_operator_blocklist"),
+        ({"DOWNLOADER_MIDDLEWARES": {USAGE_MW: None}}, "PREF_usage_preferences"),
         ({"CONCURRENT_REQUESTS": 4}, "R4_serial_rate_limit_crawl_delay"),
         ({"DOWNLOADER_MIDDLEWARES": {CADENCE_MW: None}}, "R8_infrequent_runs"),
         ({"WALSH_RUN_INTERVAL": 3600}, "R8_infrequent_runs"),
@@ -161,6 +163,7 @@ def test_attestation_from_configuration_is_true_only_with_every_gate_in_place():
 def test_attestation_reports_false_with_a_reason_for_a_disabled_gate(overrides, key):
     doc = attest(effective(project(**overrides)))
     assert doc["requirements"][key] is False
+    assert not holds(doc)
     assert doc["evidence"][key]["reason"]
     others = [k for k, v in doc["requirements"].items() if not v]
     assert len(others) < len(REQUIREMENTS)  # the rest still stand on their own evidence
@@ -181,6 +184,13 @@ async def test_attestation_with_a_conformance_run_carries_the_measurements(tmp_p
     assert all(doc["requirements"].values())
     rows = doc["evidence"]["R4_serial_rate_limit_crawl_delay"]["conformance"]
     assert any("min same-host gap" in r["measured"] for r in rows)
+    assert doc["conformance_must_pass"] is True and holds(doc)
+    # a MUST row no requirement reads (the audit log) still decides
+    audit = next(c for c in report.checks if c.id == "AUD" and c.level == "MUST")
+    audit.passed = False
+    doc = attest(effective(project()), report)
+    assert all(doc["requirements"].values())
+    assert doc["conformance_must_pass"] is False and not holds(doc)
 
 
 @pytest_twisted.ensureDeferred

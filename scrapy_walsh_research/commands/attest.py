@@ -16,7 +16,7 @@ from scrapy_walsh_research.commands._runner import (
     project_targets_spider,
     run_conformance_blocking,
 )
-from scrapy_walsh_research.evidence.attestation import attest
+from scrapy_walsh_research.evidence.attestation import attest, holds
 from scrapy_walsh_research.preflight import apply_addons
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Command(ScrapyCommand):
             print(signed_attestation.sign_attestation(doc, key))
         else:
             print(json.dumps(doc, indent=2))
-        self.exitcode = 0 if all(doc["requirements"].values()) else 1
+        self.exitcode = 0 if holds(doc) else 1
 
     def _verify(self, opts: argparse.Namespace) -> None:
         from scrapy_walsh_research.identity import signed_attestation

@@ -45,6 +45,7 @@ REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
     "R7_conditional_fetch_dedup": ("R7", [preflight.VALIDATORS_MW], {"R7", "R7b"}),
     "R8_infrequent_runs": ("R8", [preflight.CADENCE_MW], {"R8"}),
     "R9_no_html_scrape": ("R9", [preflight.NEGOTIATION_MW], {"R9"}),
+    "PREF_usage_preferences": ("PREF", [preflight.USAGE_MW], {"PREF"}),
 }
 #: Problems that are not about one rule's gate but break the named ones.
 _SHARED = {
@@ -123,6 +124,7 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
         if reasons:
             item["reason"] = reasons
         evidence[key] = item
+    attributed = {p for p in problems if any(_concerns(p, r) for r, _, _ in REQUIREMENTS.values())}
     return {
         "tool": "scrapy-walsh-research",
         "version": __version__,
@@ -132,8 +134,25 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
         "purposes": _purposes(settings),
         "requirements": requirements,
         "evidence": evidence,
+        # what the start-up check refuses that no requirement above names:
+        # the crawl would not run, so the configuration attests nothing
+        "refused": [p for p in problems if p not in attributed],
+        # every MUST row of the run, not only the rows a requirement reads
+        # (the audit log, purge on opt-out, the signatures)
+        "conformance_must_pass": result.must_pass if result is not None else None,
         "identity": _identity(settings),
     }
+
+
+def holds(doc: dict[str, Any]) -> bool:
+    """Whether an attestation says the bot keeps the contract: every
+    requirement true, nothing refused, and every MUST row of its
+    conformance run (when there was one) passed."""
+    return (
+        all(doc["requirements"].values())
+        and not doc["refused"]
+        and doc["conformance_must_pass"] is not False
+    )
 
 
 def _purposes(settings: BaseSettings) -> list[str] | dict[str, str]:
