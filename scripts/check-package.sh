@@ -11,7 +11,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d "${TMPDIR:-/tmp}/walsh-package.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 
-"$root/.venv/bin/python" -m build --sdist --wheel --outdir "$work/dist" "$root" >"$work/build.log" 2>&1 \
+# the sdist first and the wheel from it (python -m build's default): a wheel
+# built from the checkout would also pack a stale build/lib left there
+"$root/.venv/bin/python" -m build --outdir "$work/dist" "$root" >"$work/build.log" 2>&1 \
   || { cat "$work/build.log"; exit 1; }
 "$root/.venv/bin/twine" check --strict "$work"/dist/*
 wheel="$(ls "$work"/dist/*.whl)"
@@ -20,6 +22,16 @@ for member in scrapy_walsh_research/py.typed scrapy_walsh_research/schemas/block
   python3 -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' \
     "$wheel" "$member" || { echo "the wheel lacks $member" >&2; exit 1; }
 done
+
+# exactly the package's modules: none missing, none left over from an old layout
+(cd "$root" && git ls-files 'scrapy_walsh_research/*.py') | python3 -c '
+import sys, zipfile
+tracked = set(sys.stdin.read().split())
+packed = {n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.endswith(".py")}
+for name, what in ((tracked - packed, "lacks"), (packed - tracked, "has stale")):
+    if name:
+        sys.exit(f"the wheel {what} {sorted(name)}")
+' "$wheel"
 
 run_conformance() {  # $1: a name, then pip arguments
   local name="$1"; shift
