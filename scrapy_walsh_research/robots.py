@@ -213,11 +213,14 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
                     "robots.txt at %(url)s exceeds 500 KiB; parsed the first 500 KiB only",
                     {"url": url},
                 )
-            copy = {"text": text, "fetched_at": now, "status": status}
-            await self.store.put(STATE_NAMESPACE, origin, copy)
             policy, digest = await _parse(text)
             if not policy.allows(f"{origin}/"):
+                # before the copy is stored: a crash in between must leave
+                # the next run to fetch (and purge) again, not a stored copy
+                # that restarts and other workers adopt without purging
                 await self._purge(origin, digest)
+            copy = {"text": text, "fetched_at": now, "status": status}
+            await self.store.put(STATE_NAMESPACE, origin, copy)
             return RobotsEntry(policy, now + self.ttl, status, sha256=digest)
         if 400 <= status < 500 and status != 429:
             await self.store.put(ABSENT_NAMESPACE, origin, {"fetched_at": now, "status": status})
