@@ -397,3 +397,28 @@ def test_the_parsers_import_nothing_from_scrapy_or_twisted():
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {m for m in imported if m.split(".")[0] in ("scrapy", "twisted")}, imported
     assert not {m for m in imported if m.startswith("scrapy_walsh_research")}, imported
+
+
+def test_a_no_after_many_other_statements_is_still_read():
+    """The bound on what one answer makes us hold never cuts off a site's
+    no: repeats collapse, and what states nothing usable goes first."""
+    declared = ("tdm",)
+    many_keys = ",".join(f"k{i}=1" for i in range(100)) + ",ai-input=no"
+    signals = P.content_signal(many_keys, source=P.HEADER, scope="x")
+    assert len(signals) <= P.MAX_STATEMENTS
+    assert P.decide(signals, ("ai-input",)) is not None
+    headers = {"Content-Usage": ["train-ai=y"] * 16 + ["tdm=n"]}
+    assert P.decide(P.response_preferences(headers, "Walsh-Research", 0.0), declared)
+    robots = ["noindex"] * 40 + ["noai"]
+    tags = P.x_robots_tag(robots, "Walsh-Research", 0.0)
+    assert len(tags) <= P.MAX_STATEMENTS
+    assert P.decide(tags, ("tdm", "ai-input")) is not None  # noai: AI input and training
+
+
+def test_a_tdmrep_rule_with_a_long_location_still_matches():
+    path = "/" + "a" * 300
+    tdm = P.parse_tdmrep(json.dumps([{"location": path, "tdm-reservation": 1}]).encode())
+    assert tdm is not None
+    prefs = P.tdm_file_preferences(tdm, "https://x.test" + path)
+    assert [p.allows for p in prefs] == [False]
+    assert len(prefs[0].scope) <= P.MAX_VALUE

@@ -111,6 +111,38 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
+def _bounded(statements: Iterable[Preference], limit: int) -> list[Preference]:
+    """At most *limit* statements, in order, without ever dropping one that
+    decides: a statement that repeats what an earlier one said (the same
+    signal, scope and answer, ``y`` or ``yes`` alike) goes first, then those
+    that state nothing usable, beyond what fits. What a hostile answer makes
+    us hold stays bounded, and a site's "no" after a run of other statements
+    is still read (the vocabularies are small: the deciding statements that
+    remain are far fewer than *limit*)."""
+    statements = list(statements)
+    seen: set[tuple[str, str, str, tuple[str, ...], bool]] = set()
+    keep: list[bool] = []
+    for p in statements:
+        key = (p.source, p.signal, p.scope, p.purposes, p.allows) if p.allows is not None else None
+        keep.append(key is not None and key not in seen)
+        if key is not None:
+            seen.add(key)
+    room = max(0, limit - sum(keep))
+    out: list[Preference] = []
+    for p, deciding in zip(statements, keep, strict=True):
+        if deciding:
+            out.append(p)
+        elif p.allows is None and room > 0:
+            out.append(p)
+            room -= 1
+    return out
+
+
+def _distinct(values: Iterable[str]) -> list[str]:
+    """A field's lines without repeats, at most MAX_STATEMENTS of them."""
+    return list(dict.fromkeys(values))[:MAX_STATEMENTS]
+
+
 def decide(preferences: Iterable[Preference], declared: Iterable[str]) -> Preference | None:
     """The first statement that says no to a declared purpose, or None.
 
@@ -261,9 +293,7 @@ def content_signal(text: str, *, source: str, scope: str) -> list[Preference]:
         out.append(
             Preference(source, f"{CONTENT_SIGNAL}: {key}", _clip(value), scope, purposes, allows)
         )
-        if len(out) >= MAX_STATEMENTS:
-            break
-    return out
+    return _bounded(out, MAX_STATEMENTS)
 
 
 # -- IETF AI Preferences ----------------------------------------------------------
@@ -316,9 +346,7 @@ def content_usage(value: str | bytes, *, source: str, scope: str) -> list[Prefer
         out.append(
             Preference(source, f"{CONTENT_USAGE}: {key}", _clip(stated), scope, purposes, allows)
         )
-        if len(out) >= MAX_STATEMENTS:
-            break
-    return out
+    return _bounded(out, MAX_STATEMENTS)
 
 
 # -- robots.txt: Content-Usage and Content-Signal lines of the selected group ------
@@ -378,7 +406,7 @@ def robots_preferences(statements: Iterable[RobotsStatement], url: str) -> list[
             best.append(statement)
         for statement in best:
             out += statement.preferences
-    return out[: 2 * MAX_STATEMENTS]
+    return _bounded(out, 2 * MAX_STATEMENTS)
 
 
 # -- W3C TDMRep ---------------------------------------------------------------------
@@ -457,7 +485,9 @@ def parse_tdmrep(body: bytes) -> TdmFile | None:
             problems.append(f"rule {index}: tdm-reservation {item.get(TDM_RESERVATION)!r} unset")
         policy = item.get(TDM_POLICY)
         rules.append(
-            TdmRule(_clip(location), reserved, _clip(policy) if isinstance(policy, str) else None)
+            # the whole location: a clipped one would match nothing (the
+            # record's scope is clipped instead)
+            TdmRule(location, reserved, _clip(policy) if isinstance(policy, str) else None)
         )
     if len(document) > MAX_TDM_RULES:
         problems.append(f"{len(document) - MAX_TDM_RULES} rules past the first {MAX_TDM_RULES}")
@@ -485,7 +515,7 @@ def tdm_file_preferences(tdm: TdmFile, url: str) -> list[Preference]:
     rule = tdm_rule_for(tdm, url)
     if rule is None:
         return []
-    scope = f"location {rule.location}"
+    scope = _clip(f"location {rule.location}")
     value = "1" if rule.reserved else "0"
     out = [Preference(TDMREP, TDM_RESERVATION, value, scope, TDM_PURPOSES, not rule.reserved)]
     if rule.reserved and rule.policy:
@@ -583,9 +613,7 @@ def x_robots_tag(values: Sequence[str], token: str, now: float) -> list[Preferen
                     False if purposes else None,
                 )
             )  # fmt: skip
-            if len(out) >= MAX_STATEMENTS:
-                return out
-    return out
+    return _bounded(out, MAX_STATEMENTS)
 
 
 # -- one response's headers ------------------------------------------------------------
@@ -599,12 +627,12 @@ def response_preferences(
     for name, values in headers.items():
         lower.setdefault(name.lower(), []).extend(values)
     out = tdm_header_preferences(lower.get(TDM_RESERVATION, []), lower.get(TDM_POLICY, []))
-    for value in lower.get("content-usage", [])[:MAX_STATEMENTS]:
+    for value in _distinct(lower.get("content-usage", [])):
         out += content_usage(value, source=HEADER, scope=RESPONSE_SCOPE)
-    for value in lower.get("content-signal", [])[:MAX_STATEMENTS]:
+    for value in _distinct(lower.get("content-signal", [])):
         out += content_signal(value, source=HEADER, scope=RESPONSE_SCOPE)
-    out += x_robots_tag(lower.get("x-robots-tag", [])[:MAX_STATEMENTS], token, now)
-    return out[: 4 * MAX_STATEMENTS]
+    out += x_robots_tag(_distinct(lower.get("x-robots-tag", [])), token, now)
+    return _bounded(out, 4 * MAX_STATEMENTS)
 
 
 def unknown_file_preference(why: str) -> Preference:
