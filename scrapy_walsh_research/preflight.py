@@ -165,6 +165,7 @@ def problems(settings: BaseSettings) -> list[str]:
             "requests. Set CONCURRENT_REQUESTS=1."
         )
     found.extend(_list_problems(settings))
+    found.extend(_freshness_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(
@@ -289,6 +290,43 @@ def min_delay_problem(min_delay: float) -> str | None:
             f"Set WALSH_MIN_DELAY to {MIN_DELAY_FLOOR} or more."
         )
     return None
+
+
+#: the longest an opt-out may wait to be read: a day (the blocklist's refresh
+#: clamp; RFC 9309 §2.4: a robots.txt cached no longer than 24 h)
+MAX_FRESHNESS_S = 86400.0
+
+
+def _freshness_problems(settings: BaseSettings) -> list[str]:
+    """Settings that would keep an opt-out (a new blocklist entry, a robots.txt
+    or tdmrep.json that now says no) from being read for more than a day, or
+    a failed fetch from ever being tried again."""
+    found: list[str] = []
+
+    def seconds(name: str) -> float:
+        return settings.getfloat(name, getattr(defaults, name))
+
+    for name in ("WALSH_BLOCKLIST_MAX_REFRESH", "WALSH_ROBOTS_TTL"):
+        if not 0 < seconds(name) <= MAX_FRESHNESS_S:
+            found.append(
+                f"{name}={seconds(name):g}: an opt-out would wait longer than a day to be "
+                f"read. Set {name} to at most {MAX_FRESHNESS_S:g} seconds "
+                f"(default {getattr(defaults, name):g})."
+            )
+    if not 0 < seconds("WALSH_BLOCKLIST_MIN_REFRESH") <= seconds("WALSH_BLOCKLIST_MAX_REFRESH"):
+        found.append(
+            f"WALSH_BLOCKLIST_MIN_REFRESH={seconds('WALSH_BLOCKLIST_MIN_REFRESH'):g}: it must be "
+            "above 0 and at most WALSH_BLOCKLIST_MAX_REFRESH "
+            f"(default {defaults.WALSH_BLOCKLIST_MIN_REFRESH:g})."
+        )
+    for name in ("WALSH_BLOCKLIST_RETRY_DELAY", "WALSH_ROBOTS_RETRY_DELAY"):
+        if not 0 < seconds(name) <= MAX_FRESHNESS_S:
+            found.append(
+                f"{name}={seconds(name):g}: a failed fetch would not be tried again within a "
+                f"day. Set it above 0 and at most {MAX_FRESHNESS_S:g} seconds "
+                f"(default {getattr(defaults, name):g})."
+            )
+    return found
 
 
 def _list_problems(settings: BaseSettings) -> list[str]:

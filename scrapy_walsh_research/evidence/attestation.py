@@ -54,6 +54,7 @@ _SHARED = {
     "REDIRECT_MAX_TIMES": "R6",
     "WALSH_PURPOSES": "R6",
     "WALSH_BLOCKLIST": "R3",
+    "WALSH_ROBOTS": "R2",
     "ROBOTSTXT_OBEY": "R2",
     "RETRY_ENABLED": "R5",
     "User-Agent": "R1",
