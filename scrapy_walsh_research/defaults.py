@@ -38,7 +38,7 @@ WALSH_BLOCKLIST_MAX_BYTES = 128 * 1024 * 1024
 
 # -- state, identity, evidence --------------------------------------------------
 
-#: unset: ``.scrapy/walsh`` in the project data dir (``state.base.state_dir``)
+#: unset: ``.scrapy/walsh`` in the project data dir (``state.directory.state_dir``)
 WALSH_STATE_DIR: str | None = None
 #: unset: requests are not signed
 WALSH_SIGNING_KEY: str | None = None

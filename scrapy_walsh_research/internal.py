@@ -35,7 +35,9 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http.request import NO_CALLBACK
 
+from scrapy_walsh_research.core.urls import canonical_url
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.state import state_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -96,8 +98,6 @@ class Marks:
         """Load (or create, once, atomically) the secret shared through the state store."""
         if self._secret is not None:
             return
-        from scrapy_walsh_research.state import state_for
-
         stored = await state_for(self.crawler).put_if_absent(
             _SECRET_NAMESPACE, _SECRET_KEY, secrets.token_hex(32)
         )
@@ -164,8 +164,6 @@ class Marks:
 
 def target_key(request: Request) -> str:
     """The canonical URL of the declared target a request stems from."""
-    from scrapy_walsh_research.core.urls import canonical_url
-
     target = request.meta.get(TARGET_META)
     if isinstance(target, dict) and target.get("canonical_url"):
         return str(target["canonical_url"])

@@ -51,6 +51,7 @@ from scrapy_walsh_research.adaptive import (
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
+from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.preflight import check_configuration, min_delay_problem, uses_frontier
@@ -358,8 +359,6 @@ class PacingMiddleware:
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
         self.marks = Marks.for_crawler(crawler)
-        from scrapy_walsh_research.evidence.audit import AuditTrail
-
         self.audit = AuditTrail.for_crawler(crawler)
         self.audit.interval = self.pacer.interval_for
         # Only the frontier keeps a handed-back request out of the way until

@@ -6,7 +6,7 @@ judges what the origin saw against each rule of the contract.
 * :mod:`.identity`: the key a signing project's crawls sign with;
 * :mod:`.stored`: the audit log and state a crawl left, read back;
 * :mod:`.checks`: the judges, one module per rule or rule group;
-* :mod:`.model`: the result (:class:`~.model.ConformanceResult`), which the
-  attestation reads;
+* :mod:`scrapy_walsh_research.evidence.verdicts`: the result it fills in
+  (``ConformanceResult``), which the attestation reads;
 * :mod:`.run`: :func:`~.run.run_conformance`, which ties them together.
 """

@@ -149,7 +149,10 @@ def stepclock_library() -> Path:
     if not target.exists():
         compiler = shutil.which("cc") or shutil.which("gcc")
         if compiler is None:
-            raise RuntimeError("a C compiler (cc) is needed to step redis-server's clock")
+            raise RuntimeError(
+                "a C compiler (cc) is needed to step redis-server's clock: "
+                "run scripts/install-cc.sh"
+            )
         tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         subprocess.run(
             [compiler, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(source)],

@@ -61,9 +61,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: how long a reservation is leased; renewed every third of it while its
-#: request is in flight, so a dead worker costs its host this long at most
-
 
 class RedisHostClock(RobotsIntervals):
     """The :class:`~scrapy_walsh_research.state.protocols.HostClock` in Redis.
