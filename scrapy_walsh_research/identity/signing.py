@@ -212,8 +212,8 @@ class Signer:
         key: Ed25519PrivateKey,
         *,
         agent: str = defaults.WALSH_SIGNATURE_AGENT,
-        form: str = "dictionary",
-        ttl: float = 60.0,
+        form: str = defaults.WALSH_SIGNATURE_AGENT_FORM,
+        ttl: float = defaults.WALSH_SIGNATURE_TTL,
         extra: tuple[str, ...] = (),
         label: str = LABEL,
         agent_key: str | None = None,
@@ -275,7 +275,8 @@ class Signer:
             )
         raw_ttl = settings.get("WALSH_SIGNATURE_TTL")
         try:
-            ttl = float(60 if raw_ttl is None or raw_ttl == "" else raw_ttl)
+            unset = raw_ttl is None or raw_ttl == ""
+            ttl = float(defaults.WALSH_SIGNATURE_TTL if unset else raw_ttl)
         except (TypeError, ValueError) as exc:
             raise WalshConfigurationError(
                 f"WALSH_SIGNATURE_TTL={raw_ttl!r}: whole seconds, e.g. 60"
