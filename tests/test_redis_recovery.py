@@ -149,6 +149,51 @@ async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fle
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_worker_that_waited_on_anothers_failed_fetch_does_not_fail_open_either(
+    server, tmp_path
+):
+    """The same loss, with two new workers starting together: one fetches
+    the list (slowly, and it fails) while the other waits for it. The one
+    that waited learns of the failure from the fleet's record of it, and must
+    deny every host just as the one that fetched does. (Before: it took the
+    failure for a first-ever one and crawled blocked.test with no list.)"""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
+        )
+        site(server, "blocked.test", 4)
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
+        push(redis, shared, site(server, "fine.test", 1), tmp_path)
+        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+        redis.lose_volume()
+        redis.start()
+        # slow enough that the second worker is still waiting when it fails
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down", delay=4.0))
+        push(redis, shared, [server.url("blocked.test", f"/p/{i}") for i in range(4)], tmp_path)
+        workers = [
+            spawn_worker(server, "targets", tmp_path / n, log=tmp_path / f"{n}.jl", **shared)
+            for n in ("b", "c")
+        ]
+        for worker in workers:
+            await worker.ended
+        errs = [w.err.decode() for w in workers]
+        got = [
+            json.loads(x)
+            for n in ("b", "c")
+            if (tmp_path / f"{n}.jl").exists()
+            for x in (tmp_path / f"{n}.jl").read_text().splitlines()
+        ]
+        assert server.origin.hits_for("blocked.test") == [], errs[0][-2000:] + errs[1][-2000:]
+        assert sorted((r["outcome"], r["rule"]) for r in got) == [("denied", "R3")] * 4
+        assert "another worker failed" in errs[0] + errs[1], "neither worker waited"
+        for err in errs:
+            assert "history in Redis is incomplete" in err, err[-2000:]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_none(server, tmp_path):
     """While a worker that holds the adopted list is running, Redis comes
     back empty and the blocklist URL fails: that worker publishes its copy

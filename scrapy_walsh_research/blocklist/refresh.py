@@ -157,9 +157,12 @@ class Refresher:
         held = self.held
         held.next_check = float(attempt.get("next_check", 0))
         self.stats.inc_value("walsh/blocklist/failed_by_worker")
+        # the fleet's failure is ours too: with no list and a history Redis
+        # may have lost, this worker must not fail open either
+        await self._unless_history_complete()
         logger.warning(
-            "Blocklist refresh by another worker failed (%(why)s); the list in force stays "
-            "until the fleet's next try in %(d).0f s.",
+            "Blocklist refresh by another worker failed (%(why)s); this worker keeps to what "
+            "is in force until the fleet's next try in %(d).0f s.",
             {"why": attempt.get("why"), "d": held.next_check - self.store.time()},
         )
         return True
@@ -257,6 +260,12 @@ class Refresher:
         await self.store.put(STATE_NAMESPACE, ATTEMPT_KEY, attempt)
 
     async def _failed(self, exc: Exception) -> None:
+        await self._unless_history_complete()
+        self._failed_log(exc)
+
+    async def _unless_history_complete(self) -> None:
+        """After a failed fetch with no list held: deny every host unless the
+        shared store vouches that no list was ever adopted."""
         held = self.held
         if held.adopted is None and held.lost is None and not await self.store.history_complete():
             # "First-ever" is what the spec fails open on; with a Redis that
@@ -270,7 +279,6 @@ class Refresher:
                 "another worker publishes its copy",
                 wait_for_fleet=True,
             )
-        self._failed_log(exc)
 
     def _failed_log(self, exc: Exception) -> None:
         held = self.held
