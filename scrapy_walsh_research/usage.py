@@ -286,10 +286,16 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
         self, origin: str, status: int | None, why: str, retry_at: float, failures: int
     ) -> TdmEntry:
         """Unknown: the origin reads as reserved until the file can be
-        fetched, unless a last good answer exists."""
+        fetched, unless a last good copy of the file exists. A stored "no
+        file" (4xx) is not one, as for robots.txt: what the origin says while
+        it cannot answer is unknown, and unknown is read as reserved."""
         now = self.store.time()
         saved = await self.store.get(STATE_NAMESPACE, origin)
-        if isinstance(saved, dict) and now - float(saved.get("fetched_at", 0)) < LAST_GOOD_MAX_AGE:
+        if (
+            isinstance(saved, dict)
+            and isinstance(saved.get("body"), str)
+            and now - float(saved.get("fetched_at", 0)) < LAST_GOOD_MAX_AGE
+        ):
             self.stats.inc_value("walsh/tdmrep/last_good_used")
             logger.warning(
                 "%(why)s for %(origin)s; using the last good answer; next try in %(d).0f s",

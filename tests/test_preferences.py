@@ -365,12 +365,15 @@ async def test_an_unreachable_tdmrep_json_reads_as_reserved_until_fetched_or_a_l
     route_host(server, "down.test", tdm=Reply(503, "busy"), pages={"/a": page(), "/b": page()})
     route_host(server, "slow.test", tdm=Reply(200, "[]", delay=3), pages={"/a": page()})
     route_host(server, "lg.test", tdm=tdmrep(), pages={"/a": page()})
+    route_host(server, "nf.test", tdm=Reply(404, "none"), pages={"/a": page()})
     urls = [server.url("down.test", "/a"), server.url("down.test", "/b"),
-            server.url("slow.test", "/a"), server.url("lg.test", "/a")]  # fmt: skip
+            server.url("slow.test", "/a"), server.url("lg.test", "/a"),
+            server.url("nf.test", "/a")]  # fmt: skip
     first = await crawl(base_settings(server, state, DOWNLOAD_TIMEOUT=1), urls, tmp_path)
     got = {r["url"]: (r["outcome"], r["rule"]) for r in first.items}
     assert got == {urls[0]: ("denied", "PREF"), urls[1]: ("denied", "PREF"),
-                   urls[2]: ("denied", "PREF"), urls[3]: ("fetched", None)}  # fmt: skip
+                   urls[2]: ("denied", "PREF"), urls[3]: ("fetched", None),
+                   urls[4]: ("fetched", None)}  # fmt: skip
     assert "answered 503" in first.by_url()[urls[0]]["reason"]
     assert [h.path for h in server.origin.hits_for("down.test")] == ["/robots.txt", TDMREP]
     # a day later lg.test's file is down too: its last good answer holds; down.test's
@@ -382,10 +385,13 @@ async def test_an_unreachable_tdmrep_json_reads_as_reserved_until_fetched_or_a_l
             " json_extract(value, '$.fetched_at') - 86401) WHERE namespace = 'tdmrep'"
         )
     db.close()
+    # nf.test had no file, and its file is down now: "no file" is no copy of
+    # one, so its reservations are unknown again (read as reserved)
     server.origin.route("lg.test", TDMREP, Reply(503, "busy"))
-    second = await crawl(base_settings(server, state), [urls[0], urls[3]], tmp_path)
+    server.origin.route("nf.test", TDMREP, Reply(503, "busy"))
+    second = await crawl(base_settings(server, state), [urls[0], urls[3], urls[4]], tmp_path)
     assert [(r["outcome"], r["rule"]) for r in sorted(second.items, key=lambda r: r["line"])] == [
-        ("denied", "PREF"), ("fetched", None)]  # fmt: skip
+        ("denied", "PREF"), ("fetched", None), ("denied", "PREF")]  # fmt: skip
     assert second.stats["walsh/tdmrep/last_good_used"] == 1
     assert [h.path for h in server.origin.hits_for("down.test")] == ["/robots.txt", TDMREP]
 
