@@ -26,10 +26,15 @@ class WalshDenied(IgnoreRequest):
         reason: str,
         outcome: str = "denied",
         record: dict[str, Any] | None = None,
+        lasting: bool = True,
     ) -> None:
         super().__init__(f"{rule}: {reason}")
         self.rule = rule
         self.reason = reason
+        #: False when the cause passes by itself (robots.txt unreachable, the
+        #: blocklist lost): a refused origin document is then unknown, not
+        #: absent, and is tried again
+        self.lasting = lasting
         #: the record outcome: "denied", "skipped" (R4 Crawl-delay too long), or
         #: "withheld" (PREF: the response came, its content may not be used)
         self.outcome = outcome
@@ -55,6 +60,7 @@ def deny(
     *,
     outcome: str = "denied",
     record: dict[str, Any] | None = None,
+    lasting: bool = True,
 ) -> NoReturn:
     """Count (``walsh/<outcome>/<rule>``), log the reason, raise."""
     assert crawler.stats is not None
@@ -64,4 +70,4 @@ def deny(
         {"what": outcome.capitalize(), "rule": rule, "url": request.url, "reason": reason},
         extra={"spider": crawler.spider},
     )
-    raise WalshDenied(rule, reason, outcome=outcome, record=record)
+    raise WalshDenied(rule, reason, outcome=outcome, record=record, lasting=lasting)

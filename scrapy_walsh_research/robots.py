@@ -154,7 +154,8 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         if policy.allows(request.url):
             return None
         reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
-        deny(self.crawler, logger, request, "R2", reason)
+        # "disallow-all" is robots.txt unreachable: it passes when it answers
+        deny(self.crawler, logger, request, "R2", reason, lasting=policy.group != "disallow-all")
 
     def sha256_for(self, url: str) -> str | None:
         """The sha256 of the robots.txt in force for *url*'s origin."""

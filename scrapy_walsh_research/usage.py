@@ -230,7 +230,9 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             raise  # nothing was sent
         except WalshDenied as exc:
             self.stats.inc_value("walsh/tdmrep/not_fetched")
-            if exc.outcome == "skipped":  # a host not to be contacted now: unknown
+            if exc.outcome == "skipped" or not exc.lasting:
+                # a host not to be contacted now, or a refusal that passes by
+                # itself (robots.txt unreachable, the blocklist lost): unknown
                 return await self._unreachable(origin, previous, None, f"tdmrep.json: {exc}")
             # a gate refused it (robots.txt disallows it, a hop into a blocked
             # host): the file is not read; only the headers can reserve

@@ -125,13 +125,19 @@ def install(server: SandboxServer) -> list[str]:
     route_host(server, "blocked.test", tdm=tdmrep({"location": "/", "tdm-reservation": 1}))
     route_host(server, "nofile.test", robots="User-agent: *\nDisallow: /.well-known/\n",
                pages={"/a": page()})  # fmt: skip
+    route_host(server, "hopdown.test", pages={"/a": page()},
+               tdm=Reply(301, "", {"Location": server.url("down.test", TDMREP)}))  # fmt: skip
+    route_host(server, "down.test", robots=None,
+               tdm=tdmrep({"location": "/", "tdm-reservation": 1}))  # fmt: skip
+    server.origin.route("down.test", "/robots.txt", Reply(503, "busy"))
     targets = [("reserved.test", "/reserved/a"), ("reserved.test", "/open"),
                ("reserved.test", "/open2"), ("signal.test", "/page"),
                ("usage.test", "/members/x"), ("usage.test", "/public"), ("usage.test", "/private/x"),
                ("header.test", "/reserved"), ("header.test", "/zero"), ("header.test", "/conflict"),
                ("override.test", "/doc"), ("cusage.test", "/a"), ("cusage.test", "/b"),
                ("xrt.test", "/a"), ("huge.test", "/a"), ("nested.test", "/a"), ("html.test", "/a"),
-               ("moved.test", "/a"), ("hop.test", "/a"), ("nofile.test", "/a")]  # fmt: skip
+               ("moved.test", "/a"), ("hop.test", "/a"), ("nofile.test", "/a"),
+               ("hopdown.test", "/a")]  # fmt: skip
     return [server.url(h, p) for h, p in targets]
 
 
@@ -196,6 +202,15 @@ def test_a_gate_that_refuses_the_tdmrep_fetch_leaves_only_the_headers_to_reserve
     assert scenario.outcome("nofile.test", "/a") == ("fetched", None)
     assert scenario.server.origin.hits_for("blocked.test") == []  # a hop into a blocked host
     assert scenario.outcome("hop.test", "/a") == ("fetched", None)
+
+
+def test_a_gate_refusal_that_passes_by_itself_leaves_the_file_unknown_not_absent(scenario):
+    # the file moved to an origin whose robots.txt is unreachable: R2 refuses
+    # the hop for now, so what the file says is unknown, read as reserved
+    assert scenario.paths("down.test") == ["/robots.txt"]
+    assert scenario.outcome("hopdown.test", "/a") == ("denied", "PREF")
+    assert "unknown" in scenario.record("hopdown.test", "/a")["reason"]
+    assert "/a" not in scenario.paths("hopdown.test")
 
 
 def test_a_tdmrep_redirect_to_another_origin_is_followed_through_that_origins_gates(scenario):

@@ -146,7 +146,7 @@ class BlocklistMiddleware:
     def _deny_if_blocked(self, request: Request) -> None:
         host = url_host(request.url)
         if self.held.lost is not None and host not in self._operator_hosts:
-            deny(self.crawler, logger, request, "R3", self.held.lost)
+            deny(self.crawler, logger, request, "R3", self.held.lost, lasting=False)
         hit = self.held.domains.match(host)
         if hit is None:
             return
