@@ -13,8 +13,11 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
+from scrapy.exceptions import DropItem
 
+from scrapy_walsh_research.cadence import cadence_of
 from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.evidence.audit import AuditTrail
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -101,14 +104,13 @@ class RecordPipeline:
     line delivered twice after a worker died still has one record)."""
 
     def __init__(self, crawler: Crawler) -> None:
-        from scrapy_walsh_research.evidence.audit import AuditTrail
-
         self.crawler = crawler
         self.stats = crawler.stats
         self.audit = AuditTrail.for_crawler(crawler)
         #: with Redis, this machine's copy of the fed records (for a Redis that lost them)
         self.copies: RecordCopies | None = None
         if crawler.settings.get("WALSH_REDIS_URL"):
+            # imported only with Redis in use: redis is the optional [redis] extra
             from scrapy_walsh_research.state.directory import state_dir
             from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.target_queue import RecordCopies
@@ -123,8 +125,6 @@ class RecordPipeline:
     async def process_item(self, item: Any) -> Any:
         if not isinstance(item, dict) or "outcome" not in item or "line" not in item:
             return item  # not a targets record: a project's own item
-        from scrapy_walsh_research.cadence import cadence_of
-
         ticket = item.pop(TICKET_KEY, None)
         key = str(item.get("canonical_url") or "")
         fetched = bool(key) and item["outcome"] in SENT_OUTCOMES
@@ -135,6 +135,7 @@ class RecordPipeline:
             await self._release_claim(key)
             await self.audit.decision(item)
             return item
+        # a fed line: Redis in use (the optional [redis] extra, imported only then)
         from scrapy_walsh_research.state.redis.connection import RedisConnection
         from scrapy_walsh_research.state.redis.target_queue import finish
 
@@ -145,8 +146,6 @@ class RecordPipeline:
         if first and self.copies is not None:
             self.copies.keep(ticket, item)
         if not first:
-            from scrapy.exceptions import DropItem
-
             self.stats.inc_value("walsh/records/already_recorded")
             raise DropItem(f"line {item['line']} already has its record (delivered again)")
         await self.audit.decision(item)

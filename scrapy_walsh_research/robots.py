@@ -40,6 +40,8 @@ from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
+from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.internal import (
     BLOCKLIST,
     ROBOTS,
@@ -92,8 +94,6 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         settings = crawler.settings
         register(crawler, RobotsTxtMiddleware, self)
         super().__init__(crawler)
-        from scrapy_walsh_research.evidence.audit import AuditTrail
-
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
         self._operator_hosts = {
             url_host(settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL),
@@ -232,12 +232,9 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     async def _purge(self, origin: str, digest: str) -> None:
         """The host opted out by robots.txt (``/`` disallowed for our token):
         what was stored about it goes (purge on opt-out)."""
-        from scrapy_walsh_research.evidence.audit import AuditTrail
-        from scrapy_walsh_research.evidence.purge import purge
-
         host = url_host(origin)
         await purge(
-            self.store, lambda h: h == host, only=host,
+            self.store, is_host(host), only=host,
             cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
             f"(sha256 {digest[:12]})",
             audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,

@@ -172,6 +172,14 @@ async def test_the_commands_read_a_host_as_the_crawl_stored_it(server, tmp_path)
     purged = scrapy_command("walsh-purge", *at, "BÜCHER.test.", cwd=tmp_path)
     assert purged.returncode == 0, purged.stderr
     assert about(state, "xn--bcher-kva.test") == []
+    # a name IDNA 2003 and UTS #46 spell differently: the crawl contacted
+    # fass.test for faß.test; the purge covers every spelling, as R3 does
+    fass = site(server, "fass.test")
+    await crawl(base_settings(server, state), [fass.replace("fass", "faß")], tmp_path)
+    assert about(state, "fass.test")
+    purged = scrapy_command("walsh-purge", *at, "faß.test", cwd=tmp_path)
+    assert purged.returncode == 0, purged.stderr
+    assert about(state, "fass.test") == [], purged.stdout
 
 
 def test_the_commands_refuse_what_they_cannot_do_saying_why(tmp_path):

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.timestamps import utc_iso
-from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
+from scrapy_walsh_research.core.urls import host_variants, in_domain, is_http_url, url_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,10 +62,23 @@ def host_argument(text: str, what: str = "HOST") -> str:
     return host
 
 
+def spellings(host: str) -> set[str]:
+    """Every name the crawl may have stored *host* under: ``faß.test`` is
+    both ``xn--fa-hia.test`` (the target's key) and ``fass.test`` (the host
+    Scrapy contacted), as an R3 entry names both."""
+    return host_variants(host) or {host.lower().rstrip(".")}
+
+
 def covers(domain: str) -> Callable[[str], bool]:
-    """Whether a host is *domain* or a subdomain of it (as R3 matches)."""
-    domain = domain.lower().rstrip(".")
-    return lambda host: in_domain(host, domain)
+    """Whether a host is *domain* or a subdomain of it, in any spelling."""
+    names = spellings(domain)
+    return lambda host: any(in_domain(host, name) for name in names)
+
+
+def is_host(host: str) -> Callable[[str], bool]:
+    """Whether a host is *host*, in any spelling (no subdomain)."""
+    names = spellings(host)
+    return lambda other: other in names
 
 
 async def purge(
@@ -80,9 +93,11 @@ async def purge(
     """Delete everything stored about the hosts *matches* accepts:
     {host: {namespace: keys deleted}}; each purged host gets an audit entry
     naming *cause* (or ``cause(host)``: the blocklist entry that covers it).
-    Given *only* one host, only its keys are read instead of the whole store."""
+    Given *only* one host, only its keys (in each of its spellings) are read
+    instead of the whole store."""
     purged: dict[str, dict[str, int]] = {}
-    prefixes = url_prefixes(only) if only is not None else ("",)
+    onlies: list[str | None] = [*sorted(spellings(only))] if only is not None else [None]
+    prefixes = tuple(p for name in onlies for p in (url_prefixes(name) if name else ("",)))
     for namespace in NAMESPACES:
         gone: list[str] = []
         candidates = {k for prefix in prefixes for k in await store.keys(namespace, prefix)}
@@ -96,9 +111,10 @@ async def purge(
             await store.delete_many(namespace, gone)
     at = utc_iso(store.time())
     why_for = cause if callable(cause) else (lambda host: cause)
-    fed = await store.purge_records(matches, why_for, at, only)
-    for host, counts in fed.items():
-        purged.setdefault(host, {}).update(counts)
+    for name in onlies:
+        fed = await store.purge_records(matches, why_for, at, name)
+        for host, counts in fed.items():
+            purged.setdefault(host, {}).update(counts)
     for host, counts in sorted(purged.items()):
         why = cause(host) if callable(cause) else cause
         logger.info(

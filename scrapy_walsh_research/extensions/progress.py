@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from scrapy_walsh_research.pacing import Pacer
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
@@ -69,8 +71,6 @@ class Progress:
                  if k.startswith(decided)}  # fmt: skip
         done = sum(outcomes.values())
         total = getattr(spider, "targets_total", None)
-        from scrapy_walsh_research.pacing import Pacer
-
         pacer = Pacer.for_crawler(self.crawler)
         left = sum(left_by_host.values())
         serial = left * (pacer.mean_duration or 0.1)
