@@ -1,4 +1,6 @@
-"""Reading list-valued ``WALSH_`` settings: one reader, so every spelling works.
+"""Reading ``WALSH_`` settings more than one component reads: one reader each.
+
+List-valued settings: one reader, so every spelling works.
 
 Users write a list setting three ways: a Python list in ``settings.py``,
 ``-s NAME=a,b`` on the command line (Scrapy's ``getlist`` splits on commas)
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.preferences import FORBIDDEN_PURPOSES, PURPOSES, TDM
+from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 
 if TYPE_CHECKING:
@@ -60,6 +63,20 @@ def parse_list(name: str, raw: Any) -> list[str]:
         f"{name}={raw!r} is a {type(raw).__name__}, not a list: give a list of strings, "
         f"a JSON array or comma-separated text."
     )
+
+
+def operator_urls(settings: BaseSettings) -> tuple[str, str]:
+    """The operator's documents: the blocklist's URL and its schema's."""
+    return (
+        settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL,
+        settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or defaults.WALSH_BLOCKLIST_SCHEMA_URL,
+    )
+
+
+def operator_hosts(settings: BaseSettings) -> frozenset[str]:
+    """The hosts the operator's documents come from (R3's own fetches go
+    only there; R2 exempts them)."""
+    return frozenset(url_host(url) for url in operator_urls(settings))
 
 
 def declared_purposes(settings: BaseSettings) -> tuple[str, ...]:

@@ -35,7 +35,6 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
@@ -49,6 +48,7 @@ from scrapy_walsh_research.internal import (
     HostBusy,
     internal_fetch,
 )
+from scrapy_walsh_research.options import operator_hosts
 from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
 from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.preflight import check_configuration
@@ -95,12 +95,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         register(crawler, RobotsTxtMiddleware, self)
         super().__init__(crawler)
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
-        self._operator_hosts = {
-            url_host(settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL),
-            url_host(
-                settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or defaults.WALSH_BLOCKLIST_SCHEMA_URL
-            ),
-        }
+        self._operator_hosts = operator_hosts(settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

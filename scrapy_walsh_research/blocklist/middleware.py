@@ -25,7 +25,7 @@ from scrapy_walsh_research.core.blocklist_entries import DomainSet, entry_hosts,
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, Marks
-from scrapy_walsh_research.options import list_setting
+from scrapy_walsh_research.options import list_setting, operator_hosts, operator_urls
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 
@@ -50,10 +50,7 @@ class BlocklistMiddleware:
         settings = crawler.settings
         self.crawler = crawler
         self.marks = Marks.for_crawler(crawler)
-        self.url: str = settings.get("WALSH_BLOCKLIST_URL") or defaults.WALSH_BLOCKLIST_URL
-        self.schema_url: str = (
-            settings.get("WALSH_BLOCKLIST_SCHEMA_URL") or defaults.WALSH_BLOCKLIST_SCHEMA_URL
-        )
+        self.url, self.schema_url = operator_urls(settings)
         retry_delay = settings.getfloat(
             "WALSH_BLOCKLIST_RETRY_DELAY", defaults.WALSH_BLOCKLIST_RETRY_DELAY
         )
@@ -80,7 +77,7 @@ class BlocklistMiddleware:
                     f"{name}={value!r} is not an https URL. The blocklist must come over "
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
-        self._operator_hosts = {url_host(self.url), url_host(self.schema_url)}
+        self._operator_hosts = operator_hosts(settings)
         extra = self._extra(settings)
         schema = BlocklistSchema(crawler, self.schema_url)
         self.builder = ListBuilder(
