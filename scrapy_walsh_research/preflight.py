@@ -119,14 +119,25 @@ def uses_frontier(settings: BaseSettings) -> bool:
     return isinstance(cls, type) and issubclass(cls, load_object(FRONTIER))
 
 
-def _name(cls: Any) -> str:
+#: the gates whose class lives in an internal module and is exported at the
+#: path users write (the blocklist gate is defined in blocklist.middleware)
+_EXPORTED = (BLOCKLIST_MW,)
+
+
+def name_of(cls: Any) -> str:
+    """The path a component is known by: the one users write in settings for
+    a bundle component, else its module and qualified name."""
+    for path in _EXPORTED:
+        if cls is load_object(path):
+            return path
     return f"{cls.__module__}.{cls.__qualname__}"
+
 
 
 def problems(settings: BaseSettings) -> list[str]:
     """Every way *settings* break the contract, each saying what to change."""
     mws = enabled_downloader_middlewares(settings)
-    order = {_name(cls): prio for cls, prio in mws.items()}
+    order = {name_of(cls): prio for cls, prio in mws.items()}
     found = _component_problems(settings, order)
     found.extend(_order_problems(order))
     if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
@@ -196,9 +207,9 @@ def _component_problems(settings: BaseSettings, order: dict[str, int]) -> list[s
                 f"with order {DOWNLOADER_MIDDLEWARES[path]} (or use the "
                 f"{PACKAGE}.Addon add-on)."
             )
-    spider_mws = {_name(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
+    spider_mws = {name_of(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
     pipelines = {
-        _name(load_object(k) if isinstance(k, str) else k)
+        name_of(load_object(k) if isinstance(k, str) else k)
         for k, v in settings.get_component_priority_dict_with_base("ITEM_PIPELINES").items()
         if v is not None
     }
@@ -398,7 +409,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
             "requires that nothing is followed. Set AJAXCRAWL_ENABLED=False."
         )
     media = sorted(
-        _name(cls)
+        name_of(cls)
         for cls in _enabled(settings, "ITEM_PIPELINES")
         if _subclass(cls, SCRAPY_MEDIA_PIPELINE)
     )
@@ -416,7 +427,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
         cls = load_object(handler) if isinstance(handler, str) else handler
         if not _subclass(cls, WIRE_HANDLER):
             found.append(
-                f"DOWNLOAD_HANDLERS[{scheme!r}] is {_name(cls)}: only {WIRE_HANDLER} (or a "
+                f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
                 "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
                 "Twisted's connection pool send a request again by itself when a reused "
                 "connection fails after the write, a request no gate sees, and R4 requires "
@@ -433,12 +444,12 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
     downloader_cls = load_object(downloader) if isinstance(downloader, str) else downloader
     if not _subclass(downloader_cls, SCRAPY_DOWNLOADER):
         found.append(
-            f"DOWNLOADER={_name(downloader_cls)} is not {SCRAPY_DOWNLOADER} or a subclass: "
+            f"DOWNLOADER={name_of(downloader_cls)} is not {SCRAPY_DOWNLOADER} or a subclass: "
             "every gate is a downloader middleware that Scrapy's downloader calls, and another "
             f"one need not call them. Set DOWNLOADER={SCRAPY_DOWNLOADER!r}."
         )
     if addon_installed(settings) and not any(
-        _name(cls) == STARTUP_CHECK for cls in _enabled(settings, "EXTENSIONS")
+        name_of(cls) == STARTUP_CHECK for cls in _enabled(settings, "EXTENSIONS")
     ):
         found.append(
             f"EXTENSIONS disables {STARTUP_CHECK} while the {ADDON} add-on is installed: it "
@@ -455,7 +466,7 @@ def addon_installed(settings: BaseSettings) -> bool:
     for key, order in settings.getdict("ADDONS").items():
         cls = load_object(key) if isinstance(key, str) else key
         if order is not None and isinstance(cls, type):
-            if any(_name(base) == ADDON_CLASS for base in cls.__mro__):
+            if any(name_of(base) == ADDON_CLASS for base in cls.__mro__):
                 return True
     return False
 

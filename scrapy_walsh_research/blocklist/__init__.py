@@ -27,8 +27,4 @@ child process in :mod:`~scrapy_walsh_research.core.blocklist_child`.
 
 from scrapy_walsh_research.blocklist.middleware import BlocklistMiddleware
 
-# The gate's name is the path users write in settings: the start-up check and
-# the attestation name a component by its class's module and qualified name.
-BlocklistMiddleware.__module__ = __name__
-
 __all__ = ["BlocklistMiddleware"]

@@ -69,7 +69,9 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if isinstance(value, type) or callable(value):
+    if isinstance(value, type):
+        return preflight.name_of(value)
+    if callable(value):
         return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
     return type(value).__name__
 
@@ -85,7 +87,7 @@ def _enabled(settings: BaseSettings) -> dict[str, int]:
         for key, order in settings.get_component_priority_dict_with_base(name).items():
             if order is not None:
                 cls = load_object(key) if isinstance(key, str) else key
-                out[f"{cls.__module__}.{cls.__qualname__}"] = order
+                out[preflight.name_of(cls)] = order
     return out
 
 
