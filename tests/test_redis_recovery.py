@@ -358,16 +358,23 @@ async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, 
 
 @pytest_twisted.ensureDeferred
 async def test_a_lease_redis_lost_while_its_request_is_out_is_put_back(server, tmp_path):
-    """Worker A's request to slow.test is out (answered after 8 s) when Redis
+    """Worker A's request to slow.test is out (answered after 14 s) when Redis
     restarts empty: A's lease is gone with it. A's renewal puts it back, so
     worker B, whose line is for the same host, sends nothing there until A's
-    response has come (the fleet never has two requests out to one host)."""
+    response has come (the fleet never has two requests out to one host).
+    The wait after the loss (WALSH_MAX_CRAWL_DELAY, 2 s here) is stretched
+    to a renewal period (30 s / 3) and a second: before, B's request went out
+    ~5 s into A's."""
     redis = own_redis(tmp_path)
     try:
         server.origin.route("slow.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
-        server.origin.route("slow.test", "/p/0", Reply(200, "late", delay=8.0))
+        server.origin.route("slow.test", "/p/0", Reply(200, "late", delay=14.0))
         server.origin.route("slow.test", "/p/1", Reply(200, "ok"))
-        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=2, WALSH_REDIS_MAX_BACKOFF=0.25)
+        # a 14 s answer slows the host to the adaptive cap: the lowest allowed
+        shared = redis_settings(
+            redis, WALSH_MAX_CRAWL_DELAY=2, WALSH_REDIS_MAX_BACKOFF=0.25, WALSH_REDIS_LEASE=30,
+            WALSH_ADAPTIVE_MAX_DELAY=30,
+        )  # fmt: skip
         push(redis, shared, [server.url("slow.test", "/p/0")], tmp_path, key="a")
         a = spawn_worker(server, "a", tmp_path / "a", **shared)
         await until(lambda: pages(server, "slow.test") == ["/p/0"])
@@ -379,6 +386,6 @@ async def test_a_lease_redis_lost_while_its_request_is_out_is_put_back(server, t
         await b.ended
         hits = {h.path: h.t for h in server.origin.hits_for("slow.test")}
         assert "/p/1" in hits, b.err.decode()[-2000:]
-        assert hits["/p/1"] - hits["/p/0"] >= 8.0, (a.err.decode()[-1500:], b.err.decode()[-1500:])
+        assert hits["/p/1"] - hits["/p/0"] >= 14.0, (a.err.decode()[-1500:], b.err.decode()[-1500:])
     finally:
         redis.kill()

@@ -29,7 +29,6 @@ import logging
 import os
 import time
 import uuid
-import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis import asyncio as aioredis
@@ -40,6 +39,7 @@ from twisted.internet import task
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state.hostclock import pause_on_loss
 from scrapy_walsh_research.state.redis.scripts import FLEET
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ class FleetGuard:
     seconds pass (by then whatever was in force before it joined is over).
     """
 
-    def __init__(self, conn: RedisConnection, pause: float = 30.0) -> None:
+    def __init__(
+        self, conn: RedisConnection, pause: float = defaults.WALSH_MAX_CRAWL_DELAY
+    ) -> None:
         self.conn = conn
         #: WALSH_MAX_CRAWL_DELAY (at least WALSH_MIN_DELAY): how long any
         #: interval can last, so how long lost history can matter
@@ -282,10 +285,23 @@ class FleetGuard:
         return not self.lost
 
 
+#: a live holder renews its lease this many times per lease (host clock, locks)
+RENEWALS_PER_LEASE = 3
+#: a renewal's own delay: a Redis round trip and the retry loop's backoff
+RENEWAL_SLACK_S = 1.0
+
+
+def lost_history_wait(settings: BaseSettings) -> float:
+    """How long every host waits once Redis lost the fleet's history: as long
+    as any interval can last (:func:`pause_on_loss`), and never less than one
+    renewal period, so a request that was out when Redis lost its lease has
+    it put back by its holder before another worker may reserve the host."""
+    lease = settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE)
+    return max(pause_on_loss(settings), lease / RENEWALS_PER_LEASE + RENEWAL_SLACK_S)
+
+
 class RedisConnection:
     """One client per crawler, and the fail-closed retry loop every call takes."""
-
-    _instances: weakref.WeakKeyDictionary[Crawler, RedisConnection] = weakref.WeakKeyDictionary()
 
     def __init__(
         self,
@@ -293,7 +309,7 @@ class RedisConnection:
         prefix: str = defaults.WALSH_REDIS_PREFIX,
         *,
         crawler: Crawler | None = None,
-        max_backoff: float = 10.0,
+        max_backoff: float = defaults.WALSH_REDIS_MAX_BACKOFF,
         timeout: float = 5.0,
     ) -> None:
         try:
@@ -351,19 +367,21 @@ class RedisConnection:
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> RedisConnection:
-        conn = cls._instances.get(crawler)
-        if conn is None:
-            settings = crawler.settings
-            conn = cls(
-                settings["WALSH_REDIS_URL"],
-                settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX,
-                crawler=crawler,
-                max_backoff=settings.getfloat(
-                    "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
-                ),
-            )
-            conn.guard.pause = pause_on_loss(settings)
-            cls._instances[crawler] = conn
+        """The crawler's one connection, shared by every Redis-backed owner."""
+        return per_crawler(crawler, cls, lambda: cls._build(crawler))
+
+    @classmethod
+    def _build(cls, crawler: Crawler) -> RedisConnection:
+        settings = crawler.settings
+        conn = cls(
+            settings["WALSH_REDIS_URL"],
+            settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX,
+            crawler=crawler,
+            max_backoff=settings.getfloat(
+                "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
+            ),
+        )
+        conn.guard.pause = lost_history_wait(settings)
         return conn
 
     def key(self, *parts: str) -> str:

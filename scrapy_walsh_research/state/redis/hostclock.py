@@ -38,8 +38,12 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.state.directory import state_dir
-from scrapy_walsh_research.state.hostclock import RobotsIntervals, pause_on_loss
-from scrapy_walsh_research.state.redis.connection import UNAVAILABLE, RedisConnection
+from scrapy_walsh_research.state.hostclock import RobotsIntervals
+from scrapy_walsh_research.state.redis.connection import (
+    RENEWALS_PER_LEASE,
+    UNAVAILABLE,
+    RedisConnection,
+)
 from scrapy_walsh_research.state.redis.journal import FleetJournal
 from scrapy_walsh_research.state.redis.scripts import (
     ANSWER,
@@ -92,7 +96,7 @@ class RedisHostClock(RobotsIntervals):
         *,
         lease: float,
         pause_on_loss: float,
-        margin: float = 0.05,
+        margin: float = defaults.WALSH_REDIS_MARGIN,
         journal: FleetJournal | None = None,
         cache_size: int | None = None,
     ) -> None:
@@ -137,7 +141,7 @@ class RedisHostClock(RobotsIntervals):
             conn,
             lease=settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE),
             margin=settings.getfloat("WALSH_REDIS_MARGIN", defaults.WALSH_REDIS_MARGIN),
-            pause_on_loss=pause_on_loss(settings),
+            pause_on_loss=conn.guard.pause,
             journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
             cache_size=cache_size(
                 settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
@@ -327,7 +331,7 @@ class RedisHostClock(RobotsIntervals):
                 # clock quarantine is recorded, so the next try waits it out.
                 await self._release(host, owner)
                 continue
-            if answered - asked > self.lease / 3:
+            if answered - asked > self.lease / RENEWALS_PER_LEASE:
                 # The answer took so long that the lease may be nearly over
                 # by the time the request could leave: do not use it.
                 self.conn.inc_stat("stale_grants")
@@ -355,7 +359,7 @@ class RedisHostClock(RobotsIntervals):
         if self._renewer is None or not self._renewer.running:
             # deferred_from_coro runs it as an asyncio task, as redis.asyncio needs
             self._renewer = task.LoopingCall(lambda: deferred_from_coro(self._renew_all()))
-            self._renewer.start(self.lease / 3, now=False).addErrback(
+            self._renewer.start(self.lease / RENEWALS_PER_LEASE, now=False).addErrback(
                 lambda f: logger.error("lease renewal stopped: %(f)s", {"f": f.getErrorMessage()})
             )
 

@@ -17,14 +17,11 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
 from scrapy_walsh_research.state.protocols import FlightBusy
-from scrapy_walsh_research.state.redis.scripts import RENEW_LOCK
+from scrapy_walsh_research.state.redis.connection import RENEWALS_PER_LEASE, RedisConnection
+from scrapy_walsh_research.state.redis.scripts import RELEASE_LOCK, RENEW_LOCK
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-
-    from redis import asyncio as aioredis
-
-    from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +35,7 @@ class RedisLocks:
     def __init__(self, conn: RedisConnection) -> None:
         self.conn = conn
         self._renew_lock = conn.client.register_script(RENEW_LOCK)
+        self._release_lock = conn.client.register_script(RELEASE_LOCK)
 
     async def single_flight(
         self, name: str, ttl: float, max_wait: float | None = None
@@ -63,7 +61,7 @@ class RedisLocks:
                     )
 
             renewer = task.LoopingCall(lambda: deferred_from_coro(renew()))
-            renewer.start(LOCK_LEASE_S / 3, now=False).addErrback(
+            renewer.start(LOCK_LEASE_S / RENEWALS_PER_LEASE, now=False).addErrback(
                 lambda f: logger.error("lock renewal stopped: %(f)s", {"f": f.getErrorMessage()})
             )
 
@@ -71,11 +69,9 @@ class RedisLocks:
                 if renewer.running:
                     renewer.stop()
 
-                async def drop(r: aioredis.Redis) -> None:
-                    if await r.get(key) == token:
-                        await r.delete(key)
-
-                await self.conn.call("unlock", drop)
+                await self.conn.call(
+                    "unlock", lambda r: self._release_lock(keys=[key], args=[token], client=r)
+                )
 
             return release
         waited_since = time.monotonic()

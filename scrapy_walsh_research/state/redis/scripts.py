@@ -425,6 +425,13 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 
+#: release a single-flight lock only if this holder still has it: a GET then
+#: a DEL could delete the lock another worker took in between
+RELEASE_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 # -- the target queue (RedisFeed, finish) ---------------------------------------
 
