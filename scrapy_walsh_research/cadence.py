@@ -18,7 +18,7 @@ from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import Marks, target_key
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.per_crawler import register, registered
-from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state import redis_url, state_for
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -84,7 +84,8 @@ class CadenceMiddleware:
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
         pacer.add_warmer(self._load)
         self._redis: Any = None
-        if crawler.settings.get("WALSH_REDIS_URL"):
+        if redis_url(crawler):
+            # redis is the optional [redis] extra: imported only when in use
             from scrapy_walsh_research.state.redis.connection import RedisConnection
 
             self._redis = RedisConnection.for_crawler(crawler)

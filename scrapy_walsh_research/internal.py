@@ -28,7 +28,6 @@ import hashlib
 import hmac
 import logging
 import secrets
-import weakref
 from typing import TYPE_CHECKING
 
 from scrapy import Request, signals
@@ -203,14 +202,12 @@ async def internal_fetch(
     return await crawler.engine.download_async(request)
 
 
-_capped: weakref.WeakSet[Crawler] = weakref.WeakSet()
-
-
 def _install_cap(crawler: Crawler) -> None:
-    if crawler in _capped:
-        return
-    _capped.add(crawler)
+    """The byte cap of the bundle's own fetches, connected once per crawler."""
+    per_crawler(crawler, _install_cap, lambda: _connect_cap(crawler))
 
+
+def _connect_cap(crawler: Crawler) -> bool:
     def on_bytes(data: bytes, request: Request, spider: object = None) -> None:
         cap = request.meta.get(_CAP_META)
         if cap is None:
@@ -221,3 +218,4 @@ def _install_cap(crawler: Crawler) -> None:
             raise StopDownload(fail=False)
 
     crawler.signals.connect(on_bytes, signal=signals.bytes_received, weak=False)
+    return True

@@ -25,7 +25,6 @@ before the engine exists, so no request is sent. None raises
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
@@ -33,6 +32,7 @@ from scrapy.utils.misc import load_object
 from scrapy_walsh_research import adaptive, defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.options import declared_purposes, list_setting
+from scrapy_walsh_research.per_crawler import per_crawler
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -87,10 +87,6 @@ SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
 #: R4: at most one request per second per host, whatever WALSH_MIN_DELAY says
 MIN_DELAY_FLOOR = 1.0
 
-#: Crawlers whose frozen settings passed the check (the gates need not repeat it).
-_checked: weakref.WeakSet[Crawler] = weakref.WeakSet()
-#: Crawlers whose advice was logged once already.
-_advised: weakref.WeakSet[Crawler] = weakref.WeakSet()
 
 
 def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
@@ -560,15 +556,18 @@ def check_configuration(crawler: Crawler) -> None:
     Called again once the settings are frozen (by the gates), since an
     extension built after :class:`StartupCheck` could still change them.
     """
-    if crawler in _checked:
+    # "advised": the advice was logged; "checked": the frozen settings passed
+    # (the gates need not repeat it)
+    done: set[str] = per_crawler(crawler, check_configuration, set)
+    if "checked" in done:
         return
-    if crawler not in _advised:
-        _advised.add(crawler)
+    if "advised" not in done:
+        done.add("advised")
         for line in advice(crawler.settings):
             logger.warning("Walsh-Research: %s", line)
     check_settings(crawler.settings)
     if crawler.settings.frozen:
-        _checked.add(crawler)
+        done.add("checked")
 
 
 class StartupCheck:

@@ -18,6 +18,7 @@ from scrapy.exceptions import DropItem
 from scrapy_walsh_research.cadence import cadence_of
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.state import redis_url
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -109,7 +110,7 @@ class RecordPipeline:
         self.audit = AuditTrail.for_crawler(crawler)
         #: with Redis, this machine's copy of the fed records (for a Redis that lost them)
         self.copies: RecordCopies | None = None
-        if crawler.settings.get("WALSH_REDIS_URL"):
+        if redis_url(crawler):
             # imported only with Redis in use: redis is the optional [redis] extra
             from scrapy_walsh_research.state.directory import state_dir
             from scrapy_walsh_research.state.redis.connection import RedisConnection
@@ -152,7 +153,7 @@ class RecordPipeline:
         return item
 
     async def _release_claim(self, key: str) -> None:
-        if not key or not self.crawler.settings.get("WALSH_REDIS_URL"):
+        if not key or not redis_url(self.crawler):
             return
         from scrapy_walsh_research.state.redis.connection import RedisConnection
 

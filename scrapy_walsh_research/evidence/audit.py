@@ -32,6 +32,8 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.state import redis_url
+from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -179,13 +181,12 @@ class AuditTrail:
                 f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
             )
         store: AuditStore
-        if settings.get("WALSH_REDIS_URL"):
+        if redis_url(crawler):
+            # redis is the optional [redis] extra: imported only when in use
             from scrapy_walsh_research.state.redis.connection import RedisConnection
 
             store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
         else:
-            from scrapy_walsh_research.state.directory import state_dir
-
             store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
             crawler.signals.connect(
                 lambda: store.close(), signal=signals.engine_stopped, weak=False

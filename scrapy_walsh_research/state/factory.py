@@ -5,13 +5,13 @@ set). Both backends are imported from here and neither imports this module.
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
 
 from scrapy import signals
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.state.protocols import HostClock, StateStore
-
-_stores: weakref.WeakKeyDictionary[Crawler, StateStore] = weakref.WeakKeyDictionary()
-
 
 def redis_url(crawler: Crawler) -> str | None:
     """``WALSH_REDIS_URL``: when set, all politeness state is shared in Redis."""
@@ -38,23 +35,22 @@ def redis_url(crawler: Crawler) -> str | None:
 def state_for(crawler: Crawler) -> StateStore:
     """The crawler's one store, created on first use and closed with the engine:
     Redis when ``WALSH_REDIS_URL`` is set, else SQLite under ``WALSH_STATE_DIR``."""
-    store = _stores.get(crawler)
-    if store is None:
-        if redis_url(crawler):
-            from scrapy_walsh_research.state.redis.store import RedisStateStore
+    return per_crawler(crawler, state_for, lambda: _open_state(crawler))
 
-            store = RedisStateStore.from_crawler(crawler)
-        else:
-            directory = state_dir(crawler)
-            lock = hold_state_dir(directory, crawler)
-            store = SQLiteStateStore(directory / "state.sqlite3")
-            crawler.signals.connect(lambda: lock.close(), signal=signals.engine_stopped, weak=False)
-        _stores[crawler] = store
-        crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
+
+def _open_state(crawler: Crawler) -> StateStore:
+    store: StateStore
+    if redis_url(crawler):
+        from scrapy_walsh_research.state.redis.store import RedisStateStore
+
+        store = RedisStateStore.from_crawler(crawler)
+    else:
+        directory = state_dir(crawler)
+        lock = hold_state_dir(directory, crawler)
+        store = SQLiteStateStore(directory / "state.sqlite3")
+        crawler.signals.connect(lambda: lock.close(), signal=signals.engine_stopped, weak=False)
+    crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store
-
-
-_local: weakref.WeakKeyDictionary[Crawler, StateStore] = weakref.WeakKeyDictionary()
 
 
 def local_state_for(crawler: Crawler) -> StateStore:
@@ -63,10 +59,12 @@ def local_state_for(crawler: Crawler) -> StateStore:
     a worker must not lose with the shared store (the blocklist in force)."""
     if not redis_url(crawler):
         return state_for(crawler)
-    store = _local.get(crawler)
-    if store is None:
-        store = _local[crawler] = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
-        crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
+    return per_crawler(crawler, local_state_for, lambda: _open_local(crawler))
+
+
+def _open_local(crawler: Crawler) -> StateStore:
+    store = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
+    crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store
 
 
