@@ -52,7 +52,8 @@ from scrapy import Request
 
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.preferences import (
-    HEADER,
+    FROM_HEADER,
+    FROM_TDMREP,
     TDM_RESERVATION,
     Preference,
     TdmFile,
@@ -63,7 +64,7 @@ from scrapy_walsh_research.core.preferences import (
     tdm_file_preferences,
     unknown_file_preference,
 )
-from scrapy_walsh_research.core.preferences import TDMREP as TDMREP_SOURCE
+from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
@@ -84,7 +85,7 @@ logger = logging.getLogger(__name__)
 TDMREP_PATH = "/.well-known/tdmrep.json"
 #: read at most this much of a tdmrep.json (robots.txt's limit; real files
 #: are a few hundred bytes)
-MAX_TDMREP_BYTES = 500 * 1024
+MAX_TDMREP_BYTES = MAX_ROBOTS_BYTES
 #: the last answer per origin: a 2xx body, or a 4xx status (no file)
 STATE_NAMESPACE = "tdmrep"
 #: the last failed fetch per origin and when to try again
@@ -184,9 +185,9 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             for name, values in response.headers.items()
         }
         after = response_preferences(headers, PRODUCT_TOKEN, time.time())
-        if any(p.source == HEADER and p.signal == TDM_RESERVATION for p in after):
+        if any(p.source == FROM_HEADER and p.signal == TDM_RESERVATION for p in after):
             # TDMRep §5: the header's values supersede the file's
-            before = tuple(p for p in before if p.source != TDMREP_SOURCE)
+            before = tuple(p for p in before if p.source != FROM_TDMREP)
         applied = (*before, *after)
         records = [p.as_record() for p in applied]
         request.meta[PREFERENCES_META] = records

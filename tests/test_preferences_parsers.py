@@ -48,11 +48,11 @@ def said(prefs: list[P.Preference]) -> dict[str, bool | None]:
     ],
 )  # fmt: skip
 def test_content_signal_reads_yes_and_no_per_signal_and_nothing_else(value, expected):
-    assert said(P.content_signal(value, source=P.HEADER, scope="x")) == expected
+    assert said(P.content_signal(value, source=P.FROM_HEADER, scope="x")) == expected
 
 
 def test_content_signal_maps_each_signal_to_its_purpose():
-    prefs = P.content_signal("search=no, ai-input=no, ai-train=no", source=P.HEADER, scope="x")
+    prefs = P.content_signal("search=no, ai-input=no, ai-train=no", source=P.FROM_HEADER, scope="x")
     assert {p.signal: p.purposes for p in prefs} == {
         "Content-Signal: search": ("search",),
         "Content-Signal: ai-input": ("ai-input",),
@@ -85,11 +85,11 @@ def test_content_signal_maps_each_signal_to_its_purpose():
     ],
 )  # fmt: skip
 def test_content_usage_is_an_rfc_9651_dictionary_of_y_n_tokens(value, expected):
-    assert said(P.content_usage(value, source=P.HEADER, scope="x")) == expected
+    assert said(P.content_usage(value, source=P.FROM_HEADER, scope="x")) == expected
 
 
 def test_an_earlier_drafts_root_label_covers_every_purpose():
-    (pref,) = P.content_usage("all=n", source=P.HEADER, scope="x")
+    (pref,) = P.content_usage("all=n", source=P.FROM_HEADER, scope="x")
     assert set(pref.purposes) == set(P.PURPOSES) and pref.denies(["tdm"]) == ("tdm",)
 
 
@@ -261,7 +261,7 @@ def test_x_robots_tag_applies_directives_for_every_bot_and_for_our_token(values,
 
 
 def test_a_preference_about_an_undeclared_purpose_never_denies():
-    prefs = P.content_signal("ai-train=no, search=no", source=P.HEADER, scope="x")
+    prefs = P.content_signal("ai-train=no, search=no", source=P.FROM_HEADER, scope="x")
     assert P.decide(prefs, defaults.WALSH_PURPOSES) is None
     denied = P.decide(prefs, ["tdm", "ai-train"])
     assert denied is not None and "ai-train" in P.denial_reason(denied, ["tdm", "ai-train"])
@@ -304,9 +304,9 @@ paths = st.text(alphabet="/ab.*$%2Fé?=#~ \t", max_size=20)
 @given(header_text, st.binary(max_size=200))
 def test_no_content_signal_or_content_usage_value_raises(text, data):
     for prefs in (
-        P.content_signal(text, source=P.HEADER, scope="x"),
-        P.content_usage(text, source=P.HEADER, scope="x"),
-        P.content_usage(data, source=P.HEADER, scope="x"),
+        P.content_signal(text, source=P.FROM_HEADER, scope="x"),
+        P.content_usage(text, source=P.FROM_HEADER, scope="x"),
+        P.content_usage(data, source=P.FROM_HEADER, scope="x"),
     ):
         assert all(isinstance(p, P.Preference) for p in prefs)
         assert len(prefs) <= P.MAX_STATEMENTS + 1
@@ -319,7 +319,7 @@ def test_no_tdmrep_body_raises(body, path):
     tdm = P.parse_tdmrep(body)
     if tdm is not None:
         for pref in P.tdm_file_preferences(tdm, "http://s.test/" + path):
-            assert pref.source == P.TDMREP
+            assert pref.source == P.FROM_TDMREP
 
 
 @FAST
@@ -351,7 +351,7 @@ def test_no_robots_txt_makes_the_preferences_raise(lines, path):
     policy = RobotsPolicy.parse("\n".join(lines), TOKEN)
     url = "http://s.test/" + path
     prefs = policy.preferences(url)
-    assert all(p.source == P.ROBOTS for p in prefs)
+    assert all(p.source == P.FROM_ROBOTS for p in prefs)
     if not policy.allows(url):
         assert prefs == ()
 
@@ -404,7 +404,7 @@ def test_a_no_after_many_other_statements_is_still_read():
     no: repeats collapse, and what states nothing usable goes first."""
     declared = ("tdm",)
     many_keys = ",".join(f"k{i}=1" for i in range(100)) + ",ai-input=no"
-    signals = P.content_signal(many_keys, source=P.HEADER, scope="x")
+    signals = P.content_signal(many_keys, source=P.FROM_HEADER, scope="x")
     assert len(signals) <= P.MAX_STATEMENTS
     assert P.decide(signals, ("ai-input",)) is not None
     headers = {"Content-Usage": ["train-ai=y"] * 16 + ["tdm=n"]}

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research.core import contract as identity
 from scrapy_walsh_research.core.blocklist_document import (
     INLINE_PARSE_BYTES,
     BlocklistError,
@@ -34,6 +33,7 @@ from scrapy_walsh_research.core.blocklist_document import (
 )
 from scrapy_walsh_research.core.blocklist_entries import DomainSet
 from scrapy_walsh_research.core.blocklist_index import IndexFile
+from scrapy_walsh_research.core.contract import BLOCKLIST_CONTRACT
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -76,9 +76,6 @@ class ListBuilder:
     a thread), the published schema dropped when it cannot be applied
     aside."""
 
-    #: read a large list in a child process (False: in a thread, as before)
-    child_build = True
-
     def __init__(
         self,
         stats: StatsCollector,
@@ -117,11 +114,11 @@ class ListBuilder:
         size = len(data) if isinstance(data, bytes) else len(data.get("blocked") or ()) * 64
         if size <= INLINE_PARSE_BYTES:
             adopted, canonical = self._build(data, url=url, fetched_at=fetched_at)
-        elif isinstance(data, bytes) and self.child_build:
+        elif isinstance(data, bytes):
             adopted, canonical = await maybe_deferred_to_future(
                 deferToThread(self._build_in_child, data, url=url, fetched_at=fetched_at)
             )
-        else:
+        else:  # a document already decoded (a copy kept inline): in a thread
             adopted, canonical = await maybe_deferred_to_future(
                 deferToThread(self._build, data, url=url, fetched_at=fetched_at)
             )
@@ -181,7 +178,7 @@ class ListBuilder:
         schema = self.schema
         request = {
             "body": body_path, "index": index_path, "url": url,
-            "contract_name": identity.BLOCKLIST_CONTRACT, "contract": schema.contract.schema,
+            "contract_name": BLOCKLIST_CONTRACT, "contract": schema.contract.schema,
             "schema_url": schema.url, "min_refresh": self.min_refresh,
             "max_refresh": self.max_refresh,
             "published": None if schema.published is None else schema.published.schema,
@@ -218,7 +215,7 @@ class ListBuilder:
         else:  # a copy kept inline (before blobs), or a test's document
             document = data
             raw = json.dumps(document, sort_keys=True).encode()
-        check_shape(document, identity.BLOCKLIST_CONTRACT)
+        check_shape(document, BLOCKLIST_CONTRACT)
         self.schema.validate(document)
         refresh, clamped = refresh_seconds(document.get("refresh"), self.min_refresh,
                                            self.max_refresh)  # fmt: skip

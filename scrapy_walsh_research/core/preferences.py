@@ -66,9 +66,10 @@ TDM_PURPOSES: tuple[str, ...] = (TDM, AI_TRAIN, AI_INPUT)
 
 # -- sources and the statement model ----------------------------------------------
 
-ROBOTS = "robots.txt"
-TDMREP = "tdmrep.json"
-HEADER = "response header"
+#: where a statement was read (a preference's ``source``)
+FROM_ROBOTS = "robots.txt"
+FROM_TDMREP = "tdmrep.json"
+FROM_HEADER = "response header"
 RESPONSE_SCOPE = "this response"
 #: statements kept per source and record, and characters per value: a
 #: hostile server's thousand headers must not make a record of megabytes
@@ -380,7 +381,7 @@ def robots_statement(field: str, value: str, group: str) -> RobotsStatement:
     where = f"path {path}" if path else "all paths"
     scope = _clip(f"group User-agent: {group}; {where}")
     reader = content_usage if field == "content-usage" else content_signal
-    stated = tuple(reader(statement, source=ROBOTS, scope=scope))
+    stated = tuple(reader(statement, source=FROM_ROBOTS, scope=scope))
     return RobotsStatement(field, path, Pattern.of(path) if path else None, stated)
 
 
@@ -517,9 +518,9 @@ def tdm_file_preferences(tdm: TdmFile, url: str) -> list[Preference]:
         return []
     scope = _clip(f"location {rule.location}")
     value = "1" if rule.reserved else "0"
-    out = [Preference(TDMREP, TDM_RESERVATION, value, scope, TDM_PURPOSES, not rule.reserved)]
+    out = [Preference(FROM_TDMREP, TDM_RESERVATION, value, scope, TDM_PURPOSES, not rule.reserved)]
     if rule.reserved and rule.policy:
-        out.append(Preference(TDMREP, TDM_POLICY, rule.policy, scope))
+        out.append(Preference(FROM_TDMREP, TDM_POLICY, rule.policy, scope))
     return out
 
 
@@ -531,13 +532,13 @@ def tdm_header_preferences(
     headers reserve if any says 1 (the stricter reading)."""
     values = {part.strip() for value in reservations for part in value.split(",")}
     if "1" in values:
-        out = [Preference(HEADER, TDM_RESERVATION, "1", RESPONSE_SCOPE, TDM_PURPOSES, False)]
+        out = [Preference(FROM_HEADER, TDM_RESERVATION, "1", RESPONSE_SCOPE, TDM_PURPOSES, False)]
         policy = next((p.strip() for p in policies if p.strip()), None)
         if policy:
-            out.append(Preference(HEADER, TDM_POLICY, _clip(policy), RESPONSE_SCOPE))
+            out.append(Preference(FROM_HEADER, TDM_POLICY, _clip(policy), RESPONSE_SCOPE))
         return out
     if "0" in values:
-        return [Preference(HEADER, TDM_RESERVATION, "0", RESPONSE_SCOPE, TDM_PURPOSES, True)]
+        return [Preference(FROM_HEADER, TDM_RESERVATION, "0", RESPONSE_SCOPE, TDM_PURPOSES, True)]
     return []
 
 
@@ -609,7 +610,7 @@ def x_robots_tag(values: Sequence[str], token: str, now: float) -> list[Preferen
             scope = f"{RESPONSE_SCOPE}; " + (f"for {agent}" if agent else "for every bot")
             out.append(
                 Preference(
-                    HEADER, X_ROBOTS_TAG, _clip(stated), scope, purposes,
+                    FROM_HEADER, X_ROBOTS_TAG, _clip(stated), scope, purposes,
                     False if purposes else None,
                 )
             )  # fmt: skip
@@ -628,9 +629,9 @@ def response_preferences(
         lower.setdefault(name.lower(), []).extend(values)
     out = tdm_header_preferences(lower.get(TDM_RESERVATION, []), lower.get(TDM_POLICY, []))
     for value in _distinct(lower.get("content-usage", [])):
-        out += content_usage(value, source=HEADER, scope=RESPONSE_SCOPE)
+        out += content_usage(value, source=FROM_HEADER, scope=RESPONSE_SCOPE)
     for value in _distinct(lower.get("content-signal", [])):
-        out += content_signal(value, source=HEADER, scope=RESPONSE_SCOPE)
+        out += content_signal(value, source=FROM_HEADER, scope=RESPONSE_SCOPE)
     out += x_robots_tag(_distinct(lower.get("x-robots-tag", [])), token, now)
     return _bounded(out, 4 * MAX_STATEMENTS)
 
@@ -640,5 +641,5 @@ def unknown_file_preference(why: str) -> Preference:
     a reservation of the whole origin until it can be read: the stricter
     reading, as RFC 9309 reads an unreachable robots.txt."""
     return Preference(
-        TDMREP, TDM_RESERVATION, "unknown", _clip(f"whole origin: {why}"), TDM_PURPOSES, False
+        FROM_TDMREP, TDM_RESERVATION, "unknown", _clip(f"whole origin: {why}"), TDM_PURPOSES, False
     )
