@@ -15,8 +15,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware as ScrapyRetry
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware as ScrapyRobotsTxt
 from scrapy.utils.misc import load_object
 
-from scrapy_walsh_research.core.contract import USER_AGENT
-from scrapy_walsh_research.preflight import (
+from scrapy_walsh_research.components import (
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
     RECORD_PIPELINE,
@@ -25,8 +24,9 @@ from scrapy_walsh_research.preflight import (
     STARTUP_CHECK,
     STARTUP_CHECK_ORDER,
     WIRE_HANDLER,
-    check_settings,
 )
+from scrapy_walsh_research.core.contract import USER_AGENT
+from scrapy_walsh_research.preflight import check_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

@@ -33,11 +33,11 @@ from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks
 from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.preflight import uses_frontier
 from scrapy_walsh_research.state import FlightBusy, state_for
 
 if TYPE_CHECKING:

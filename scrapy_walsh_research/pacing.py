@@ -48,13 +48,14 @@ from scrapy_walsh_research.adaptive import (
     distress_signal,
     worth_noting,
 )
+from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.preflight import check_configuration, min_delay_problem, uses_frontier
+from scrapy_walsh_research.preflight import check_configuration, min_delay_problem
 from scrapy_walsh_research.state import clock_for
 
 if TYPE_CHECKING:

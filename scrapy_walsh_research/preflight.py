@@ -25,11 +25,40 @@ before the engine exists, so no request is sent. None raises
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research import adaptive, defaults
+from scrapy_walsh_research.components import (
+    ADDON,
+    ADDON_CLASS,
+    BLOCKLIST_MW,
+    DOWNLOADER_MIDDLEWARES,
+    FRONTIER,
+    PACING_MW,
+    PACKAGE,
+    RECORD_PIPELINE,
+    RECORD_PIPELINE_ORDER,
+    RETRY_MW,
+    ROBOTS_MW,
+    SCOPE_MW,
+    SCOPE_SPIDER_MW,
+    SCRAPY_DOWNLOADER,
+    SCRAPY_MEDIA_PIPELINE,
+    SCRAPY_RETRY_MW,
+    SCRAPY_ROBOTS_MW,
+    SPIDER_MIDDLEWARES,
+    STARTUP_CHECK,
+    USAGE_MW,
+    USERAGENT_MW,
+    WIRE_HANDLER,
+    enabled,
+    enabled_downloader_middlewares,
+    is_subclass,
+    name_of,
+    uses_frontier,
+)
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.options import declared_purposes, list_setting
 from scrapy_walsh_research.per_crawler import per_crawler
@@ -40,94 +69,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PACKAGE = "scrapy_walsh_research"
-#: The gate chain, in the spec's order (§5), as downloader middlewares.
-SCOPE_MW = f"{PACKAGE}.scope.ScopeDownloaderMiddleware"
-SCOPE_SPIDER_MW = f"{PACKAGE}.scope.ScopeSpiderMiddleware"
-CADENCE_MW = f"{PACKAGE}.cadence.CadenceMiddleware"
-VALIDATORS_MW = f"{PACKAGE}.validators.ConditionalRequestMiddleware"
-NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
-BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
-ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
-USAGE_MW = f"{PACKAGE}.usage.UsagePreferencesMiddleware"
-RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
-PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
-USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
-DOWNLOADER_MIDDLEWARES: dict[str, int] = {
-    SCOPE_MW: 55,  # R6: only declared targets and the bundle's own requests go on
-    CADENCE_MW: 60,  # R8: a target fetched too recently is skipped, no request at all
-    BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
-    ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
-    USAGE_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
-    VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
-    NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
-    RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware
-    PACING_MW: 950,  # R4, after every component that can issue or alter a request
-    USERAGENT_MW: 1000,  # R1 last, nearest the wire: nothing can change it after
-}
-#: R6: closest to the engine, so requests any spider middleware adds are seen too.
-SPIDER_MIDDLEWARES: dict[str, int] = {SCOPE_SPIDER_MW: 5}
-SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
-FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
-WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
-ADDON = f"{PACKAGE}.Addon"
-#: where the class ADDON names is defined
-ADDON_CLASS = f"{PACKAGE}.addon.Addon"
-#: The start-up check as an extension, built after every add-on has run.
-STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
-#: Its order in EXTENSIONS: late, so extensions built before it are seen too.
-STARTUP_CHECK_ORDER = 1000
-SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
-#: Commits each record (cadence with it; a fed line's acknowledgement).
-RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
-RECORD_PIPELINE_ORDER = 100
-SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
-
 #: R4: at most one request per second per host, whatever WALSH_MIN_DELAY says
 MIN_DELAY_FLOOR = 1.0
-
-
-
-def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
-    """Enabled downloader middlewares, class -> order, as Scrapy will build them."""
-    return _enabled(settings, "DOWNLOADER_MIDDLEWARES")
-
-
-def _enabled(settings: BaseSettings, name: str) -> dict[Any, int]:
-    """Enabled components of the component priority dict *name*, class -> order."""
-    merged = settings.get_component_priority_dict_with_base(name)
-    return {
-        load_object(key) if isinstance(key, str) else key: order
-        for key, order in merged.items()
-        if order is not None
-    }
-
-
-def _subclass(cls: Any, path: str) -> bool:
-    return isinstance(cls, type) and issubclass(cls, load_object(path))
-
-
-def uses_frontier(settings: BaseSettings) -> bool:
-    """Whether the scheduler is the per-host frontier (it can take a paced request back)."""
-    scheduler = settings["SCHEDULER"]
-    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
-    return isinstance(cls, type) and issubclass(cls, load_object(FRONTIER))
-
-
-#: the gates whose class lives in an internal module and is exported at the
-#: path users write (the blocklist gate is defined in blocklist.middleware)
-_EXPORTED = (BLOCKLIST_MW,)
-
-
-def name_of(cls: Any) -> str:
-    """The path a component is known by: the one users write in settings for
-    a bundle component, else its module and qualified name."""
-    for path in _EXPORTED:
-        if cls is load_object(path):
-            return path
-    return f"{cls.__module__}.{cls.__qualname__}"
-
 
 
 def problems(settings: BaseSettings) -> list[str]:
@@ -203,7 +146,7 @@ def _component_problems(settings: BaseSettings, order: dict[str, int]) -> list[s
                 f"with order {DOWNLOADER_MIDDLEWARES[path]} (or use the "
                 f"{PACKAGE}.Addon add-on)."
             )
-    spider_mws = {name_of(c): prio for c, prio in _enabled(settings, "SPIDER_MIDDLEWARES").items()}
+    spider_mws = {name_of(c): prio for c, prio in enabled(settings, "SPIDER_MIDDLEWARES").items()}
     pipelines = {
         name_of(load_object(k) if isinstance(k, str) else k)
         for k, v in settings.get_component_priority_dict_with_base("ITEM_PIPELINES").items()
@@ -406,8 +349,8 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
         )
     media = sorted(
         name_of(cls)
-        for cls in _enabled(settings, "ITEM_PIPELINES")
-        if _subclass(cls, SCRAPY_MEDIA_PIPELINE)
+        for cls in enabled(settings, "ITEM_PIPELINES")
+        if is_subclass(cls, SCRAPY_MEDIA_PIPELINE)
     )
     if media:
         found.append(
@@ -421,7 +364,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
         if handler is None:
             continue  # no handler: nothing is sent for this scheme
         cls = load_object(handler) if isinstance(handler, str) else handler
-        if not _subclass(cls, WIRE_HANDLER):
+        if not is_subclass(cls, WIRE_HANDLER):
             found.append(
                 f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
                 "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
@@ -438,14 +381,14 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
         )
     downloader = settings["DOWNLOADER"]
     downloader_cls = load_object(downloader) if isinstance(downloader, str) else downloader
-    if not _subclass(downloader_cls, SCRAPY_DOWNLOADER):
+    if not is_subclass(downloader_cls, SCRAPY_DOWNLOADER):
         found.append(
             f"DOWNLOADER={name_of(downloader_cls)} is not {SCRAPY_DOWNLOADER} or a subclass: "
             "every gate is a downloader middleware that Scrapy's downloader calls, and another "
             f"one need not call them. Set DOWNLOADER={SCRAPY_DOWNLOADER!r}."
         )
     if addon_installed(settings) and not any(
-        name_of(cls) == STARTUP_CHECK for cls in _enabled(settings, "EXTENSIONS")
+        name_of(cls) == STARTUP_CHECK for cls in enabled(settings, "EXTENSIONS")
     ):
         found.append(
             f"EXTENSIONS disables {STARTUP_CHECK} while the {ADDON} add-on is installed: it "

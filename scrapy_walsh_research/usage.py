@@ -54,18 +54,20 @@ from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.preferences import (
     FROM_HEADER,
     FROM_TDMREP,
-    TDM_RESERVATION,
     Preference,
-    TdmFile,
     decide,
     denial_reason,
+)
+from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
+from scrapy_walsh_research.core.tdmrep import (
+    TDM_RESERVATION,
+    TdmFile,
     parse_tdmrep,
-    response_preferences,
     tdm_file_preferences,
     unknown_file_preference,
 )
-from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
+from scrapy_walsh_research.core.usage_statements import response_preferences
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, internal_fetch

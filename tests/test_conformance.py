@@ -11,12 +11,7 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.conformance.checks import HTTP_CACHE_ROW
-from scrapy_walsh_research.conformance.run import run_conformance
-from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest, holds
-from scrapy_walsh_research.evidence.verdicts import ConformanceResult
-from scrapy_walsh_research.identity.signing import generate_key
-from scrapy_walsh_research.preflight import (
+from scrapy_walsh_research.components import (
     BLOCKLIST_MW,
     CADENCE_MW,
     PACING_MW,
@@ -25,8 +20,13 @@ from scrapy_walsh_research.preflight import (
     SCOPE_MW,
     USAGE_MW,
     USERAGENT_MW,
-    apply_addons,
 )
+from scrapy_walsh_research.conformance.checks import HTTP_CACHE_ROW
+from scrapy_walsh_research.conformance.run import run_conformance
+from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest, holds
+from scrapy_walsh_research.evidence.verdicts import ConformanceResult
+from scrapy_walsh_research.identity.signing import generate_key
+from scrapy_walsh_research.preflight import apply_addons
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 

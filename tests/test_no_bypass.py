@@ -191,7 +191,7 @@ class ProjectRetry:
 async def test_an_r5_gate_after_pacing_is_refused_before_any_request(server, tmp_path):
     """After the pacing gate, the R5 gate would retry before pacing saw the
     Retry-After: its hold would be skipped."""
-    from scrapy_walsh_research.preflight import RETRY_MW
+    from scrapy_walsh_research.components import RETRY_MW
 
     server.origin.route("ra.test", "/robots.txt", ALLOW_ALL)
     server.origin.route("ra.test", "/x", once_then_ok(429, {"Retry-After": "4"}))

@@ -24,9 +24,9 @@ import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research.components import USAGE_MW
 from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preflight import USAGE_MW
 from scrapy_walsh_research.sandbox import Reply, SandboxServer
 from tests.conftest import (
     BLOCKLIST_HOST,

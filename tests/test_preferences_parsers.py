@@ -1,6 +1,7 @@
-"""The usage-preference parsers (scrapy_walsh_research.core.preferences): the four
-vocabularies as spec tables, and property-based tests showing no parser
-raises on any input a server can send."""
+"""The usage-preference parsers (scrapy_walsh_research.core.preferences,
+core.tdmrep, core.usage_statements): the four vocabularies as spec tables,
+and property-based tests showing no parser raises on any input a server can
+send."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core import preferences as P
+from scrapy_walsh_research.core import tdmrep as TDM
+from scrapy_walsh_research.core import usage_statements as STMT
 from scrapy_walsh_research.core.robots_policy import RobotsPolicy
 from scrapy_walsh_research.options import purpose_problems
 
@@ -48,11 +51,11 @@ def said(prefs: list[P.Preference]) -> dict[str, bool | None]:
     ],
 )  # fmt: skip
 def test_content_signal_reads_yes_and_no_per_signal_and_nothing_else(value, expected):
-    assert said(P.content_signal(value, source=P.FROM_HEADER, scope="x")) == expected
+    assert said(STMT.content_signal(value, source=P.FROM_HEADER, scope="x")) == expected
 
 
 def test_content_signal_maps_each_signal_to_its_purpose():
-    prefs = P.content_signal("search=no, ai-input=no, ai-train=no", source=P.FROM_HEADER, scope="x")
+    prefs = STMT.content_signal("search=no, ai-input=no, ai-train=no", source=P.FROM_HEADER, scope="x")
     assert {p.signal: p.purposes for p in prefs} == {
         "Content-Signal: search": ("search",),
         "Content-Signal: ai-input": ("ai-input",),
@@ -85,11 +88,11 @@ def test_content_signal_maps_each_signal_to_its_purpose():
     ],
 )  # fmt: skip
 def test_content_usage_is_an_rfc_9651_dictionary_of_y_n_tokens(value, expected):
-    assert said(P.content_usage(value, source=P.FROM_HEADER, scope="x")) == expected
+    assert said(STMT.content_usage(value, source=P.FROM_HEADER, scope="x")) == expected
 
 
 def test_an_earlier_drafts_root_label_covers_every_purpose():
-    (pref,) = P.content_usage("all=n", source=P.FROM_HEADER, scope="x")
+    (pref,) = STMT.content_usage("all=n", source=P.FROM_HEADER, scope="x")
     assert set(pref.purposes) == set(P.PURPOSES) and pref.denies(["tdm"]) == ("tdm",)
 
 
@@ -193,7 +196,7 @@ SPEC_EXAMPLE = json.dumps(
     ],
 )
 def test_the_tdmrep_spec_example_reads_as_the_spec_says(path, reserved):
-    rule = P.tdm_rule_for(P.parse_tdmrep(SPEC_EXAMPLE), f"http://s.test{path}")
+    rule = TDM.tdm_rule_for(TDM.parse_tdmrep(SPEC_EXAMPLE), f"http://s.test{path}")
     assert (rule.reserved if rule else None) is reserved
 
 
@@ -205,10 +208,10 @@ def test_the_first_matching_tdmrep_rule_wins_and_an_unreadable_one_is_passed_ove
             {"location": "/", "tdm-reservation": 0},
         ]
     ).encode()
-    tdm = P.parse_tdmrep(body)
+    tdm = TDM.parse_tdmrep(body)
     assert tdm.problems and "unset" in tdm.problems
-    assert P.tdm_rule_for(tdm, "http://s.test/a/x").reserved is True
-    assert P.tdm_rule_for(tdm, "http://s.test/b").reserved is False
+    assert TDM.tdm_rule_for(tdm, "http://s.test/a/x").reserved is True
+    assert TDM.tdm_rule_for(tdm, "http://s.test/b").reserved is False
 
 
 @pytest.mark.parametrize(
@@ -216,11 +219,11 @@ def test_the_first_matching_tdmrep_rule_wins_and_an_unreadable_one_is_passed_ove
     [b"<html>not found</html>", b'"text"', b"42", b"null", b"[" * 100_000, b"\xff\xfe"],
 )
 def test_a_body_that_is_no_tdmrep_document_means_no_tdmrep_file(body):
-    assert P.parse_tdmrep(body) is None
+    assert TDM.parse_tdmrep(body) is None
 
 
 def test_one_rule_object_without_brackets_is_read_as_a_one_rule_file():
-    tdm = P.parse_tdmrep(b'{"location": "/", "tdm-reservation": 1}')
+    tdm = TDM.parse_tdmrep(b'{"location": "/", "tdm-reservation": 1}')
     assert tdm is not None and tdm.rules[0].reserved is True
 
 
@@ -230,7 +233,7 @@ def test_one_rule_object_without_brackets_is_read_as_a_one_rule_file():
      ([], None)],
 )  # fmt: skip
 def test_tdm_headers_reserve_when_any_says_1(reservations, allows):
-    prefs = P.tdm_header_preferences(reservations, ["https://p.test/policy"])
+    prefs = TDM.tdm_header_preferences(reservations, ["https://p.test/policy"])
     assert (prefs[0].allows if prefs else None) is allows
 
 
@@ -253,7 +256,7 @@ def test_tdm_headers_reserve_when_any_says_1(reservations, allows):
     ],
 )  # fmt: skip
 def test_x_robots_tag_applies_directives_for_every_bot_and_for_our_token(values, expected):
-    prefs = P.x_robots_tag(values, TOKEN, NOW)
+    prefs = STMT.x_robots_tag(values, TOKEN, NOW)
     assert [(p.value, p.purposes) for p in prefs] == expected
 
 
@@ -261,7 +264,7 @@ def test_x_robots_tag_applies_directives_for_every_bot_and_for_our_token(values,
 
 
 def test_a_preference_about_an_undeclared_purpose_never_denies():
-    prefs = P.content_signal("ai-train=no, search=no", source=P.FROM_HEADER, scope="x")
+    prefs = STMT.content_signal("ai-train=no, search=no", source=P.FROM_HEADER, scope="x")
     assert P.decide(prefs, defaults.WALSH_PURPOSES) is None
     denied = P.decide(prefs, ["tdm", "ai-train"])
     assert denied is not None and "ai-train" in P.denial_reason(denied, ["tdm", "ai-train"])
@@ -304,9 +307,9 @@ paths = st.text(alphabet="/ab.*$%2Fé?=#~ \t", max_size=20)
 @given(header_text, st.binary(max_size=200))
 def test_no_content_signal_or_content_usage_value_raises(text, data):
     for prefs in (
-        P.content_signal(text, source=P.FROM_HEADER, scope="x"),
-        P.content_usage(text, source=P.FROM_HEADER, scope="x"),
-        P.content_usage(data, source=P.FROM_HEADER, scope="x"),
+        STMT.content_signal(text, source=P.FROM_HEADER, scope="x"),
+        STMT.content_usage(text, source=P.FROM_HEADER, scope="x"),
+        STMT.content_usage(data, source=P.FROM_HEADER, scope="x"),
     ):
         assert all(isinstance(p, P.Preference) for p in prefs)
         assert len(prefs) <= P.MAX_STATEMENTS + 1
@@ -316,9 +319,9 @@ def test_no_content_signal_or_content_usage_value_raises(text, data):
 @given(st.binary(max_size=500) | st.lists(rule_like | json_values, max_size=8).map(
     lambda doc: json.dumps(doc).encode()), paths)  # fmt: skip
 def test_no_tdmrep_body_raises(body, path):
-    tdm = P.parse_tdmrep(body)
+    tdm = TDM.parse_tdmrep(body)
     if tdm is not None:
-        for pref in P.tdm_file_preferences(tdm, "http://s.test/" + path):
+        for pref in TDM.tdm_file_preferences(tdm, "http://s.test/" + path):
             assert pref.source == P.FROM_TDMREP
 
 
@@ -330,7 +333,7 @@ def test_no_response_headers_raise(values, policies, now):
         "X-Robots-Tag": values, "tdm-reservation": values, "tdm-policy": policies,
         "Content-Usage": values, "content-signal": values,
     }  # fmt: skip
-    prefs = P.response_preferences(headers, TOKEN, now)
+    prefs = STMT.response_preferences(headers, TOKEN, now)
     assert all(isinstance(p.as_record(), dict) for p in prefs)
 
 
@@ -404,21 +407,21 @@ def test_a_no_after_many_other_statements_is_still_read():
     no: repeats collapse, and what states nothing usable goes first."""
     declared = ("tdm",)
     many_keys = ",".join(f"k{i}=1" for i in range(100)) + ",ai-input=no"
-    signals = P.content_signal(many_keys, source=P.FROM_HEADER, scope="x")
+    signals = STMT.content_signal(many_keys, source=P.FROM_HEADER, scope="x")
     assert len(signals) <= P.MAX_STATEMENTS
     assert P.decide(signals, ("ai-input",)) is not None
     headers = {"Content-Usage": ["train-ai=y"] * 16 + ["tdm=n"]}
-    assert P.decide(P.response_preferences(headers, "Walsh-Research", 0.0), declared)
+    assert P.decide(STMT.response_preferences(headers, "Walsh-Research", 0.0), declared)
     robots = ["noindex"] * 40 + ["noai"]
-    tags = P.x_robots_tag(robots, "Walsh-Research", 0.0)
+    tags = STMT.x_robots_tag(robots, "Walsh-Research", 0.0)
     assert len(tags) <= P.MAX_STATEMENTS
     assert P.decide(tags, ("tdm", "ai-input")) is not None  # noai: AI input and training
 
 
 def test_a_tdmrep_rule_with_a_long_location_still_matches():
     path = "/" + "a" * 300
-    tdm = P.parse_tdmrep(json.dumps([{"location": path, "tdm-reservation": 1}]).encode())
+    tdm = TDM.parse_tdmrep(json.dumps([{"location": path, "tdm-reservation": 1}]).encode())
     assert tdm is not None
-    prefs = P.tdm_file_preferences(tdm, "https://x.test" + path)
+    prefs = TDM.tdm_file_preferences(tdm, "https://x.test" + path)
     assert [p.allows for p in prefs] == [False]
     assert len(prefs[0].scope) <= P.MAX_VALUE

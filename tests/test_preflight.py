@@ -9,8 +9,7 @@ import pytest_twisted
 from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research import USER_AGENT
-from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preflight import (
+from scrapy_walsh_research.components import (
     BLOCKLIST_MW,
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
@@ -25,6 +24,7 @@ from scrapy_walsh_research.preflight import (
     USERAGENT_MW,
     WIRE_HANDLER,
 )
+from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import (
     BLOCKLIST_HOST,

@@ -8,7 +8,7 @@ import pytest_twisted
 import scrapy
 
 from scrapy_walsh_research import USER_AGENT
-from scrapy_walsh_research.preflight import USERAGENT_MW
+from scrapy_walsh_research.components import USERAGENT_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 from tests.conftest import base_settings, crawl

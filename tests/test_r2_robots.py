@@ -15,8 +15,8 @@ import scrapy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scrapy_walsh_research.components import ROBOTS_MW
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
-from scrapy_walsh_research.preflight import ROBOTS_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 from tests.conftest import (

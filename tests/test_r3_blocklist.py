@@ -11,10 +11,10 @@ import pytest_twisted
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from scrapy_walsh_research.components import BLOCKLIST_MW
 from scrapy_walsh_research.core.blocklist_document import BlocklistError, refresh_seconds
 from scrapy_walsh_research.core.blocklist_entries import DomainSet, normalize_entry
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preflight import BLOCKLIST_MW
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import (
     BLOCKLIST_HOST,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import pytest_twisted
 
+from scrapy_walsh_research.components import PACING_MW
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.preflight import PACING_MW
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import TDMREP, base_settings, crawl, gaps
 

@@ -13,8 +13,8 @@ import pytest_twisted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scrapy_walsh_research.components import RETRY_MW
 from scrapy_walsh_research.core.retry_after import MAX_RETRY_AFTER
-from scrapy_walsh_research.preflight import RETRY_MW
 from scrapy_walsh_research.retry import parse_retry_after
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import TDMREP, base_settings, crawl

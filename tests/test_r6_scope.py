@@ -10,7 +10,7 @@ import scrapy
 from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.preflight import SCOPE_MW, SCOPE_SPIDER_MW
+from scrapy_walsh_research.components import SCOPE_MW, SCOPE_SPIDER_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 from tests.conftest import TDMREP, base_settings, crawl

@@ -342,7 +342,8 @@ async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, 
     redis = own_redis(tmp_path, steppable_clock=True)
     try:
         urls = site(server, "sb.test", 3, "User-agent: *\nCrawl-delay: 2\n")
-        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
+        # a 6 s lease is renewed every 2 s: the wait after a loss stays 3 s
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3, WALSH_REDIS_LEASE=6)
         push(redis, shared, urls, tmp_path)
         worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
         await until(lambda: len(pages(server, "sb.test")) >= 1)

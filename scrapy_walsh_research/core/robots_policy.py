@@ -20,9 +20,9 @@ from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from protego import Protego
 
-from scrapy_walsh_research.core.preferences import (
+from scrapy_walsh_research.core.preferences import Preference
+from scrapy_walsh_research.core.usage_statements import (
     ROBOTS_FIELDS,
-    Preference,
     RobotsStatement,
     robots_preferences,
     robots_statement,

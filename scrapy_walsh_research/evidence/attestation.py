@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
 
-from scrapy_walsh_research import __version__, defaults, preflight
+from scrapy_walsh_research import __version__, components, defaults, preflight
 from scrapy_walsh_research.core.contract import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity.signing import Signer
@@ -28,24 +28,24 @@ if TYPE_CHECKING:
 
 #: requirement key -> (rule word in start-up problems, components, conformance row ids)
 REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
-    "R1_exact_user_agent": ("R1", [preflight.USERAGENT_MW], {"R1"}),
-    "R2_robots_rfc9309": ("R2", [preflight.ROBOTS_MW], {"R2", "R2d"}),
-    "R2a_named_group_overrides_star": ("R2", [preflight.ROBOTS_MW], {"R2a"}),
-    "R3_operator_blocklist": ("R3", [preflight.BLOCKLIST_MW], {"R3"}),
-    "R3a_apex_and_subdomain_match": ("R3", [preflight.BLOCKLIST_MW], {"R3a"}),
-    "R3b_retain_last_list_on_failure": ("R3", [preflight.BLOCKLIST_MW], {"R3b"}),
-    "R3c_schema_validation": ("R3", [preflight.BLOCKLIST_MW], {"R3c"}),
-    "R4_serial_rate_limit_crawl_delay": ("R4", [preflight.PACING_MW], {"R4", "R4c"}),
-    "R5_backoff_jitter_retry_after": ("R5", [preflight.RETRY_MW], {"R5"}),
+    "R1_exact_user_agent": ("R1", [components.USERAGENT_MW], {"R1"}),
+    "R2_robots_rfc9309": ("R2", [components.ROBOTS_MW], {"R2", "R2d"}),
+    "R2a_named_group_overrides_star": ("R2", [components.ROBOTS_MW], {"R2a"}),
+    "R3_operator_blocklist": ("R3", [components.BLOCKLIST_MW], {"R3"}),
+    "R3a_apex_and_subdomain_match": ("R3", [components.BLOCKLIST_MW], {"R3a"}),
+    "R3b_retain_last_list_on_failure": ("R3", [components.BLOCKLIST_MW], {"R3b"}),
+    "R3c_schema_validation": ("R3", [components.BLOCKLIST_MW], {"R3c"}),
+    "R4_serial_rate_limit_crawl_delay": ("R4", [components.PACING_MW], {"R4", "R4c"}),
+    "R5_backoff_jitter_retry_after": ("R5", [components.RETRY_MW], {"R5"}),
     "R6_no_recursion_metadata_only": (
         "R6",
-        [preflight.SCOPE_MW, preflight.SCOPE_SPIDER_MW],
+        [components.SCOPE_MW, components.SCOPE_SPIDER_MW],
         {"R6", "REC"},
     ),
-    "R7_conditional_fetch_dedup": ("R7", [preflight.VALIDATORS_MW], {"R7", "R7b"}),
-    "R8_infrequent_runs": ("R8", [preflight.CADENCE_MW], {"R8"}),
-    "R9_no_html_scrape": ("R9", [preflight.NEGOTIATION_MW], {"R9"}),
-    "PREF_usage_preferences": ("PREF", [preflight.USAGE_MW], {"PREF"}),
+    "R7_conditional_fetch_dedup": ("R7", [components.VALIDATORS_MW], {"R7", "R7b"}),
+    "R8_infrequent_runs": ("R8", [components.CADENCE_MW], {"R8"}),
+    "R9_no_html_scrape": ("R9", [components.NEGOTIATION_MW], {"R9"}),
+    "PREF_usage_preferences": ("PREF", [components.USAGE_MW], {"PREF"}),
 }
 #: Problems that are not about one rule's gate but break the named ones.
 _SHARED = {
@@ -70,7 +70,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, type):
-        return preflight.name_of(value)
+        return components.name_of(value)
     if callable(value):
         return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
     return type(value).__name__
@@ -87,7 +87,7 @@ def _enabled(settings: BaseSettings) -> dict[str, int]:
         for key, order in settings.get_component_priority_dict_with_base(name).items():
             if order is not None:
                 cls = load_object(key) if isinstance(key, str) else key
-                out[preflight.name_of(cls)] = order
+                out[components.name_of(cls)] = order
     return out
 
 
@@ -96,9 +96,9 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
     problems = preflight.problems(settings)
     requirements: dict[str, bool] = {}
     evidence: dict[str, Any] = {}
-    for key, (rule, components, rows) in REQUIREMENTS.items():
+    for key, (rule, gates, rows) in REQUIREMENTS.items():
         reasons = [p for p in problems if p.split(" ", 2)[:2] and _concerns(p, rule)]
-        missing = [c for c in components if c not in enabled]
+        missing = [c for c in gates if c not in enabled]
         reasons += [f"{c} is not enabled" for c in missing if not any(c in r for r in reasons)]
         if (
             rule == "R8"
@@ -108,7 +108,7 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
                 f"WALSH_RUN_INTERVAL={settings.getfloat('WALSH_RUN_INTERVAL')} is below a day"
             )
         item: dict[str, Any] = {
-            "components": {c: enabled.get(c) for c in components},
+            "components": {c: enabled.get(c) for c in gates},
             "conformance": "not run (pass --conformance)",
         }
         if result is not None:

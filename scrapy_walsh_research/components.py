@@ -1,0 +1,102 @@
+"""The bundle's components by the paths users write in settings, and how
+each is looked up in the settings Scrapy will build from.
+
+These paths are the public API (README, docs, a project's settings.py):
+internal modules may move, these do not. The add-on installs the gates at
+the orders below; the start-up check (:mod:`~scrapy_walsh_research.preflight`)
+and the attestation name components by these paths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.misc import load_object
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+PACKAGE = "scrapy_walsh_research"
+#: The gate chain, in the spec's order (§5), as downloader middlewares.
+SCOPE_MW = f"{PACKAGE}.scope.ScopeDownloaderMiddleware"
+SCOPE_SPIDER_MW = f"{PACKAGE}.scope.ScopeSpiderMiddleware"
+CADENCE_MW = f"{PACKAGE}.cadence.CadenceMiddleware"
+VALIDATORS_MW = f"{PACKAGE}.validators.ConditionalRequestMiddleware"
+NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
+BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
+ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
+USAGE_MW = f"{PACKAGE}.usage.UsagePreferencesMiddleware"
+RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
+PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
+USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
+DOWNLOADER_MIDDLEWARES: dict[str, int] = {
+    SCOPE_MW: 55,  # R6: only declared targets and the bundle's own requests go on
+    CADENCE_MW: 60,  # R8: a target fetched too recently is skipped, no request at all
+    BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
+    ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
+    USAGE_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
+    VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
+    NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
+    RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware
+    PACING_MW: 950,  # R4, after every component that can issue or alter a request
+    USERAGENT_MW: 1000,  # R1 last, nearest the wire: nothing can change it after
+}
+#: R6: closest to the engine, so requests any spider middleware adds are seen too.
+SPIDER_MIDDLEWARES: dict[str, int] = {SCOPE_SPIDER_MW: 5}
+SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
+FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
+WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
+ADDON = f"{PACKAGE}.Addon"
+#: where the class ADDON names is defined
+ADDON_CLASS = f"{PACKAGE}.addon.Addon"
+#: The start-up check as an extension, built after every add-on has run.
+STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
+#: Its order in EXTENSIONS: late, so extensions built before it are seen too.
+STARTUP_CHECK_ORDER = 1000
+SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
+#: Commits each record (cadence with it; a fed line's acknowledgement).
+RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
+RECORD_PIPELINE_ORDER = 100
+SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
+
+
+def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
+    """Enabled downloader middlewares, class -> order, as Scrapy will build them."""
+    return enabled(settings, "DOWNLOADER_MIDDLEWARES")
+
+
+def enabled(settings: BaseSettings, name: str) -> dict[Any, int]:
+    """Enabled components of the component priority dict *name*, class -> order."""
+    merged = settings.get_component_priority_dict_with_base(name)
+    return {
+        load_object(key) if isinstance(key, str) else key: order
+        for key, order in merged.items()
+        if order is not None
+    }
+
+
+def is_subclass(cls: Any, path: str) -> bool:
+    """Whether *cls* is the component at *path* or a subclass of it."""
+    return isinstance(cls, type) and issubclass(cls, load_object(path))
+
+
+def uses_frontier(settings: BaseSettings) -> bool:
+    """Whether the scheduler is the per-host frontier (it can take a paced request back)."""
+    scheduler = settings["SCHEDULER"]
+    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
+    return isinstance(cls, type) and issubclass(cls, load_object(FRONTIER))
+
+
+#: the gates whose class lives in an internal module and is exported at the
+#: path users write (the blocklist gate is defined in blocklist.middleware)
+_EXPORTED = (BLOCKLIST_MW,)
+
+
+def name_of(cls: Any) -> str:
+    """The path a component is known by: the one users write in settings for
+    a bundle component, else its module and qualified name."""
+    for path in _EXPORTED:
+        if cls is load_object(path):
+            return path
+    return f"{cls.__module__}.{cls.__qualname__}"
