@@ -179,7 +179,8 @@ async def test_workers_started_from_one_project_share_its_state_dir_without_stal
     state = tmp_path / "project-state"  # one directory, as .scrapy/walsh would be
     procs = [spawn_worker(server, "targets", state, **shared) for _ in range(4)]
     await ended(*procs)
-    assert not any(b"Traceback" in p.err or b"FileNotFoundError" in p.err for p in procs)
+    broken = [p.err.decode() for p in procs if b"Traceback" in p.err or b"FileNotFoundError" in p.err]
+    assert broken == [], broken[0][broken[0].find("Traceback") - 2000 :][:6000]
     for i in range(3):
         hits = server.origin.hits_for(f"s{i}.test")
         assert len([h for h in hits if h.path.startswith("/p/")]) == 8
