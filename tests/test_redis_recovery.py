@@ -115,6 +115,21 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
 # -- case 2: the same, with an opt-out ----------------------------------------------
 
 
+async def list_adopted_then_lost(
+    server: Any, redis: RedisServer, tmp_path: Path, pages: int
+) -> dict[str, Any]:
+    """A fleet adopted a list blocking blocked.test (*pages* pages), then its
+    Redis came back empty: the settings its workers share."""
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    site(server, "blocked.test", pages)
+    shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
+    push(redis, shared, site(server, "fine.test", 1), tmp_path)
+    await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+    redis.lose_volume()
+    redis.start()
+    return shared
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fleets(
     server, tmp_path
@@ -125,15 +140,7 @@ async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fle
     not fail open. (Before: blocked.test got robots.txt and a page.)"""
     redis = own_redis(tmp_path)
     try:
-        server.origin.route(
-            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
-        )
-        site(server, "blocked.test", 1)
-        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
-        push(redis, shared, site(server, "fine.test", 1), tmp_path)
-        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
-        redis.lose_volume()
-        redis.start()
+        shared = await list_adopted_then_lost(server, redis, tmp_path, pages=1)
         server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
         push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
         new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
@@ -159,15 +166,7 @@ async def test_a_worker_that_waited_on_anothers_failed_fetch_does_not_fail_open_
     failure for a first-ever one and crawled blocked.test with no list.)"""
     redis = own_redis(tmp_path)
     try:
-        server.origin.route(
-            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
-        )
-        site(server, "blocked.test", 4)
-        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
-        push(redis, shared, site(server, "fine.test", 1), tmp_path)
-        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
-        redis.lose_volume()
-        redis.start()
+        shared = await list_adopted_then_lost(server, redis, tmp_path, pages=4)
         # slow enough that the second worker is still waiting when it fails
         server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down", delay=4.0))
         push(redis, shared, [server.url("blocked.test", f"/p/{i}") for i in range(4)], tmp_path)
