@@ -5,10 +5,19 @@ component (:mod:`.hostclock`, :mod:`.connection`, :mod:`.lock`,
 :mod:`.target_queue`).
 
 Plain strings: importing them needs no Redis client, so the target queue's
-list reader stays usable without the ``redis`` extra.
+list reader stays usable without the ``redis`` extra. The SCAN patterns'
+escaping is here too, for the same reason.
 """
 
 from __future__ import annotations
+
+import re
+
+
+def glob_escape(text: str) -> str:
+    """*text* as a literal in a Redis SCAN MATCH pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
 
 # -- shared pieces: Redis's clock and the fleet's guard -----------------------
 
@@ -66,10 +75,7 @@ end
 
 # Every script reads Redis's clock; f() keeps six decimals, so microseconds
 # survive the round trip (Lua's default number format keeps fourteen digits).
-PRELUDE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local function f(x) return string.format('%.6f', x) end
+PRELUDE = NOW + """
 -- the strictest robots.txt interval of a host: {seconds, origin, seconds left}
 local function strictest(key)
   local best, origin, left = 0, '', 0
@@ -498,9 +504,7 @@ return redis.call('HGET', KEYS[1], ARGV[1])
 """
 
 #: one record per line, the line acknowledged and its cadence written, in one step
-FINISH = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+FINISH = NOW + """
 -- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
 -- KEYS[3] cadence hash, KEYS[4] cadence claims
 -- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,

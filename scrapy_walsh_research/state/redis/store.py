@@ -5,11 +5,11 @@ Redis, for every worker of the fleet."""
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.lock import RedisLocks
+from scrapy_walsh_research.state.redis.scripts import glob_escape
 from scrapy_walsh_research.state.redis.target_queue import purge_records
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class RedisStateStore:
         await self.conn.call(f"delete {namespace}", lambda r: r.hdel(self._hash(namespace), key))
 
     async def keys(self, namespace: str, prefix: str = "") -> list[str]:
-        pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+        pattern = glob_escape(prefix) + "*"
 
         async def scan(r: aioredis.Redis) -> list[str]:
             # HSCAN (not HKEYS): a large hash is read in steps, not in one

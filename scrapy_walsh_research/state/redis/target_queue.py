@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,7 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.urls import is_http_url, url_host
-from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE
+from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -321,7 +320,7 @@ async def purge_records(
         if host is not None:
             names = [record_index(conn, host)]
         else:
-            pattern = re.sub(r"([*?\[\]\\])", r"\\\1", index_prefix) + "*"
+            pattern = glob_escape(index_prefix) + "*"
             names = [n async for n in r.scan_iter(match=pattern, count=1000)]
         for name in names:
             name_host = name[len(index_prefix) :]
