@@ -66,14 +66,15 @@ def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
     return enabled(settings, "DOWNLOADER_MIDDLEWARES")
 
 
+def loaded(obj: Any) -> Any:
+    """A setting's component: the object itself, or the one its path names."""
+    return load_object(obj) if isinstance(obj, str) else obj
+
+
 def enabled(settings: BaseSettings, name: str) -> dict[Any, int]:
     """Enabled components of the component priority dict *name*, class -> order."""
     merged = settings.get_component_priority_dict_with_base(name)
-    return {
-        load_object(key) if isinstance(key, str) else key: order
-        for key, order in merged.items()
-        if order is not None
-    }
+    return {loaded(key): order for key, order in merged.items() if order is not None}
 
 
 def is_subclass(cls: Any, path: str) -> bool:
@@ -83,9 +84,7 @@ def is_subclass(cls: Any, path: str) -> bool:
 
 def uses_frontier(settings: BaseSettings) -> bool:
     """Whether the scheduler is the per-host frontier (it can take a paced request back)."""
-    scheduler = settings["SCHEDULER"]
-    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
-    return isinstance(cls, type) and issubclass(cls, load_object(FRONTIER))
+    return is_subclass(loaded(settings["SCHEDULER"]), FRONTIER)
 
 
 #: the gates whose class lives in an internal module and is exported at the

@@ -27,8 +27,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scrapy.utils.misc import load_object
-
 from scrapy_walsh_research import adaptive, defaults
 from scrapy_walsh_research.components import (
     ADDON,
@@ -56,6 +54,7 @@ from scrapy_walsh_research.components import (
     enabled,
     enabled_downloader_middlewares,
     is_subclass,
+    loaded,
     name_of,
     uses_frontier,
 )
@@ -147,11 +146,7 @@ def _component_problems(settings: BaseSettings, order: dict[str, int]) -> list[s
                 f"{PACKAGE}.Addon add-on)."
             )
     spider_mws = {name_of(c): prio for c, prio in enabled(settings, "SPIDER_MIDDLEWARES").items()}
-    pipelines = {
-        name_of(load_object(k) if isinstance(k, str) else k)
-        for k, v in settings.get_component_priority_dict_with_base("ITEM_PIPELINES").items()
-        if v is not None
-    }
+    pipelines = {name_of(cls) for cls in enabled(settings, "ITEM_PIPELINES")}
     if RECORD_PIPELINE not in pipelines:
         found.append(
             f"{RECORD_PIPELINE} is not enabled: add it to ITEM_PIPELINES with order "
@@ -256,12 +251,17 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
     def seconds(name: str) -> float:
         return settings.getfloat(name, getattr(defaults, name))
 
-    for name in ("WALSH_BLOCKLIST_MAX_REFRESH", "WALSH_ROBOTS_TTL"):
+    within_a_day = {
+        "WALSH_BLOCKLIST_MAX_REFRESH": "an opt-out would wait longer than a day to be read",
+        "WALSH_ROBOTS_TTL": "an opt-out would wait longer than a day to be read",
+        "WALSH_BLOCKLIST_RETRY_DELAY": "a failed fetch would not be tried again within a day",
+        "WALSH_ROBOTS_RETRY_DELAY": "a failed fetch would not be tried again within a day",
+    }
+    for name, why in within_a_day.items():
         if not 0 < seconds(name) <= MAX_FRESHNESS_S:
             found.append(
-                f"{name}={seconds(name):g}: an opt-out would wait longer than a day to be "
-                f"read. Set {name} to at most {MAX_FRESHNESS_S:g} seconds "
-                f"(default {getattr(defaults, name):g})."
+                f"{name}={seconds(name):g}: {why}. Set it above 0 and at most "
+                f"{MAX_FRESHNESS_S:g} seconds (default {getattr(defaults, name):g})."
             )
     if not 0 < seconds("WALSH_BLOCKLIST_MIN_REFRESH") <= seconds("WALSH_BLOCKLIST_MAX_REFRESH"):
         found.append(
@@ -269,13 +269,6 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
             "above 0 and at most WALSH_BLOCKLIST_MAX_REFRESH "
             f"(default {defaults.WALSH_BLOCKLIST_MIN_REFRESH:g})."
         )
-    for name in ("WALSH_BLOCKLIST_RETRY_DELAY", "WALSH_ROBOTS_RETRY_DELAY"):
-        if not 0 < seconds(name) <= MAX_FRESHNESS_S:
-            found.append(
-                f"{name}={seconds(name):g}: a failed fetch would not be tried again within a "
-                f"day. Set it above 0 and at most {MAX_FRESHNESS_S:g} seconds "
-                f"(default {getattr(defaults, name):g})."
-            )
     return found
 
 
@@ -363,7 +356,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
         handler = handlers.get(scheme)
         if handler is None:
             continue  # no handler: nothing is sent for this scheme
-        cls = load_object(handler) if isinstance(handler, str) else handler
+        cls = loaded(handler)
         if not is_subclass(cls, WIRE_HANDLER):
             found.append(
                 f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
@@ -379,8 +372,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
             "gate's waits, the robots.txt and blocklist fetches, the wire-timed download "
             "handler), and R4 requires the pacing gate. Set TWISTED_REACTOR_ENABLED=True."
         )
-    downloader = settings["DOWNLOADER"]
-    downloader_cls = load_object(downloader) if isinstance(downloader, str) else downloader
+    downloader_cls = loaded(settings["DOWNLOADER"])
     if not is_subclass(downloader_cls, SCRAPY_DOWNLOADER):
         found.append(
             f"DOWNLOADER={name_of(downloader_cls)} is not {SCRAPY_DOWNLOADER} or a subclass: "
@@ -403,7 +395,7 @@ def addon_installed(settings: BaseSettings) -> bool:
     Known by its class's name, as the gates are: the add-on imports this
     module, so this one does not import it back."""
     for key, order in settings.getdict("ADDONS").items():
-        cls = load_object(key) if isinstance(key, str) else key
+        cls = loaded(key)
         if order is not None and isinstance(cls, type):
             if any(name_of(base) == ADDON_CLASS for base in cls.__mro__):
                 return True

@@ -25,9 +25,9 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import get_retry_request
-from scrapy.utils.misc import load_object
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.pacing import WIRE_TIME_META, Pacer
@@ -57,10 +57,7 @@ class RetryMiddleware:
         self.max_times = settings.getint("WALSH_RETRY_TIMES", defaults.WALSH_RETRY_TIMES)
         self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", defaults.WALSH_RETRY_BASE_DELAY)
         self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY)
-        self.exceptions = tuple(
-            load_object(x) if isinstance(x, str) else x
-            for x in settings.getlist("RETRY_EXCEPTIONS")
-        )
+        self.exceptions = tuple(loaded(x) for x in settings.getlist("RETRY_EXCEPTIONS"))
         self.pacer.hold_planner = self.plan_hold
 
     @classmethod

@@ -60,12 +60,7 @@ class BlocklistMiddleware:
         max_refresh = settings.getfloat(
             "WALSH_BLOCKLIST_MAX_REFRESH", defaults.WALSH_BLOCKLIST_MAX_REFRESH
         )
-        if not 0 < min_refresh <= max_refresh:
-            raise WalshConfigurationError(
-                f"WALSH_BLOCKLIST_MIN_REFRESH={min_refresh:g} and "
-                f"WALSH_BLOCKLIST_MAX_REFRESH={max_refresh:g}: the blocklist's refresh is "
-                "clamped to this range, so it must be 0 < MIN <= MAX."
-            )
+        # 0 < MIN <= MAX <= a day: refused by the start-up check (from_crawler)
         max_bytes = settings.getint("WALSH_BLOCKLIST_MAX_BYTES", defaults.WALSH_BLOCKLIST_MAX_BYTES)
         self.allow_http = settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP")
         for name, value in (

@@ -13,8 +13,6 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from scrapy.utils.misc import load_object
-
 from scrapy_walsh_research import __version__, components, defaults, preflight
 from scrapy_walsh_research.core.contract import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
@@ -82,13 +80,11 @@ def settings_hash(settings: BaseSettings) -> str:
 
 
 def _enabled(settings: BaseSettings) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for name in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES"):
-        for key, order in settings.get_component_priority_dict_with_base(name).items():
-            if order is not None:
-                cls = load_object(key) if isinstance(key, str) else key
-                out[components.name_of(cls)] = order
-    return out
+    return {
+        components.name_of(cls): order
+        for name in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES")
+        for cls, order in components.enabled(settings, name).items()
+    }
 
 
 def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> dict[str, Any]:
