@@ -35,13 +35,14 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import origin_of, url_host
-from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks
+from scrapy_walsh_research.errors import WalshDenied, deny
+from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import FlightBusy, state_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
 #: a last good answer is used for this long when the document is unreachable
 LAST_GOOD_MAX_AGE = 30 * 86400.0
@@ -71,6 +72,11 @@ class OriginDocuments(Generic[E]):
     kind: ClassVar[str]
     #: the document's name in messages (``robots.txt``)
     document: ClassVar[str]
+    #: where it is (``/robots.txt``), the mark its fetch carries, and how much
+    #: of it is read (one byte more is fetched, so a larger one is noticed)
+    path: ClassVar[str]
+    purpose: ClassVar[str]
+    max_bytes: ClassVar[int]
     #: where stored answers that are not failures live, the 2xx copy first
     answer_namespaces: ClassVar[tuple[str, ...]]
     #: where the last failed fetch and its next try live
@@ -120,6 +126,10 @@ class OriginDocuments(Generic[E]):
     ) -> E:
         """What holds until *retry_at* when the document cannot be fetched."""
         raise NotImplementedError
+
+    async def _refused(self, origin: str, previous: E | None, exc: WalshDenied) -> E | None:
+        """What a gate's refusal of the fetch means; None: a failed fetch."""
+        return None
 
     async def _noted(self, origin: str, entry: E) -> None:
         """A new answer is in force (robots.txt tells pacing its Crawl-delay)."""
@@ -265,6 +275,32 @@ class OriginDocuments(Generic[E]):
             return None
         self.stats.inc_value(f"walsh/{self.kind}/stored_copy")
         return await self._from_saved(saved, fetched_at + self.ttl)
+
+    async def _get(self, origin: str, previous: E | None, max_wait: float | None) -> Response | E:
+        """The document's response (any status), or the entry a failure to get
+        one stands for. :class:`HostBusy` when nothing was sent."""
+        try:
+            response = await internal_fetch(
+                self.crawler,
+                origin + self.path,
+                self.purpose,
+                max_bytes=self.max_bytes + 1,
+                maxsize=0,
+                max_wait=max_wait,
+            )
+        except HostBusy:
+            raise  # nothing was sent
+        except Exception as exc:
+            if isinstance(exc, WalshDenied):  # a gate refused the fetch
+                refused = await self._refused(origin, previous, exc)
+                if refused is not None:
+                    return refused
+            self.stats.inc_value(f"walsh/{self.kind}/fetch")
+            why = f"{self.document} fetch failed: {exc}"
+            return await self._unreachable(origin, previous, None, why)
+        self.stats.inc_value(f"walsh/{self.kind}/fetch")
+        self.stats.inc_value(f"walsh/{self.kind}/status/{response.status}")
+        return response
 
     async def _unreachable(
         self, origin: str, previous: E | None, status: int | None, why: str

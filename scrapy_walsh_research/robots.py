@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy import Request
+from scrapy.http import Response
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
@@ -45,8 +46,6 @@ from scrapy_walsh_research.internal import (
     BLOCKLIST,
     ROBOTS,
     SCHEMA,
-    HostBusy,
-    internal_fetch,
 )
 from scrapy_walsh_research.options import operator_hosts
 from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
@@ -89,6 +88,9 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     answer_namespaces = (STATE_NAMESPACE, ABSENT_NAMESPACE)
     unreachable_namespace = UNREACHABLE_NAMESPACE
     log = logger
+    path = "/robots.txt"
+    purpose = ROBOTS
+    max_bytes = MAX_ROBOTS_BYTES
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -179,28 +181,12 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         self, origin: str, previous: RobotsEntry | None, max_wait: float | None
     ) -> RobotsEntry:
         url = f"{origin}/robots.txt"
-        try:
-            # A little more than the parse limit, so truncation is detectable;
-            # a larger file is still read up to that point, never refused.
-            response = await internal_fetch(
-                self.crawler,
-                url,
-                ROBOTS,
-                max_bytes=MAX_ROBOTS_BYTES + 1,
-                maxsize=0,
-                max_wait=max_wait,
-            )
-        except HostBusy:
-            raise  # nothing was sent
-        except Exception as exc:
-            self.stats.inc_value("walsh/robots/fetch")
-            return await self._unreachable(
-                origin, previous, None, f"robots.txt fetch failed: {exc}"
-            )
-        status = response.status
-        self.stats.inc_value("walsh/robots/fetch")
-        self.stats.inc_value(f"walsh/robots/status/{status}")
-        now = self.store.time()
+        # one byte past the parse limit is fetched, so truncation is
+        # detectable; a larger file is still read up to the limit, never refused
+        response = await self._get(origin, previous, max_wait)
+        if not isinstance(response, Response):
+            return response  # could not be fetched
+        status, now = response.status, self.store.time()
         if 200 <= status < 300:
             text, truncated = decode_robots(response.body)
             if truncated:

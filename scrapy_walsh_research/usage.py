@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.http import Response
 
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.preferences import (
@@ -70,7 +71,7 @@ from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.core.usage_statements import response_preferences
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.internal import DIRECT, TDMREP, HostBusy, internal_fetch
+from scrapy_walsh_research.internal import DIRECT, TDMREP
 from scrapy_walsh_research.options import declared_purposes
 from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
 from scrapy_walsh_research.preflight import check_configuration
@@ -79,7 +80,6 @@ from scrapy_walsh_research.robots import RobotsTxtMiddleware
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
@@ -123,6 +123,9 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
     answer_namespaces = (STATE_NAMESPACE,)
     unreachable_namespace = UNREACHABLE_NAMESPACE
     log = logger
+    path = TDMREP_PATH
+    purpose = TDMREP
+    max_bytes = MAX_TDMREP_BYTES
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
@@ -219,41 +222,10 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
     async def _fetch(
         self, origin: str, previous: TdmEntry | None, max_wait: float | None
     ) -> TdmEntry:
-        url = origin + TDMREP_PATH
-        try:
-            response = await internal_fetch(
-                self.crawler,
-                url,
-                TDMREP,
-                max_bytes=MAX_TDMREP_BYTES + 1,
-                maxsize=0,
-                max_wait=max_wait,
-            )
-        except HostBusy:
-            raise  # nothing was sent
-        except WalshDenied as exc:
-            self.stats.inc_value("walsh/tdmrep/not_fetched")
-            if exc.outcome == "skipped" or not exc.lasting:
-                # a host not to be contacted now, or a refusal that passes by
-                # itself (robots.txt unreachable, the blocklist lost): unknown
-                return await self._unreachable(origin, previous, None, f"tdmrep.json: {exc}")
-            # a gate refused it (robots.txt disallows it, a hop into a blocked
-            # host): the file is not read; only the headers can reserve
-            now = self.store.time()
-            logger.info(
-                "tdmrep.json of %(origin)s not fetched (%(why)s): only response headers can "
-                "reserve TDM rights there",
-                {"origin": origin, "why": exc},
-            )
-            return TdmEntry(None, now + self.ttl, None)
-        except Exception as exc:
-            self.stats.inc_value("walsh/tdmrep/fetch")
-            return await self._unreachable(
-                origin, previous, None, f"tdmrep.json fetch failed: {exc}"
-            )
+        response = await self._get(origin, previous, max_wait)
+        if not isinstance(response, Response):
+            return response  # not fetched
         status, now = response.status, self.store.time()
-        self.stats.inc_value("walsh/tdmrep/fetch")
-        self.stats.inc_value(f"walsh/tdmrep/status/{status}")
         if 200 <= status < 300:
             body = response.body
             if len(body) > MAX_TDMREP_BYTES:
@@ -271,6 +243,23 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             await self.store.put(STATE_NAMESPACE, origin, {"fetched_at": now, "status": status})
             return TdmEntry(None, now + self.ttl, status)
         return await self._unreachable(origin, previous, status, f"tdmrep.json answered {status}")
+
+    async def _refused(
+        self, origin: str, previous: TdmEntry | None, exc: WalshDenied
+    ) -> TdmEntry:
+        self.stats.inc_value("walsh/tdmrep/not_fetched")
+        if exc.outcome == "skipped" or not exc.lasting:
+            # a host not to be contacted now, or a refusal that passes by
+            # itself (robots.txt unreachable, the blocklist lost): unknown
+            return await self._unreachable(origin, previous, None, f"tdmrep.json: {exc}")
+        # a gate refused it (robots.txt disallows it, a hop into a blocked
+        # host): the file is not read; only the headers can reserve
+        logger.info(
+            "tdmrep.json of %(origin)s not fetched (%(why)s): only response headers can "
+            "reserve TDM rights there",
+            {"origin": origin, "why": exc},
+        )
+        return TdmEntry(None, self.store.time() + self.ttl, None)
 
     def _entry(self, body: bytes, status: int | None, expires: float) -> TdmEntry:
         tdm = parse_tdmrep(body)
