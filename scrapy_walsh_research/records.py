@@ -19,6 +19,7 @@ from scrapy_walsh_research.cadence import cadence_of
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.state import redis_url
+from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -112,7 +113,6 @@ class RecordPipeline:
         self.copies: RecordCopies | None = None
         if redis_url(crawler):
             # imported only with Redis in use: redis is the optional [redis] extra
-            from scrapy_walsh_research.state.directory import state_dir
             from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.target_queue import RecordCopies
 

@@ -96,8 +96,12 @@ async def purge(
     Given *only* one host, only its keys (in each of its spellings) are read
     instead of the whole store."""
     purged: dict[str, dict[str, int]] = {}
-    onlies: list[str | None] = [*sorted(spellings(only))] if only is not None else [None]
-    prefixes = tuple(p for name in onlies for p in (url_prefixes(name) if name else ("",)))
+    if only is None:
+        onlies: list[str | None] = [None]
+        prefixes: tuple[str, ...] = ("",)
+    else:
+        onlies = [*sorted(spellings(only))]
+        prefixes = tuple(p for name in sorted(spellings(only)) for p in url_prefixes(name))
     for namespace in NAMESPACES:
         gone: list[str] = []
         candidates = {k for prefix in prefixes for k in await store.keys(namespace, prefix)}

@@ -95,7 +95,7 @@ class RedisHostClock(RobotsIntervals):
         conn: RedisConnection,
         *,
         lease: float,
-        pause_on_loss: float,
+        pause_on_loss: float | None = None,
         margin: float = defaults.WALSH_REDIS_MARGIN,
         journal: FleetJournal | None = None,
         cache_size: int | None = None,
@@ -106,9 +106,9 @@ class RedisHostClock(RobotsIntervals):
         self.cache_size = cache_size
         self.lease = lease
         self.margin = margin
-        self.pause_on_loss = pause_on_loss
         self.journal = journal
-        conn.guard.pause = pause_on_loss
+        if pause_on_loss is not None:  # else the connection's (lost_history_wait)
+            conn.guard.pause = pause_on_loss
         self._reserve = conn.client.register_script(RESERVE)
         self._renew = conn.client.register_script(RENEW)
         self._commit = conn.client.register_script(COMMIT)
@@ -141,7 +141,6 @@ class RedisHostClock(RobotsIntervals):
             conn,
             lease=settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE),
             margin=settings.getfloat("WALSH_REDIS_MARGIN", defaults.WALSH_REDIS_MARGIN),
-            pause_on_loss=conn.guard.pause,
             journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
             cache_size=cache_size(
                 settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
@@ -149,6 +148,12 @@ class RedisHostClock(RobotsIntervals):
         )
         crawler.signals.connect(clock.close, signal=signals.engine_stopped, weak=False)
         return clock
+
+    @property
+    def pause_on_loss(self) -> float:
+        """How long every host waits once the fleet's history is lost: the
+        connection's guard owns it."""
+        return self.conn.guard.pause
 
     def _host_key(self, host: str) -> str:
         return self.conn.key("host", host)
