@@ -4,7 +4,10 @@ Mercator's back queues: one FIFO per host under a heap ordered by the time
 the host may next receive a request. ``next_request`` hands out the request
 whose host is ready soonest, so the single download slot is never spent
 waiting for one host while another is ready; when none is ready it wakes the
-engine at the earliest ready time instead of waiting for the heartbeat.
+engine at the earliest ready time instead of waiting for the heartbeat. A
+request that waits for its origin's robots.txt or tdmrep.json to be tried
+again is kept aside until then (parked), not in its host's queue, so the
+host's other origins go on meanwhile.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_walsh_research._engine import wake_engine
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.pacing import REQUEUED_META, Pacer
+from scrapy_walsh_research.pacing import PARKED_META, REQUEUED_META, Pacer
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -56,6 +59,9 @@ class FrontierScheduler:
         #: hosts with queued requests, in the order their heads are next
         #: asked whether a gate will deny them
         self._rotation: OrderedDict[str, None] = OrderedDict()
+        #: requests kept aside until a time (their document's next try):
+        #: (time.monotonic(), seq, request)
+        self._parked: list[tuple[float, int, Request]] = []
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -79,6 +85,10 @@ class FrontierScheduler:
         """How many hosts have requests queued."""
         return len(self._queues)
 
+    def parked(self) -> int:
+        """How many requests are kept aside for their document's next try."""
+        return len(self._parked)
+
     def has_ready_request(self) -> bool:
         """Whether a queued request's host is ready now (no I/O)."""
         top = self._top()
@@ -88,6 +98,17 @@ class FrontierScheduler:
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.crawler.spider)
             return False
+        until = request.meta.pop(PARKED_META, None)
+        if isinstance(until, (int, float)) and until > time.monotonic():
+            heapq.heappush(self._parked, (float(until), next(self._seq), request))
+        else:
+            self._queue(request)
+        self._size += 1
+        self.stats.inc_value("scheduler/enqueued/walsh_frontier")
+        return True
+
+    def _queue(self, request: Request) -> None:
+        """Put *request* in its host's queue (not counted: the caller does)."""
         host = url_host(request.url)
         queue = self._queues.get(host)
         if queue is None:
@@ -103,14 +124,22 @@ class FrontierScheduler:
             queue.append(request)
         if len(queue) >= 2:
             self._weigh(host)
-        self._size += 1
-        self.stats.inc_value("scheduler/enqueued/walsh_frontier")
-        return True
+
+    def _unpark(self, now: float) -> None:
+        """Requests whose time to wait aside is over go back to their hosts'
+        queues, first in line (they were)."""
+        while self._parked and self._parked[0][0] <= now:
+            _, _, request = heapq.heappop(self._parked)
+            request.meta[REQUEUED_META] = True
+            self._queue(request)
 
     def next_request(self) -> Request | None:
         now = time.monotonic()
+        self._unpark(now)
         top = self._top()
         if top is None:
+            if self._parked:
+                self._wake_at(self._parked[0][0])
             return None
         ready, host = top
         critical = self._critical_host(now)
@@ -236,10 +265,10 @@ class FrontierScheduler:
 
     def _pop_denied_or_wait(self, when: float) -> Request | None:
         """A request a gate will deny, at once; else None, and the engine is
-        woken at *when*."""
+        woken at *when* (or sooner, when a parked request is due first)."""
         denied = self._pop_denied()
         if denied is None:
-            self._wake_at(when)
+            self._wake_at(min(when, self._parked[0][0]) if self._parked else when)
         return denied
 
     def _pop_denied(self) -> Request | None:

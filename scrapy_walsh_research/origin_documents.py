@@ -9,8 +9,12 @@ other:
 * one fetch per origin at a time, and with shared state one per fleet: the
   other workers wait for it and adopt what it stored;
 * a failed fetch is stored with when to try again, and the tries back off
-  exponentially (``WALSH_ROBOTS_RETRY_DELAY``, doubling, at most the TTL)
-  across evictions, restarts and workers;
+  exponentially with jitter (``WALSH_ROBOTS_RETRY_DELAY``, doubling, at most
+  the TTL) across evictions, restarts and workers;
+* a document a transient failure left unknown (with no last good copy) is
+  a wait, not a verdict: its targets go back to the frontier until its next
+  try, within ``WALSH_POLICY_WAIT`` (:mod:`scrapy_walsh_research.waits`);
+  only the bound gives them a record (``skipped``, no request);
 * fetching is itself a request to the host: never sent to a host that is
   skipped, and a target whose host is not ready goes back to the frontier
   instead of holding the only download slot while the document waits.
@@ -23,22 +27,26 @@ is each gate's: :meth:`OriginDocuments._fetch`,
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import uses_frontier
+from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -52,14 +60,18 @@ USABLE_INTERVALS = 3
 #: how long a document's fetch may wait in place when its target can go back
 #: to the frontier instead (a stale view of a shared clock, another origin)
 SHORT_WAIT = 2.0
+#: the longest exception text kept in a failure's description
+MAX_WHY = 200
 
 
 class OriginEntry(Protocol):
-    """What each gate keeps per origin: until when it holds, and how many
-    fetches in a row have failed."""
+    """What each gate keeps per origin: until when it holds, how many
+    fetches in a row have failed, and, while a transient failure leaves the
+    document unknown (no last good copy), that outage."""
 
     expires: float
     failures: int
+    outage: Outage | None
 
 
 E = TypeVar("E", bound=OriginEntry)
@@ -83,6 +95,10 @@ class OriginDocuments(Generic[E]):
     unreachable_namespace: ClassVar[str]
     #: the gate's logger (denials are logged by the gate that makes them)
     log: ClassVar[logging.Logger]
+    #: the rule a target's record names when the wait for the document ends
+    rule: ClassVar[str]
+    #: what an unknown document means for its targets, in that record's reason
+    while_unknown: ClassVar[str]
 
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -98,6 +114,7 @@ class OriginDocuments(Generic[E]):
         self.marks = Marks.for_crawler(crawler)
         self.pacer = Pacer.for_crawler(crawler)
         self.pacer.add_denial_check(self._cached_denial)
+        self.waits = DocumentWaits.for_crawler(crawler)
         self.requeue = uses_frontier(settings)
         #: answers, least recently used first: an evicted origin's answer is
         #: read back from the state store within its TTL
@@ -121,10 +138,9 @@ class OriginDocuments(Generic[E]):
         """The entry a stored answer (not a failure) stands for."""
         raise NotImplementedError
 
-    async def _failed_entry(
-        self, origin: str, status: int | None, why: str, retry_at: float, failures: int
-    ) -> E:
-        """What holds until *retry_at* when the document cannot be fetched."""
+    async def _failed_entry(self, origin: str, outage: Outage) -> E:
+        """What holds until the next try when the document cannot be
+        fetched: a last good copy, or the *outage* (its targets wait)."""
         raise NotImplementedError
 
     async def _refused(self, origin: str, previous: E | None, exc: WalshDenied) -> E | None:
@@ -138,9 +154,32 @@ class OriginDocuments(Generic[E]):
 
     async def entry_or_requeue(self, request: Request) -> E | Request:
         """The answer in force for *request*'s origin, fetched if need be; or
-        *request* given back to the frontier while its host is not ready.
-        Denies the request (``skipped``) when fetching would contact a
-        skipped host, or when the fetch cannot wait for its host."""
+        *request* given back to the frontier while its host is not ready, or
+        while the document is unknown (until its next try). Denies the
+        request (``skipped``) when fetching would contact a skipped host,
+        when the fetch cannot wait for its host, or when the wait for an
+        unknown document ends. The bundle's own requests (fetched inside
+        another request's chain) cannot wait: they get the entry, and the
+        gate refuses them while it is unknown."""
+        entry = await self._entry_or_requeue(request)
+        if isinstance(entry, Request) or entry.outage is None:
+            return entry
+        if self.marks.purpose(request, quiet=True) in DIRECT:
+            return entry
+        held = await self.waits.hold(request, entry.outage, entry.expires)
+        if held is not None:
+            return held
+        reason = self.waits.reason(entry.outage, self.while_unknown)
+        record = {"unknown": entry.outage.as_record()}
+        deny(self.crawler, self.log, request, self.rule, reason, outcome="skipped",
+             record=record, lasting=False)  # fmt: skip
+
+    def _waited_out(self, entry: E) -> bool:
+        """Whether *entry* is an unknown document whose wait has ended (its
+        targets are decided without waiting for their hosts)."""
+        return entry.outage is not None and self.waits.gave_up(entry.outage)
+
+    async def _entry_or_requeue(self, request: Request) -> E | Request:
         entry = self._fresh(origin_of(request.url), touch=True)
         if entry is not None:
             return entry
@@ -202,12 +241,15 @@ class OriginDocuments(Generic[E]):
                 origin, self._cache.get(origin), max_wait
             )
             await self._noted(origin, entry)
-            # An answer outlives the waits its own fetch and the origin's
-            # other document impose on the host: a TTL shorter than the
-            # Crawl-delay would otherwise re-fetch the two in turn forever
-            # while the target waits for its turn.
-            usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
-            entry.expires = max(entry.expires, usable)
+            if entry.outage is None:
+                # An answer outlives the waits its own fetch and the origin's
+                # other document impose on the host: a TTL shorter than the
+                # Crawl-delay would otherwise re-fetch the two in turn forever
+                # while the target waits for its turn. (An unknown document
+                # holds until its next try, which pacing spaces anyway.)
+                usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
+                entry.expires = max(entry.expires, usable)
+                await self.waits.known(self.kind, origin + self.path)
             self._remember(origin, entry)
         finally:
             del self._pending[origin]
@@ -260,17 +302,10 @@ class OriginDocuments(Generic[E]):
         saved = max(answers, key=lambda a: float(a["fetched_at"]))
         fetched_at, now = float(saved["fetched_at"]), self.store.time()
         if "retry_at" in saved:  # a failed fetch: its backoff still runs
-            retry_at = float(saved["retry_at"])
-            if not fetched_at <= now < retry_at:
+            if not fetched_at <= now < float(saved["retry_at"]):
                 return None
             self.stats.inc_value(f"walsh/{self.kind}/stored_copy")
-            return await self._failed_entry(
-                origin,
-                saved.get("status"),
-                str(saved.get("why")),
-                retry_at,
-                int(saved.get("failures", 1)),
-            )
+            return await self._failed_entry(origin, self._outage(origin, saved))
         if not fetched_at <= now < fetched_at + self.ttl:
             return None
         self.stats.inc_value(f"walsh/{self.kind}/stored_copy")
@@ -296,43 +331,80 @@ class OriginDocuments(Generic[E]):
                 if refused is not None:
                     return refused
             self.stats.inc_value(f"walsh/{self.kind}/fetch")
-            why = f"{self.document} fetch failed: {exc}"
-            return await self._unreachable(origin, previous, None, why)
+            why = f"fetch failed ({type(exc).__name__}: {str(exc)[:MAX_WHY]})"
+            # a network failure passes; a refusal the site's setup causes
+            # (too many redirects, a hop into a blocked host) does not,
+            # unless a gate says it passes by itself
+            passing = not isinstance(exc, IgnoreRequest) or (
+                isinstance(exc, WalshDenied) and (not exc.lasting or exc.outcome == "skipped")
+            )
+            return await self._unreachable(origin, previous, None, why, passing=passing)
         self.stats.inc_value(f"walsh/{self.kind}/fetch")
         self.stats.inc_value(f"walsh/{self.kind}/status/{response.status}")
         return response
 
     async def _unreachable(
-        self, origin: str, previous: E | None, status: int | None, why: str
+        self, origin: str, previous: E | None, status: int | None, why: str, *,
+        passing: bool = True,
     ) -> E:
-        """The document could not be fetched: the failure is stored, so the
-        backoff holds across restarts and workers."""
+        """The document could not be fetched (*why*: what happened, after its
+        name: ``answered 503``; *passing*: a failure worth waiting out): the
+        failure is stored with its streak and its next try, so the backoff
+        holds across restarts and workers."""
         self.stats.inc_value(f"walsh/{self.kind}/unreachable")
-        failures = (await self._failures_before(origin, previous)) + 1
-        delay = min(self.retry_delay * 2 ** (failures - 1), self.ttl)
+        streak = await self._streak(origin, previous)
         now = self.store.time()
-        await self.store.put(
-            self.unreachable_namespace,
-            origin,
-            {"fetched_at": now, "retry_at": now + delay, "status": status, "why": why,
-             "failures": failures},
-        )  # fmt: skip
-        return await self._failed_entry(origin, status, why, now + delay, failures)
+        failures = int(streak.get("failures", 0)) + 1 if streak else 1
+        delay = retry_delay(self.retry_delay, failures, self.ttl, random.random())
+        failed = {
+            "fetched_at": now, "retry_at": now + delay, "status": status, "why": why,
+            "failures": failures,
+            "since": float(streak.get("since") or streak["fetched_at"]) if streak else now,
+            "mixed": bool(streak and (streak.get("mixed") or streak.get("why") != why)),
+            "passing": passing,
+        }  # fmt: skip
+        await self.store.put(self.unreachable_namespace, origin, failed)
+        return await self._failed_entry(origin, self._outage(origin, failed))
 
-    async def _failures_before(self, origin: str, previous: E | None) -> int:
-        """Failed fetches in a row so far: from the cached answer, or, once
-        it was evicted from the cache, from the stored failure when that is
-        the latest answer and its backoff ended within the TTL (an eviction
-        must not restart the exponential backoff)."""
-        if previous is not None:
-            return previous.failures
+    def _outage(self, origin: str, failed: dict[str, Any]) -> Outage:
+        """The outage a stored failed fetch stands for."""
+        fetched_at = float(failed["fetched_at"])
+        status = failed.get("status")
+        return Outage(
+            kind=self.kind,
+            document=self.document,
+            url=origin + self.path,
+            # (a failure stored by 0.2 named the document first)
+            why=str(failed.get("why")).removeprefix(f"{self.document} "),
+            tries=int(failed.get("failures", 1)),
+            since=float(failed.get("since") or fetched_at),
+            last=fetched_at,
+            retry_at=float(failed["retry_at"]),
+            mixed=bool(failed.get("mixed")),
+            status=status if isinstance(status, int) else None,
+            passing=bool(failed.get("passing", True)),
+        )
+
+    async def _streak(self, origin: str, previous: E | None) -> dict[str, Any] | None:
+        """The stored failed fetch this failure continues, or None when it
+        starts a new streak: from the cached answer, or, once it was evicted
+        from the cache, from the stored failure when that is the latest
+        answer and its backoff ended within the TTL (an eviction must not
+        restart the exponential backoff)."""
+        if previous is not None and previous.failures == 0:
+            return None
         failed = await self.store.get(self.unreachable_namespace, origin)
         if not isinstance(failed, dict) or not isinstance(failed.get("retry_at"), (int, float)):
-            return 0
+            if previous is None:
+                return None
+            # cached, but the store lost it: the streak goes on from here
+            return {"failures": previous.failures, "fetched_at": self.store.time()}
+        if previous is not None:
+            return failed
         others = await self._stored_answers(origin, self.answer_namespaces)
         latest = max((float(a["fetched_at"]) for a in others), default=float("-inf"))
         if float(failed.get("fetched_at", 0)) <= latest:
-            return 0
+            return None
         if self.store.time() - float(failed["retry_at"]) > self.ttl:
-            return 0
-        return int(failed.get("failures", 0))
+            return None
+        return failed

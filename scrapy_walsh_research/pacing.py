@@ -76,6 +76,11 @@ logger = logging.getLogger(__name__)
 IN_PLACE_LIMIT = 1.0
 #: set on a request the pacing gate gave back: it keeps its place in its host's queue
 REQUEUED_META = "walsh_requeued"
+#: set on a request given back to wait for a document's next try (a
+#: ``time.monotonic()``): the frontier keeps it aside until then, so the
+#: host's other requests (another origin's) are not held behind it. Like
+#: ``walsh_requeued`` it can only delay a request, never exempt one.
+PARKED_META = "walsh_parked_until"
 #: when the request's bytes last left, stamped by the wire-timed download
 #: handler (:mod:`scrapy_walsh_research.wire`); spacing counts from it
 WIRE_TIME_META = "walsh_wire_time"
@@ -341,13 +346,16 @@ class Pacer:
         else:
             self.mean_duration += 0.2 * (seconds - self.mean_duration)
 
-    def requeue(self, request: Request) -> Request:
+    def requeue(self, request: Request, *, until: float | None = None) -> Request:
         """*request* given back to the frontier: it keeps its place in its
-        host's queue and comes back when the host is ready."""
+        host's queue and comes back when the host is ready; with *until*
+        (``time.monotonic()``), it is kept aside until then."""
         self.stats.inc_value("walsh/pacing/requeued")
         self.last_requeue = time.monotonic()
         requeued = request.replace(dont_filter=True)
         requeued.meta[REQUEUED_META] = True
+        if until is not None:
+            requeued.meta[PARKED_META] = until
         return requeued
 
 

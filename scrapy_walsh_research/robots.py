@@ -7,10 +7,13 @@ open" where the RFC says "MUST disallow":
 * redirects: followed by Scrapy, at most ``REDIRECT_MAX_TIMES`` (5) hops,
   each hop through the blocklist gate;
 * 4xx other than 429: no rules apply (allow all);
-* 429, 5xx, timeouts, connection errors, too many redirects: the host is
-  disallowed until robots.txt can be fetched. The fetch is retried with
-  exponential backoff, not on every request. A last good copy younger than
-  30 days is used instead when there is one.
+* 429, 5xx, timeouts, connection errors, too many redirects: robots.txt is
+  unknown, and nothing is sent to the host until it can be fetched. A last
+  good copy younger than 30 days is used instead when there is one; else
+  the host's targets wait for its next try (exponential backoff with jitter,
+  not on every request), within ``WALSH_POLICY_WAIT``, and only then get a
+  record (``skipped``, rule R2, with what happened): an unreachable
+  robots.txt is not a site's "no".
 
 There is no ``dont_obey_robotstxt`` bypass.
 
@@ -37,6 +40,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
+from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
@@ -78,6 +82,9 @@ class RobotsEntry:
     failures: int = 0
     #: sha256 of the robots.txt text in force (None: no text, status rules)
     sha256: str | None = None
+    #: robots.txt unknown for now (a transient failure, no last good copy):
+    #: complete disallow, and its targets wait for the next try
+    outage: Outage | None = None
 
 
 class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
@@ -88,6 +95,10 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     answer_namespaces = (STATE_NAMESPACE, ABSENT_NAMESPACE)
     unreachable_namespace = UNREACHABLE_NAMESPACE
     log = logger
+    rule = "R2"
+    while_unknown = (
+        "nothing is sent to the host while its robots.txt is unknown (RFC 9309 §2.3.1.4)"
+    )
     path = "/robots.txt"
     purpose = ROBOTS
     max_bytes = MAX_ROBOTS_BYTES
@@ -163,7 +174,9 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         if self._exempt(request):
             return False
         entry = self._fresh(origin_of(request.url))
-        return bool(entry and not entry.policy.allows(request.url))
+        if entry is None or (entry.outage is not None and not self._waited_out(entry)):
+            return False  # not known yet, or waiting for it: not decided
+        return not entry.policy.allows(request.url)
 
     async def _noted(self, origin: str, entry: RobotsEntry) -> None:
         await self.pacer.note_robots(origin, entry.policy, entry.expires)
@@ -208,7 +221,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             await self.store.put(ABSENT_NAMESPACE, origin, {"fetched_at": now, "status": status})
             policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
             return RobotsEntry(policy, now + self.ttl, status)
-        return await self._unreachable(origin, previous, status, f"robots.txt answered {status}")
+        return await self._unreachable(origin, previous, status, f"answered {status}")
 
     async def _purge(self, origin: str, digest: str) -> None:
         """The host opted out by robots.txt (``/`` disallowed for our token):
@@ -221,30 +234,28 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
         )  # fmt: skip
 
-    async def _failed_entry(
-        self, origin: str, status: int | None, why: str, retry_at: float, failures: int
-    ) -> RobotsEntry:
-        """RFC 9309 §2.3.1.4: assume complete disallow, unless a recent good
-        copy exists."""
+    async def _failed_entry(self, origin: str, outage: Outage) -> RobotsEntry:
+        """RFC 9309 §2.3.1.4: complete disallow while robots.txt is
+        unreachable, unless a recent good copy exists."""
         now = self.store.time()
-        delay = retry_at - now
         saved = await self.store.get(STATE_NAMESPACE, origin)
         if saved and now - float(saved["fetched_at"]) < LAST_GOOD_MAX_AGE:
             age_h = (now - float(saved["fetched_at"])) / 3600
             logger.warning(
-                "%(why)s for %(origin)s; using the last good copy (%(age).1f h old); "
+                "%(what)s for %(origin)s; using the last good copy (%(age).1f h old); "
                 "next try in %(d).0f s",
-                {"why": why, "origin": origin, "age": age_h, "d": delay},
-            )
+                {"what": outage.describe(), "origin": origin, "age": age_h,
+                 "d": outage.retry_at - now},
+            )  # fmt: skip
             self.stats.inc_value("walsh/robots/last_good_used")
             policy, _ = await _parse(str(saved["text"]))
-            return RobotsEntry(policy, retry_at, status, failures)
-        reason = (
-            f"{why}; host disallowed until robots.txt can be fetched "
-            f"(RFC 9309 §2.3.1.4; next try in {delay:.0f} s)"
-        )
-        logger.warning("%(reason)s: %(origin)s", {"reason": reason, "origin": origin})
-        return RobotsEntry(RobotsPolicy.disallow_all(reason), retry_at, status, failures)
+            return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries)
+        if not outage.passing:  # the site's own setup: decided now, disallowed
+            reason = f"{outage.describe()}: host disallowed (RFC 9309 §2.3.1.4)"
+            policy = RobotsPolicy.disallow_all(reason)
+            return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries)
+        policy = RobotsPolicy.disallow_all(f"{outage.describe()}: {self.while_unknown}")
+        return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries, outage=outage)
 
 
 #: a robots.txt up to this size is parsed inline; a larger one (up to the

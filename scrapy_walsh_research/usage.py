@@ -25,13 +25,16 @@ the stricter way where they leave room (``docs/preferences.rst``):
 
 * 2xx: parsed; a body that is no TDMRep document (an HTML "not found" page
   served with 200) means the origin does not implement the protocol; a body
-  past 500 KiB is not read, and its origin reads as reserved until it is;
+  past 500 KiB is not read: what it reserves is unknown, so the origin's
+  targets are not requested (``skipped``, rule PREF) until it is read;
 * redirects: followed (TDMRep allows them), each hop through every gate;
 * 4xx other than 429: no file, no reservation;
-* 429, 5xx, timeouts, connection errors: unknown, so the origin reads as
-  reserved (its targets denied) until the file can be fetched, retried with
-  backoff (``WALSH_ROBOTS_RETRY_DELAY``, doubling); a last good answer
-  younger than 30 days is used instead;
+* 429, 5xx, timeouts, connection errors: unknown, so nothing is requested
+  from the origin until the file can be fetched; its targets wait for the
+  next try (backoff with jitter, ``WALSH_ROBOTS_RETRY_DELAY``, doubling),
+  within ``WALSH_POLICY_WAIT``, then get a record (``skipped``, rule PREF,
+  with what happened, never "says no to tdm"); a last good answer younger
+  than 30 days is used instead;
 * a gate that refuses the fetch (robots.txt disallows the file, a redirect
   into a blocked host or a disallowed path): not read; only the headers can
   then reserve.
@@ -52,6 +55,7 @@ from scrapy import Request
 from scrapy.http import Response
 
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
+from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.preferences import (
     FROM_HEADER,
     FROM_TDMREP,
@@ -65,7 +69,6 @@ from scrapy_walsh_research.core.tdmrep import (
     TdmFile,
     parse_tdmrep,
     tdm_file_preferences,
-    unknown_file_preference,
 )
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.core.usage_statements import response_preferences
@@ -103,12 +106,15 @@ class TdmEntry:
     #: HTTP status of the last fetch, or None (a network failure, not fetched)
     status: int | None
     failures: int = 0
-    #: why the file's answer is unknown: the whole origin reads as reserved
+    #: why the file was answered but cannot be read (too large): what it
+    #: reserves is unknown, and the origin's targets are not requested
     unknown: str | None = None
+    #: the file unknown for now (a transient failure, no last good answer):
+    #: its targets wait for the next try
+    outage: Outage | None = None
 
     def preferences(self, url: str) -> list[Preference]:
-        if self.unknown is not None:
-            return [unknown_file_preference(self.unknown)]
+        """What the file states about *url* (nothing while it is unknown)."""
         if self.tdm is None:
             return []
         return tdm_file_preferences(self.tdm, url)
@@ -123,6 +129,10 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
     answer_namespaces = (STATE_NAMESPACE,)
     unreachable_namespace = UNREACHABLE_NAMESPACE
     log = logger
+    rule = "PREF"
+    while_unknown = (
+        "what it reserves is unknown, so the origin is not requested (the stricter reading)"
+    )
     path = TDMREP_PATH
     purpose = TDMREP
     max_bytes = MAX_TDMREP_BYTES
@@ -156,7 +166,10 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             return None
         entry = await self.entry_or_requeue(request)
         if isinstance(entry, Request):
-            return entry  # back to the frontier until its host is ready
+            return entry  # back to the frontier until its host or the file is ready
+        if entry.unknown is not None:
+            reason = f"{entry.unknown}: {self.while_unknown}"
+            deny(self.crawler, logger, request, "PREF", reason, outcome="skipped")
         stated = await self._robots_preferences(request) + tuple(entry.preferences(request.url))
         self._before[request] = stated
         records = [p.as_record() for p in stated]
@@ -210,6 +223,10 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
         if self._own(request):
             return False
         entry = self._fresh(origin_of(request.url))
+        if entry is not None and entry.outage is not None:
+            return self._waited_out(entry)  # waiting for it: not decided
+        if entry is not None and entry.unknown is not None:
+            return True
         robots = RobotsTxtMiddleware.of(self.crawler)
         policy = robots.cached_policy(request.url) if robots is not None else None
         if entry is None or policy is None:
@@ -230,10 +247,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             body = response.body
             if len(body) > MAX_TDMREP_BYTES:
                 self.stats.inc_value("walsh/tdmrep/too_large")
-                why = (
-                    f"tdmrep.json is larger than {MAX_TDMREP_BYTES // 1024} KiB and was not read, "
-                    "so its reservations are unknown"
-                )
+                why = f"tdmrep.json is larger than {MAX_TDMREP_BYTES // 1024} KiB and was not read"
                 logger.warning("%(why)s: %(origin)s", {"why": why, "origin": origin})
                 return TdmEntry(None, now + self.ttl, status, unknown=why)
             copy = {"body": body.decode("latin-1"), "fetched_at": now, "status": status}
@@ -242,7 +256,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
         if 400 <= status < 500 and status != 429:
             await self.store.put(STATE_NAMESPACE, origin, {"fetched_at": now, "status": status})
             return TdmEntry(None, now + self.ttl, status)
-        return await self._unreachable(origin, previous, status, f"tdmrep.json answered {status}")
+        return await self._unreachable(origin, previous, status, f"answered {status}")
 
     async def _refused(
         self, origin: str, previous: TdmEntry | None, exc: WalshDenied
@@ -251,7 +265,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
         if exc.outcome == "skipped" or not exc.lasting:
             # a host not to be contacted now, or a refusal that passes by
             # itself (robots.txt unreachable, the blocklist lost): unknown
-            return await self._unreachable(origin, previous, None, f"tdmrep.json: {exc}")
+            return await self._unreachable(origin, previous, None, f"was not fetched ({exc})")
         # a gate refused it (robots.txt disallows it, a hop into a blocked
         # host): the file is not read; only the headers can reserve
         logger.info(
@@ -276,13 +290,11 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             return self._entry(str(saved["body"]).encode("latin-1"), code, expires)
         return TdmEntry(None, expires, code)
 
-    async def _failed_entry(
-        self, origin: str, status: int | None, why: str, retry_at: float, failures: int
-    ) -> TdmEntry:
-        """Unknown: the origin reads as reserved until the file can be
-        fetched, unless a last good copy of the file exists. A stored "no
+    async def _failed_entry(self, origin: str, outage: Outage) -> TdmEntry:
+        """Unknown: nothing is requested from the origin until the file can
+        be fetched, unless a last good copy of the file exists. A stored "no
         file" (4xx) is not one, as for robots.txt: what the origin says while
-        it cannot answer is unknown, and unknown is read as reserved."""
+        it cannot answer is unknown."""
         now = self.store.time()
         saved = await self.store.get(STATE_NAMESPACE, origin)
         if (
@@ -292,15 +304,12 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
         ):
             self.stats.inc_value("walsh/tdmrep/last_good_used")
             logger.warning(
-                "%(why)s for %(origin)s; using the last good answer; next try in %(d).0f s",
-                {"why": why, "origin": origin, "d": retry_at - now},
+                "%(what)s for %(origin)s; using the last good answer; next try in %(d).0f s",
+                {"what": outage.describe(), "origin": origin, "d": outage.retry_at - now},
             )
-            entry = await self._from_saved(saved, retry_at)
-            entry.failures = failures
+            entry = await self._from_saved(saved, outage.retry_at)
+            entry.failures = outage.tries
             return entry
-        reason = (
-            f"{why}: its TDM reservations are unknown, so the origin is read as reserved "
-            f"until it can be fetched (next try in {retry_at - now:.0f} s)"
-        )
-        logger.warning("%(reason)s: %(origin)s", {"reason": reason, "origin": origin})
-        return TdmEntry(None, retry_at, status, failures, unknown=reason)
+        if not outage.passing:  # decided now: not read
+            return TdmEntry(None, outage.retry_at, outage.status, outage.tries, outage.describe())
+        return TdmEntry(None, outage.retry_at, outage.status, outage.tries, outage=outage)

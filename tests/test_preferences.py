@@ -148,7 +148,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server.origin.route(BLOCKLIST_HOST, SCHEMA_PATH, Reply(200, SCHEMA_TEXT.read_text()))
     lines = install(server)
     work = tmp_path_factory.mktemp("pref")
-    settings = base_settings(server, work / "s")
+    # down.test's robots.txt stays unreachable: its wait ends at once
+    settings = base_settings(server, work / "s", WALSH_POLICY_WAIT=5)
     res = pytest_twisted.blockon(deferred_from_coro(crawl_task(settings, lines, work)))
     yield Scenario(server, res, work / "s")
     pytest_twisted.blockon(server.stop())
@@ -206,10 +207,12 @@ def test_a_gate_that_refuses_the_tdmrep_fetch_leaves_only_the_headers_to_reserve
 
 def test_a_gate_refusal_that_passes_by_itself_leaves_the_file_unknown_not_absent(scenario):
     # the file moved to an origin whose robots.txt is unreachable: R2 refuses
-    # the hop for now, so what the file says is unknown, read as reserved
+    # the hop for now, so what the file says is unknown: not requested, and
+    # the record says so without claiming a reservation
     assert scenario.paths("down.test") == ["/robots.txt"]
-    assert scenario.outcome("hopdown.test", "/a") == ("denied", "PREF")
-    assert "unknown" in scenario.record("hopdown.test", "/a")["reason"]
+    assert scenario.outcome("hopdown.test", "/a") == ("skipped", "PREF")
+    reason = scenario.record("hopdown.test", "/a")["reason"]
+    assert "unknown" in reason and "says no" not in reason
     assert "/a" not in scenario.paths("hopdown.test")
 
 
@@ -219,9 +222,10 @@ def test_a_tdmrep_redirect_to_another_origin_is_followed_through_that_origins_ga
     assert "/a" not in scenario.paths("moved.test")
 
 
-def test_a_tdmrep_json_past_500_kib_is_not_read_and_its_origin_reads_as_reserved(scenario):
-    assert scenario.outcome("huge.test", "/a") == ("denied", "PREF")
-    assert "larger than 500 KiB" in scenario.record("huge.test", "/a")["reason"]
+def test_a_tdmrep_json_past_500_kib_is_not_read_and_its_origin_is_not_requested(scenario):
+    assert scenario.outcome("huge.test", "/a") == ("skipped", "PREF")
+    reason = scenario.record("huge.test", "/a")["reason"]
+    assert "larger than 500 KiB" in reason and "says no" not in reason
     assert scenario.paths("huge.test") == ["/robots.txt", TDMREP]
     assert scenario.res.stats["walsh/tdmrep/too_large"] == 1
 
@@ -373,9 +377,11 @@ async def test_walsh_purposes_that_are_nonsense_empty_or_forbidden_stop_the_craw
 
 
 @pytest_twisted.ensureDeferred
-async def test_an_unreachable_tdmrep_json_reads_as_reserved_until_fetched_or_a_last_good_copy(
+async def test_an_unreachable_tdmrep_json_is_unknown_until_fetched_or_a_last_good_copy(
     server, tmp_path
 ):
+    """Unknown (503, a timeout): nothing requested from the origin, and once
+    the wait ends (here at once) a record that says so, not a reservation."""
     state = tmp_path / "s"
     route_host(server, "down.test", tdm=Reply(503, "busy"), pages={"/a": page(), "/b": page()})
     route_host(server, "slow.test", tdm=Reply(200, "[]", delay=3), pages={"/a": page()})
@@ -384,12 +390,14 @@ async def test_an_unreachable_tdmrep_json_reads_as_reserved_until_fetched_or_a_l
     urls = [server.url("down.test", "/a"), server.url("down.test", "/b"),
             server.url("slow.test", "/a"), server.url("lg.test", "/a"),
             server.url("nf.test", "/a")]  # fmt: skip
-    first = await crawl(base_settings(server, state, DOWNLOAD_TIMEOUT=1), urls, tmp_path)
+    settings = base_settings(server, state, WALSH_POLICY_WAIT=0)
+    first = await crawl({**settings, "DOWNLOAD_TIMEOUT": 1}, urls, tmp_path)
     got = {r["url"]: (r["outcome"], r["rule"]) for r in first.items}
-    assert got == {urls[0]: ("denied", "PREF"), urls[1]: ("denied", "PREF"),
-                   urls[2]: ("denied", "PREF"), urls[3]: ("fetched", None),
+    assert got == {urls[0]: ("skipped", "PREF"), urls[1]: ("skipped", "PREF"),
+                   urls[2]: ("skipped", "PREF"), urls[3]: ("fetched", None),
                    urls[4]: ("fetched", None)}  # fmt: skip
-    assert "answered 503" in first.by_url()[urls[0]]["reason"]
+    reason = first.by_url()[urls[0]]["reason"]
+    assert reason.startswith("tdmrep.json answered 503 on 1 try") and "says no" not in reason
     assert [h.path for h in server.origin.hits_for("down.test")] == ["/robots.txt", TDMREP]
     # a day later lg.test's file is down too: its last good answer holds; down.test's
     # backoff still runs, stored, so the restart sends it nothing
@@ -401,12 +409,12 @@ async def test_an_unreachable_tdmrep_json_reads_as_reserved_until_fetched_or_a_l
         )
     db.close()
     # nf.test had no file, and its file is down now: "no file" is no copy of
-    # one, so its reservations are unknown again (read as reserved)
+    # one, so its reservations are unknown again (not requested)
     server.origin.route("lg.test", TDMREP, Reply(503, "busy"))
     server.origin.route("nf.test", TDMREP, Reply(503, "busy"))
-    second = await crawl(base_settings(server, state), [urls[0], urls[3], urls[4]], tmp_path)
+    second = await crawl(settings, [urls[0], urls[3], urls[4]], tmp_path)
     assert [(r["outcome"], r["rule"]) for r in sorted(second.items, key=lambda r: r["line"])] == [
-        ("denied", "PREF"), ("fetched", None), ("denied", "PREF")]  # fmt: skip
+        ("skipped", "PREF"), ("fetched", None), ("skipped", "PREF")]  # fmt: skip
     assert second.stats["walsh/tdmrep/last_good_used"] == 1
     assert [h.path for h in server.origin.hits_for("down.test")] == ["/robots.txt", TDMREP]
 

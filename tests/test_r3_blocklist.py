@@ -208,13 +208,14 @@ async def test_a_schema_invalid_document_is_never_adopted(server, tmp_path, fail
 async def test_first_ever_failure_crawls_with_an_empty_list_logged_at_error(
     server, tmp_path, caplog
 ):
+    """Spec §5.2: a first-ever failure yields an empty list. (The crawl
+    first waits for the list, WALSH_POLICY_WAIT, here 0: tests/test_unknown_waits.py.)"""
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
     serve_hosts(server, "fine.test")
+    settings = base_settings(server, tmp_path / "state", WALSH_POLICY_WAIT=0)
     with caplog.at_level(logging.ERROR):
-        res = await crawl(
-            base_settings(server, tmp_path / "state"), [server.url("fine.test")], tmp_path
-        )
-    assert res.items[0]["outcome"] == "fetched"
+        res = await crawl(settings, [server.url("fine.test")], tmp_path)
+    assert res.items[0]["outcome"] == "fetched", res.items[0]
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert any("no list was ever adopted" in r.getMessage() for r in errors)
 

@@ -4,6 +4,12 @@ names, before anything else.
 The gate owns correctness: a request goes on only once the list is fresh
 (:mod:`~scrapy_walsh_research.blocklist.refresh`) and its host is under no
 entry of the list in force (:mod:`~scrapy_walsh_research.blocklist.store`).
+While no list is in force because fetches failed (none adopted yet, or the
+one adopted lost), the list is unknown: nothing is sent, and targets wait
+for its next try, within ``WALSH_POLICY_WAIT``. At that bound a lost list's
+targets get a record (``skipped``, R3, what happened); a list never adopted
+lets the crawl go on with ``WALSH_BLOCKLIST_EXTRA`` only, as spec §5.2 says
+for a first-ever failure.
 The pacer only asks it, through a denial check, so that a blocked request
 does not wait out a host's delay first.
 """
@@ -28,12 +34,15 @@ from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, Marks
 from scrapy_walsh_research.options import list_setting, operator_hosts, operator_urls
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
     from typing_extensions import Self
+
+    from scrapy_walsh_research.core.outage import Outage
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +90,16 @@ class BlocklistMiddleware:
         #: the list in force: what this gate checks
         self.held = HeldList(crawler, url=self.url, extra=extra, builder=self.builder)
         pacer = Pacer.for_crawler(crawler)
+        first_retry_delay = settings.getfloat(
+            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
+        )
         self.refresher = Refresher(
             crawler, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
-            retry_delay=retry_delay, max_bytes=max_bytes,
+            retry_delay=retry_delay, first_retry_delay=first_retry_delay, max_bytes=max_bytes,
         )  # fmt: skip
+        self.waits = DocumentWaits.for_crawler(crawler)
+        #: the first-ever outage whose wait ended in the spec's fail-open (logged once)
+        self._failed_open: float | None = None
         pacer.add_denial_check(
             lambda r: (
                 self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
@@ -118,13 +133,13 @@ class BlocklistMiddleware:
         scheme = urlsplit(url).scheme.lower()
         return scheme == "https" or (self.allow_http and scheme == "http")
 
-    async def process_request(self, request: Request) -> None:
+    async def process_request(self, request: Request) -> Request | None:
         if self.marks.purpose(request) in (BLOCKLIST, SCHEMA):
             # The operator's documents do not wait for themselves, but every
             # redirect hop of theirs is checked: https only, and no hop into
             # a host the list in force blocks.
             self._check_operator_request(request)
-            return
+            return None
         await self.refresher.ensure_fresh()
         held = self.held
         while held.lost is not None and time.monotonic() < held.recover_until:
@@ -133,14 +148,55 @@ class BlocklistMiddleware:
             await self.refresher.look_for_shared(force=True)
             if held.lost is not None:
                 await asyncio.sleep(0.5)
+        unknown = self.refresher.unknown()
+        host = url_host(request.url)
+        # a host an entry in force blocks (WALSH_BLOCKLIST_EXTRA) is decided now
+        if (
+            unknown is not None
+            and host not in self._operator_hosts
+            and self.held.domains.match(host) is None
+        ):
+            waiting = await self._wait_for_list(request, unknown)
+            if waiting is not None:
+                return waiting
         self._deny_if_blocked(request)
+        return None
+
+    async def _wait_for_list(self, request: Request, unknown: Outage) -> Request | None:
+        """*request* given back to wait for the list's next try; else, once
+        the wait is over, denied (a lost list) or let on (none was ever
+        adopted: spec §5.2's fail-open). The bundle's own requests, fetched
+        inside another request's chain, cannot wait: they are refused."""
+        if self.held.lost is None and self.waits.gave_up(unknown):
+            return None  # the first list's wait ended: spec §5.2's fail-open
+        if self.marks.is_direct(request):
+            reason = f"{unknown.describe()}: nothing is sent while no blocklist is in force"
+            deny(self.crawler, logger, request, "R3", reason, lasting=False)
+        waiting = await self.waits.hold(request, unknown, self.held.next_check)
+        if waiting is not None:
+            return waiting
+        if self.held.lost is not None:
+            reason = self.waits.reason(unknown, self.held.lost)
+            deny(self.crawler, logger, request, "R3", reason, outcome="skipped",
+                 record={"unknown": unknown.as_record()}, lasting=False)  # fmt: skip
+        if self._failed_open != unknown.since:
+            self._failed_open = unknown.since
+            self.crawler.stats.inc_value("walsh/blocklist/failed_open")
+            logger.error(
+                "%(what)s and no list was ever adopted: the wait for it ended "
+                "(WALSH_POLICY_WAIT), so the crawl goes on with only WALSH_BLOCKLIST_EXTRA "
+                "(%(n)d entries), as spec §5.2 says for a first-ever failure; the list is "
+                "tried again in the background",
+                {"what": unknown.describe(), "n": len(self.held.extra)},
+            )
+        return None
 
     def _deny_if_blocked(self, request: Request) -> None:
         host = url_host(request.url)
-        if self.held.lost is not None and host not in self._operator_hosts:
-            deny(self.crawler, logger, request, "R3", self.held.lost, lasting=False)
         hit = self.held.domains.match(host)
         if hit is None:
+            if self.held.lost is not None and host not in self._operator_hosts:
+                deny(self.crawler, logger, request, "R3", self.held.lost, lasting=False)
             return
         domain, entry = hit
         reason = (

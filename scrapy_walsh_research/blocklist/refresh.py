@@ -4,6 +4,15 @@ Every run starts from the list kept before and fetches it again once its
 ``refresh`` has passed (spec: cache it for the contract's refresh duration).
 Any failure keeps the list in force and tries again after
 ``WALSH_BLOCKLIST_RETRY_DELAY``: an outage must never un-block an opt-out.
+While no list is in force (none adopted yet, or the one adopted is lost), a
+failure that passes (5xx, 429, a timeout, a connection or DNS failure; any
+failure while a list is lost) leaves the list unknown: the targets wait for
+the next try, which comes sooner (``WALSH_ROBOTS_RETRY_DELAY``, doubling,
+with jitter, at most ``WALSH_BLOCKLIST_RETRY_DELAY``), within
+``WALSH_POLICY_WAIT`` (:class:`~scrapy_walsh_research.blocklist.middleware.
+BlocklistMiddleware` holds them). Only a first-ever failure the operator's
+host answered (a 404, an invalid document), or the end of that wait, lets
+the crawl go on with no list, as spec §5.2 says.
 With shared state, one worker fetches while the others wait and adopt what
 it stored, or share its failure and its next try: N workers starting
 together send one request to the operator's host, not N.
@@ -14,15 +23,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
 from scrapy_walsh_research.core.blocklist_document import INLINE_PARSE_BYTES, BlocklistError
+from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.internal import BLOCKLIST, HostBusy, internal_fetch
 from scrapy_walsh_research.state import FlightBusy
@@ -42,6 +54,10 @@ logger = logging.getLogger(__name__)
 ATTEMPT_KEY = "attempt"
 #: how long a refresh of a list in force may wait for the operator host
 SHORT_WAIT = 2.0
+#: the blocklist's name in messages about it
+DOCUMENT = "the operator blocklist"
+#: the longest exception text kept in a failure's description
+MAX_WHY = 200
 
 
 class Refresher:
@@ -57,6 +73,7 @@ class Refresher:
         builder: ListBuilder,
         pacer: Pacer,
         retry_delay: float,
+        first_retry_delay: float,
         max_bytes: int,
     ) -> None:
         self.crawler = crawler
@@ -66,6 +83,8 @@ class Refresher:
         self.builder = builder
         self.pacer = pacer
         self.retry_delay = retry_delay
+        #: the first retry while no list is in force (doubling up to retry_delay)
+        self.first_retry_delay = first_retry_delay
         self.max_bytes = max_bytes
         self.url = held.url
         self.store = held.store
@@ -156,6 +175,8 @@ class Refresher:
             return False
         held = self.held
         held.next_check = float(attempt.get("next_check", 0))
+        if isinstance(attempt.get("outage"), dict) and (held.adopted is None or held.lost):
+            held.outage = Outage(**attempt["outage"])
         self.stats.inc_value("walsh/blocklist/failed_by_worker")
         # the fleet's failure is ours too: with no list and a history Redis
         # may have lost, this worker must not fail open either
@@ -198,6 +219,7 @@ class Refresher:
         after this frame is gone."""
         held = self.held
         self.stats.inc_value("walsh/blocklist/fetch")
+        status: int | None = None
         try:
             await self.schema.ensure(max_wait=self._max_wait())
             response = await internal_fetch(
@@ -206,6 +228,7 @@ class Refresher:
             if len(response.body) > INLINE_PARSE_BYTES:
                 large.append(response)
             if not 200 <= response.status < 300:
+                status = response.status
                 raise BlocklistError(f"HTTP {response.status}")
             adopted, canonical = await self._unchanged(
                 response.body
@@ -222,7 +245,7 @@ class Refresher:
             )
             return
         except Exception as exc:
-            await self._failed(exc)
+            await self._failed(exc, status)
             await self._share_attempt(ok=False, why=str(exc))
             return
         await held.adopt(adopted, persist=True, canonical=canonical)
@@ -257,11 +280,58 @@ class Refresher:
             return  # nobody to share with
         attempt = {"at": self.store.time(), "ok": ok, "next_check": self.held.next_check,
                    "why": why}  # fmt: skip
+        outage = self.held.outage
+        if not ok and outage is not None:
+            # the fleet's wait: the workers that waited for this fetch wait
+            # for the same next try, counted from the same first failure
+            attempt["outage"] = dataclasses.asdict(outage)
         await self.store.put(STATE_NAMESPACE, ATTEMPT_KEY, attempt)
 
-    async def _failed(self, exc: Exception) -> None:
+    async def _failed(self, exc: Exception, status: int | None) -> None:
         await self._unless_history_complete()
-        self._failed_log(exc)
+        held = self.held
+        now = self.store.time()
+        # A failure that passes says nothing of the list: while none is in
+        # force, it is unknown (and while one is lost, any failure leaves it so)
+        passing = (status is not None and (status == 429 or status >= 500)) or (
+            status is None and not isinstance(exc, (BlocklistError, IgnoreRequest))
+        )
+        if (held.adopted is not None and held.lost is None) or not (passing or held.lost):
+            held.outage = None
+            self._failed_log(exc, self.retry_delay)
+            return
+        if status is not None:
+            why = f"answered {status}"
+        elif isinstance(exc, BlocklistError):
+            why = f"was rejected ({str(exc)[:MAX_WHY]})"
+        else:
+            why = f"fetch failed ({type(exc).__name__}: {str(exc)[:MAX_WHY]})"
+        before = held.outage
+        tries = before.tries + 1 if before is not None else 1
+        delay = retry_delay(self.first_retry_delay, tries, self.retry_delay, random.random())
+        held.outage = Outage(
+            kind="blocklist", document=DOCUMENT, url=self.url, why=why, tries=tries,
+            since=before.since if before is not None else now, last=now, retry_at=now + delay,
+            mixed=before is not None and (before.mixed or before.why != why), status=status,
+        )  # fmt: skip
+        self._failed_log(exc, delay, waiting=True)
+
+    def unknown(self) -> Outage | None:
+        """Why no list is in force and targets must wait for one, or None:
+        a list is in force, or none was ever adopted and the operator's host
+        answered (the spec's first-ever failure: no list)."""
+        held = self.held
+        if held.adopted is not None and held.lost is None:
+            return None
+        if held.outage is not None:
+            return held.outage
+        if held.lost is None:
+            return None
+        now = self.store.time()
+        return Outage(
+            kind="blocklist", document=DOCUMENT, url=self.url, why="is lost", tries=0,
+            since=now, last=now, retry_at=max(now, held.next_check),
+        )  # fmt: skip
 
     async def _unless_history_complete(self) -> None:
         """After a failed fetch with no list held: deny every host unless the
@@ -275,23 +345,30 @@ class Refresher:
             held.mark_lost(
                 "no blocklist is held and the fleet's history in Redis is incomplete (Redis "
                 "restarted without AOF appendfsync always, or lost its data), so a list the "
-                "fleet adopted may be lost: every host is denied until a list is fetched or "
+                "fleet adopted may be lost: no host is contacted until a list is fetched or "
                 "another worker publishes its copy",
                 wait_for_fleet=True,
             )
 
-    def _failed_log(self, exc: Exception) -> None:
+    def _failed_log(self, exc: Exception, delay: float, *, waiting: bool = False) -> None:
         held = self.held
         self.stats.inc_value("walsh/blocklist/fetch_failed")
-        held.next_check = self.store.time() + self.retry_delay
+        held.next_check = self.store.time() + delay
         if isinstance(exc, BlocklistError):
             self.stats.inc_value("walsh/blocklist/rejected")
         if held.lost is not None:
             logger.error(
                 "Blocklist fetch from %(url)s failed (%(exc)s) and the list adopted before is "
-                "lost: every target stays denied (R3) until a list is adopted. "
-                "Next try in %(d).0f s.",
-                {"url": self.url, "exc": exc, "d": self.retry_delay},
+                "lost: no target is sent until a list is adopted (they wait, within "
+                "WALSH_POLICY_WAIT). Next try in %(d).0f s.",
+                {"url": self.url, "exc": exc, "d": delay},
+            )
+        elif waiting:
+            logger.error(
+                "Blocklist fetch from %(url)s failed (%(exc)s) and no list was ever adopted: "
+                "no target is sent while the list is unknown (they wait, within "
+                "WALSH_POLICY_WAIT). Next try in %(d).0f s.",
+                {"url": self.url, "exc": exc, "d": delay},
             )
         elif held.adopted is not None:
             logger.warning(
@@ -304,7 +381,7 @@ class Refresher:
                     "n": len(held.domains),
                     "age": self.store.time() - held.adopted.fetched_at,
                     "src": held.adopted.url,
-                    "d": self.retry_delay,
+                    "d": delay,
                 },
             )
         else:
@@ -312,7 +389,7 @@ class Refresher:
                 "Blocklist fetch from %(url)s failed (%(exc)s) and no list was ever adopted: "
                 "crawling with only WALSH_BLOCKLIST_EXTRA (%(n)d entries), as spec §5.2 says "
                 "for a first-ever failure. Next try in %(d).0f s.",
-                {"url": self.url, "exc": exc, "n": len(held.extra), "d": self.retry_delay},
+                {"url": self.url, "exc": exc, "n": len(held.extra), "d": delay},
             )
 
     async def look_for_shared(self, *, force: bool = False) -> None:

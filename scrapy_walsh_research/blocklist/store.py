@@ -26,12 +26,14 @@ from scrapy_walsh_research.core.blocklist_document import BlocklistError
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import purge
 from scrapy_walsh_research.state import local_state_for, state_for
+from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.blocklist.build import Adopted, ListBuilder
     from scrapy_walsh_research.core.blocklist_entries import DomainSet
+    from scrapy_walsh_research.core.outage import Outage
     from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
@@ -100,6 +102,10 @@ class HeldList:
         #: when (state-store time) the list is fetched next: its refresh after
         #: its fetch, or the next try after a failure
         self.next_check = 0.0
+        #: why no list is in force for now (failed fetches while none was
+        #: adopted, or while the one adopted is lost): targets wait for the
+        #: next try (:class:`~scrapy_walsh_research.waits.DocumentWaits`)
+        self.outage: Outage | None = None
         self.store = state_for(crawler)
         AuditTrail.for_crawler(crawler).blocklist = self.version
         #: with Redis, this worker's own copy of the list in force: a Redis that
@@ -132,6 +138,9 @@ class HeldList:
         self.adopted = adopted
         self.lost = None
         self.domains = adopted.in_force or adopted.domains.union(self.extra)
+        if self.outage is not None:
+            self.outage = None
+            await DocumentWaits.for_crawler(self.crawler).known("blocklist", self.url)
         if (
             old is not None
             and len(old.domains) > LARGE_LIST
@@ -312,7 +321,7 @@ class HeldList:
                     self.stats.inc_value("walsh/blocklist/lost")
                     self.mark_lost(
                         "a blocklist was adopted before but no valid copy is left (the state was "
-                        "lost or damaged): every host is denied until the list is fetched again",
+                        "lost or damaged): no host is contacted until the list is fetched again",
                         # another worker may publish it again
                         wait_for_fleet=self.local is not self.store,
                     )

@@ -15,6 +15,8 @@ from scrapy_walsh_research.conformance.scenario import (
     BLOCKLIST_REFRESH_S,
     FORGED,
     OPERATOR,
+    POLICY_WAIT_S,
+    ROBOTS_RETRY_S,
     SCHEMA_PATH,
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
@@ -85,6 +87,10 @@ class Probe:
             "WALSH_BLOCKLIST_ALLOW_HTTP": True,
             # the sandbox's list refreshes every second, so restarts meet a due list
             "WALSH_BLOCKLIST_MIN_REFRESH": BLOCKLIST_REFRESH_S,
+            # the sandbox's outages last seconds: a robots.txt is tried again
+            # after one, and waited for ten (the defaults: a minute, five)
+            "WALSH_ROBOTS_RETRY_DELAY": ROBOTS_RETRY_S,
+            "WALSH_POLICY_WAIT": POLICY_WAIT_S,
             "WALSH_STATE_DIR": str(state),
             **extra,
         }

@@ -1,7 +1,8 @@
 """The sandbox a conformance run crawls: its virtual hosts, what each
 answers, and the list lines each crawl reads.
 
-Blocked apex and subdomain, named and ``*`` robots groups, robots 404/503,
+Blocked apex and subdomain, named and ``*`` robots groups, robots 404/503
+(one for good, one that heals),
 Crawl-delay, 429 with Retry-After, redirects into blocked or disallowed
 places, a page full of links and sub-resources, ETag, a feed, markdown,
 llms.txt, duplicates, bad list lines, hosts stating usage preferences in
@@ -42,6 +43,10 @@ RSS = f"""<?xml version="1.0"?><rss version="2.0"><channel><title>Sandbox news</
 
 
 BLOCKLIST_REFRESH_S = 1.0
+#: the sandbox's outages last seconds: how soon a failed robots.txt is tried
+#: again, and how long its targets wait for it
+ROBOTS_RETRY_S = 1.0
+POLICY_WAIT_S = 10.0
 #: what a CDN or gateway answers for any URL: JSON, and a valid JSON Schema
 GATEWAY_ERROR = json.dumps({"error": "Bad Gateway", "status": 502})
 #: requests another component injects with a marker it copied from the
@@ -109,6 +114,7 @@ class Scenario:
         self._busy_calls = 0
         self._drops = 0
         self._strained_calls = 0
+        self._heal_calls = 0
 
     def url(self, host: str, path: str = "/") -> str:
         return self.server.url(host, path)
@@ -143,6 +149,7 @@ class Scenario:
                      "strained.test"):  # fmt: skip
             o.route(host, "/robots.txt", Reply(200, ALLOW_ALL))
         o.route("down.test", "/robots.txt", Reply(503, "maintenance"))
+        o.route("heals.test", "/robots.txt", self._heals)
         o.route("missing.test", "/robots.txt", Reply(404, "no robots here"))
         o.route("slow.test", "/robots.txt", Reply(200, ALLOW_ALL, delay=SLOW_S))
 
@@ -154,7 +161,7 @@ class Scenario:
                  ("star.test", "/page"), ("star.test", "/nope"), ("versioned.test", "/page"),
                  ("blocked.test", "/page"), ("blocked.test", "/landing"),
                  ("www.blocked.test", "/page"), ("xblocked.test", "/page"),
-                 ("down.test", "/page"), ("missing.test", "/page"),
+                 ("down.test", "/page"), ("missing.test", "/page"), ("heals.test", "/page"),
                  ("giveup.test", "/after"), ("starbot.test", "/page"), ("signal.test", "/page"),
                  ("reserved.test", "/page")]  # fmt: skip
         for host, path in pages:
@@ -221,6 +228,13 @@ class Scenario:
             return Reply(503, "overloaded")
         return Reply(200, "ok", TEXT)
 
+    def _heals(self, hit: Hit) -> Reply:
+        """robots.txt answers 503 to its first request, then allows all."""
+        self._heal_calls += 1
+        if self._heal_calls == 1:
+            return Reply(503, "overloaded")
+        return Reply(200, ALLOW_ALL)
+
     def _busy(self, hit: Hit) -> Reply:
         self._busy_calls += 1
         if self._busy_calls == 1:
@@ -241,7 +255,7 @@ class Scenario:
             u("named.test", "/page"), u("named.test", "/page2"), u("named.test", "/private"),
             u("star.test", "/page"), u("star.test", "/nope"), u("versioned.test", "/page"),
             u("blocked.test", "/page"), u("www.blocked.test", "/page"), u("xblocked.test", "/page"),
-            u("down.test", "/page"), u("missing.test", "/page"),
+            u("down.test", "/page"), u("missing.test", "/page"), u("heals.test", "/page"),
             u("hop.test", "/to-blocked"), u("hop.test", "/to-private"),
             u("links.test", "/"), u("limit.test", "/busy"),
             u("giveup.test", "/huge"), u("giveup.test", "/after"), u("drop.test", "/page"),

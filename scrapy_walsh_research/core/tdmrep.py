@@ -156,12 +156,3 @@ def tdm_header_preferences(
     if "0" in values:
         return [Preference(FROM_HEADER, TDM_RESERVATION, "0", RESPONSE_SCOPE, TDM_PURPOSES, True)]
     return []
-
-
-def unknown_file_preference(why: str) -> Preference:
-    """A tdmrep.json whose answer is unknown (unreachable, too large), read as
-    a reservation of the whole origin until it can be read: the stricter
-    reading, as RFC 9309 reads an unreachable robots.txt."""
-    return Preference(
-        FROM_TDMREP, TDM_RESERVATION, "unknown", clip(f"whole origin: {why}"), TDM_PURPOSES, False
-    )

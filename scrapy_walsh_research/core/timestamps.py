@@ -10,3 +10,13 @@ def utc_iso(t: float | None = None, timespec: str = "seconds") -> str:
     ``2026-11-01T12:00:00+00:00`` (*timespec* as :meth:`datetime.isoformat`)."""
     when = datetime.now(timezone.utc) if t is None else datetime.fromtimestamp(t, timezone.utc)
     return when.isoformat(timespec=timespec)
+
+
+def duration_text(seconds: float) -> str:
+    """*seconds* as a person reads a wait: ``45 s``, ``6 min 5 s``, ``2 h 3 min``."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole} s"
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s" if whole % 60 else f"{whole // 60} min"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"

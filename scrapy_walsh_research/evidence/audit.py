@@ -266,6 +266,17 @@ class AuditTrail:
         if done is not None:
             await done
 
+    async def wait(self, url: str, *, state: str, **fields: Any) -> None:
+        """A policy document at *url* that a transient failure left unknown:
+        its host's targets wait for its next try (*state* ``waiting``), went
+        on once it was read (``known``), or got their records at the bound
+        (``gave_up``)."""
+        entry = self._base("wait", url)
+        entry.update(fields, state=state)
+        done = self.store.append(entry)
+        if done is not None:
+            await done
+
     async def purged(self, host: str, cause: str, counts: dict[str, int]) -> None:
         now = time.time()
         entry = {"t": now, "ts": utc_iso(now, "milliseconds"), "event": "purge", "url": "",

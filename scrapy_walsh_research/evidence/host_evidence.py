@@ -7,7 +7,9 @@ exact host (pacing is per host), the gap between consecutive requests against
 the interval that applied then and what set it: the floor (1 s), the
 Crawl-delay in force, the host's load (a multiple of its response time) or
 its distress (errors, timeouts), or an R5 hold the previous answers started
-(Retry-After, backoff). :mod:`scrapy_walsh_research.evidence.pages` shows it
+(Retry-After, backoff); and the waits for its robots.txt or tdmrep.json
+while a failure left them unknown (each try, the next one, and how the wait
+ended). :mod:`scrapy_walsh_research.evidence.pages` shows it
 to a site owner; ``scrapy walsh-report --json`` prints it.
 """
 
@@ -80,6 +82,9 @@ class HostEvidence:
     requests: list[Sent] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     purges: list[dict[str, Any]] = field(default_factory=list)
+    #: a document of the host unknown for a while: ``waiting`` (a failed
+    #: try, and the next), ``known`` (read again), ``gave_up`` (the bound)
+    waits: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def denials(self) -> list[dict[str, Any]]:
@@ -176,6 +181,7 @@ class HostEvidence:
             "purposes": self.purposes(),
             "stated_preferences": self.stated_preferences(),
             "purges": self.purges,
+            "waits": self.waits,
             "smallest_gap": None if smallest is None else smallest.gap,
             "under_interval": len(self.under),
         }
@@ -199,11 +205,14 @@ def collect(entries: list[dict[str, Any]], host: str, since: float | None = None
             evidence.decisions.append(e)
         elif event == "purge":
             evidence.purges.append(e)
+        elif event == "wait":
+            evidence.waits.append(e)
     _measure_gaps(evidence.requests)
     if since is not None:
         evidence.requests = [r for r in evidence.requests if r.t >= since]
         evidence.decisions = [d for d in evidence.decisions if d.get("t", 0.0) >= since]
         evidence.purges = [p for p in evidence.purges if p.get("t", 0.0) >= since]
+        evidence.waits = [w for w in evidence.waits if w.get("t", 0.0) >= since]
     return evidence
 
 
@@ -258,7 +267,7 @@ def by_host(entries: list[dict[str, Any]], since: float | None = None) -> dict[s
         if e.get("host"):
             grouped.setdefault(e["host"], []).append(e)
     out = {h: collect(grouped[h], h, since) for h in sorted(grouped)}
-    return {h: ev for h, ev in out.items() if ev.requests or ev.decisions or ev.purges}
+    return {h: ev for h, ev in out.items() if ev.requests or ev.decisions or ev.purges or ev.waits}
 
 
 def parse_since(text: str) -> float:

@@ -5,9 +5,9 @@ page a site owner can open (``scrapy walsh-report``).
 :mod:`~scrapy_walsh_research.evidence.host_evidence` gathers for HOST and its
 subdomains: the facts, a chart of the gaps against the interval that applied,
 and the tables of requests, denials, robots.txt and blocklist versions,
-stated preferences and purges. A site owner sees the bot slow down when their
-server struggled. Without ``--host``: a summary of every host linking to one
-page per host.
+waits for a document a failure left unknown, stated preferences and purges.
+A site owner sees the bot slow down when their server struggled. Without
+``--host``: a summary of every host linking to one page per host.
 
 The page is static and self-contained: inline CSS and SVG, no script, no
 external asset, every value from the log escaped (paths and reasons come
@@ -19,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import re
+from typing import Any
 
 from scrapy_walsh_research.evidence.host_evidence import HostEvidence, Sent
 
@@ -166,6 +167,26 @@ def _table(
 
 PREFERENCE_HEADS = ["source", "signal", "value", "scope", "speaks about", "first seen (UTC)",
                     "what the bot did"]  # fmt: skip
+WAIT_HEADS = ["time (UTC)", "document", "what happened", "last answer", "tries", "next try",
+              "waits until"]  # fmt: skip
+WAIT_STATES = {
+    "waiting": "unknown: targets wait for the next try",
+    "known": "read again: the targets went on",
+    "gave_up": "wait over: targets recorded, not requested",
+}
+
+
+def _wait_row(wait: dict[str, Any]) -> str:
+    """One entry of a document's wait: when, which, what happened, the tries."""
+    state = str(wait.get("state"))
+    cells = [wait.get("ts"), wait.get("url"), WAIT_STATES.get(state, state), wait.get("answer"),
+             wait.get("tries"), wait.get("next_try"), wait.get("wait_until")]  # fmt: skip
+    text = [esc(str(c)) if c not in (None, "") else "—" for c in cells]
+    return (
+        f'<tr class="wait"><td class="mono">{text[0]}</td><td class="mono">{text[1]}</td>'
+        f'<td>{text[2]}</td><td>{text[3]}</td><td class="n">{text[4]}</td>'
+        f'<td class="mono">{text[5]}</td><td class="mono">{text[6]}</td></tr>'
+    )
 
 
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
@@ -216,6 +237,7 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         f"<td>{esc(', '.join(f'{k}: {n}' for k, n in v['did'].items()))}</td></tr>"
         for v in ev.stated_preferences()
     ]
+    waits = [_wait_row(w) for w in ev.waits]
     purposes = ev.purposes()
     purges = "".join(
         f'<li><span class="mono">{esc(str(p.get("ts")))}</span> {esc(str(p.get("host")))}: '
@@ -247,6 +269,15 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
             ["origin", "sha256", "first", "last", "requests"], robots, "none recorded", n_cols=1
         )
         + (f"<p>Fetches:</p><ul>{''.join(fetches)}</ul>" if fetches else "")
+        + (
+            "<h2>Waits</h2><p>A robots.txt, tdmrep.json or blocklist that could not be read "
+            "(5xx, 429, a timeout, a connection failure) is unknown, not a verdict: nothing is "
+            "sent to the host meanwhile, and its targets wait for the next try, up to a bound "
+            "(WALSH_POLICY_WAIT).</p>"
+            + _table(WAIT_HEADS, waits, "none", "waits")
+            if waits
+            else ""
+        )
         + "<h2>Stated usage preferences</h2>"
         + (
             f'<p>Purposes the bot declared: <span id="purposes">{esc(", ".join(purposes))}</span>. '

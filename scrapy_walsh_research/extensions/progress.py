@@ -7,19 +7,25 @@ the larger of the serial work left (targets left times the mean time a
 request takes) and the busiest host's remaining chain (its targets left minus
 one, times the interval in force for it now: a slow or distressed host's
 adapted one, named in the line; a host being skipped has none): no schedule
-can beat either at today's pace, so it is an honest "at least".
+can beat either at today's pace, so it is an honest "at least". A host
+whose robots.txt or tdmrep.json is unknown for now waits for the document's
+next try (:mod:`scrapy_walsh_research.waits`): the line counts those hosts,
+and their chains start at that try.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from scrapy_walsh_research.core.timestamps import duration_text
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -72,22 +78,32 @@ class Progress:
         done = sum(outcomes.values())
         total = getattr(spider, "targets_total", None)
         pacer = Pacer.for_crawler(self.crawler)
+        now = time.monotonic()
+        waiting = {
+            host: max(0.0, next_try - now)
+            for host, (_, next_try) in DocumentWaits.for_crawler(self.crawler).waiting().items()
+            if left_by_host.get(host)
+        }
         left = sum(left_by_host.values())
         serial = left * (pacer.mean_duration or 0.1)
         # Each host's chain at the interval in force now (a slow or
-        # distressed host's adapted one); a skipped host's targets need none.
+        # distressed host's adapted one), from its document's next try when
+        # it waits for one; a skipped host's targets need none.
         chain, busiest, paced = 0.0, None, (0.0, "floor")
         for host, n in left_by_host.items():
-            if n < 2 or pacer.skip_reason(host) is not None:
+            if n < 1 or (n < 2 and host not in waiting) or pacer.skip_reason(host) is not None:
                 continue
             seconds, source = pacer.in_force(host)
-            if (n - 1) * (seconds + pacer.margin) > chain:
-                chain, busiest, paced = (n - 1) * (seconds + pacer.margin), host, (seconds, source)
+            length = waiting.get(host, 0.0) + (n - 1) * (seconds + pacer.margin)
+            if length > chain:
+                chain, busiest, paced = length, host, (seconds, source)
         return {
             "done": done, "total": total, "outcomes": outcomes, "rules": rules,
             "eta_s": max(serial, chain), "busiest": busiest,
             "busiest_left": left_by_host.get(busiest, 0) if busiest else 0,
             "busiest_interval_s": paced[0], "busiest_set_by": paced[1],
+            "hosts_waiting": len(waiting),
+            "next_try_s": min(waiting.values(), default=None),
         }  # fmt: skip
 
     def log(self, final: bool = False) -> None:
@@ -101,9 +117,14 @@ class Progress:
         by = ", ".join(f"{k} {v}" for k, v in sorted(state["outcomes"].items())) or "none yet"
         rules = ", ".join(f"{k} {v}" for k, v in sorted(state["rules"].items()))
         line = f"Progress: {head}; outcomes: {by}" + (f" ({rules})" if rules else "")
+        if state["hosts_waiting"] and not final:
+            hosts = state["hosts_waiting"]
+            line += (f"; {hosts} host{'s' if hosts > 1 else ''} waiting for robots.txt, "
+                     "tdmrep.json or the blocklist (next try in "
+                     f"{duration_text(state['next_try_s'])})")  # fmt: skip
         if not final and total:
             eta = state["eta_s"]
-            line += f"; ETA at least {_duration(eta)}"
+            line += f"; ETA at least {duration_text(eta)}"
             if state["busiest"]:
                 line += (f" (busiest host {state['busiest']}: {state['busiest_left']} "
                          f"targets left, one per {state['busiest_interval_s']:.1f} s, set by "
@@ -112,11 +133,3 @@ class Progress:
                 line += " (serial work left)"
         logger.info(line, extra={"spider": self.crawler.spider})
 
-
-def _duration(value: float) -> str:
-    seconds = round(value)
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"

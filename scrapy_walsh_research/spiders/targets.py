@@ -222,7 +222,9 @@ class TargetsSpider(scrapy.Spider):
                 # and keep one line per host waiting for its turn (up to one
                 # interval's worth); a second line for a waiting host means
                 # the list is host-bound here: take no more until one goes.
-                queued = len(scheduler)
+                # (Lines waiting aside for their document's next try do not
+                # count: they hold no host's turn.)
+                queued = len(scheduler) - scheduler.parked()
                 busy = (
                     ready()
                     or queued > scheduler.hosts_waiting()

@@ -22,6 +22,7 @@ from scrapy_walsh_research.conformance.checks.redirects import redirects
 from scrapy_walsh_research.conformance.checks.retry import retry
 from scrapy_walsh_research.conformance.checks.revisits import revisits
 from scrapy_walsh_research.conformance.checks.robots import robots
+from scrapy_walsh_research.conformance.checks.robots_unknown import robots_unknown
 from scrapy_walsh_research.conformance.checks.scope import scope
 from scrapy_walsh_research.conformance.checks.signatures import signatures
 from scrapy_walsh_research.conformance.checks.structured import structured
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 JUDGES: tuple[Judge, ...] = (
     user_agent,  # R1
     robots,  # R2, R2a, R2d
+    robots_unknown,  # R2 while robots.txt is unreachable
     blocklist,  # R3, R3a
     redirects,  # R3, R2 on redirect hops
     blocklist_restarts,  # R3b, R3c

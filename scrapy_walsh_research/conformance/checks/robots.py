@@ -67,17 +67,6 @@ def robots(j: Judgement, seen: Observed) -> None:
         "robots.txt 404: no rules apply",
         lambda: (o(r1, "missing.test", "/page") == "fetched/-", o(r1, "missing.test", "/page")),
     )
-    j.check(
-        "R2",
-        "MUST",
-        "robots.txt 503: host fully disallowed (RFC 9309 2.3.1.4)",
-        lambda: (
-            [h.path for h in r1.hits_for("down.test")] == ["/robots.txt"]
-            and o(r1, "down.test", "/page") == "denied/R2",
-            f"down.test received {[h.path for h in r1.hits_for('down.test')]}",
-        ),
-    )
-
     def named_gap() -> tuple[bool, str]:
         gaps = host_gaps(r1.hits).get("named.test", [])
         ok = bool(gaps) and min(gaps) >= 2.0
