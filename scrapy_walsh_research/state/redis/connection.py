@@ -41,7 +41,7 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state.hostclock import pause_on_loss
-from scrapy_walsh_research.state.redis.scripts import FLEET
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

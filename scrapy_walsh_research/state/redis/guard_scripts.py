@@ -1,0 +1,87 @@
+"""The fleet's guard in Lua: the piece every deciding script of the Redis
+backend runs first (:data:`GUARD`: did Redis lose the fleet's history, and
+can its clock be trusted?), and the guard on its own (:data:`FLEET`). Its
+Python side is :class:`~.connection.FleetGuard`; the scripts that run it are
+in :mod:`.scripts`.
+
+Plain strings, importable without the ``redis`` extra.
+"""
+
+from __future__ import annotations
+
+# -- shared pieces: Redis's clock and the fleet's guard -----------------------
+
+#: Redis's clock, which every script that reads it starts with (the host
+#: clock's PRELUDE builds on it); f() keeps six decimals
+NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function f(x) return string.format('%.6f', x) end
+"""
+
+#: Can the fleet trust what Redis holds, and the clock it holds it on?
+#: Appended to the host clock's ``PRELUDE`` (or :data:`NOW`) by every script
+#: that decides (HELLO, RESERVE, FLEET, the target queue's TAKE). Kept apart so a
+#: change to a script's own logic merges without touching it.
+GUARD = """
+-- G = {run key, quarantine key, lost key, clock key}
+-- A = {lossless ('1': Redis runs AOF with appendfsync always), pause s,
+--      checked: the server time of this worker's previous answer, found
+--      consistent with its monotonic clock ('' if none)}
+-- Returns {verdict ('' or 'restarted'), run id, lost marker, clock}.
+local function guard(G, A)
+  local info = redis.call('INFO', 'server')
+  local run = string.match(info, 'run_id:(%x+)')
+  local verdict = ''
+  if redis.call('GET', G[1]) ~= run then
+    -- Redis restarted since the fleet last looked (or the prefix is new).
+    -- Only AOF with appendfsync always keeps every acknowledged write; any
+    -- other Redis may have come back empty or older, which nothing in it
+    -- says. Every host waits until `pause` after Redis started (a request
+    -- before the restart is at least that old by then), and the fleet's
+    -- history is unknown from now on (the blocklist must not fail open).
+    redis.call('SET', G[1], run)
+    local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
+    if not (A[1] == '1' and aof == '1') then
+      local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+      local q = now - up + tonumber(A[2])
+      if q > tonumber(redis.call('GET', G[2]) or '0') then redis.call('SET', G[2], f(q)) end
+      redis.call('SET', G[3], f(now))
+      verdict = 'restarted'
+    end
+  end
+  -- the fleet's clock is good up to the latest time a worker checked against
+  -- its own monotonic clock (kept coarse: one write per quarter second at most)
+  local checked, clock = tonumber(A[3]), tonumber(redis.call('GET', G[4]) or '0')
+  if checked and checked <= now and checked > clock + 0.25 then
+    redis.call('SET', G[4], f(checked))
+  end
+  return {verdict, run, redis.call('GET', G[3]) or '', redis.call('GET', G[4]) or ''}
+end
+"""
+
+
+FLEET = (
+    NOW
+    + GUARD
+    + """
+-- The guard alone, for a worker's heartbeat and the blocklist's
+-- question "is the fleet's history whole?". With ARGV[4] (a step of Redis's
+-- clock this worker measured): hosts last contacted in [ARGV[5], now) wait
+-- until ARGV[4] seconds from now, and the clock counts as checked from now.
+-- KEYS run, quarantine, lost, clock, clock quarantine; ARGV lossless, pause, checked
+local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[2], ARGV[3]})
+if ARGV[4] ~= '' then
+  local u, lo = now + tonumber(ARGV[4]), tonumber(ARGV[5])
+  local old = redis.call('GET', KEYS[5])
+  if old then
+    local ou, olo = string.match(old, '([^|]+)|([^|]+)|')
+    u, lo = math.max(u, tonumber(ou)), math.min(lo, tonumber(olo))
+  end
+  redis.call('SET', KEYS[5], f(u) .. '|' .. f(lo) .. '|' .. f(now))
+  redis.call('SET', KEYS[4], f(now))
+  g[4] = f(now)
+end
+return {g[1], f(now), g[2], g[3], g[4]}
+"""
+)
