@@ -33,6 +33,12 @@ local function guard(G, A)
   local info = redis.call('INFO', 'server')
   local run = string.match(info, 'run_id:(%x+)')
   local verdict = ''
+  -- no quarantine is set further than `pause` ahead: one that is further
+  -- stands on a clock that stepped back since, and is capped (stored once,
+  -- as the reservation caps a host's times)
+  if tonumber(redis.call('GET', G[2]) or '0') > now + tonumber(A[2]) then
+    redis.call('SET', G[2], f(now + tonumber(A[2])))
+  end
   if redis.call('GET', G[1]) ~= run then
     -- Redis restarted since the fleet last looked (or the prefix is new).
     -- Only AOF with appendfsync always keeps every acknowledged write; any
