@@ -22,6 +22,7 @@ import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.redis_server import RedisServer
+from scrapy_walsh_research.state.redis.connection import young_redis_s
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -32,7 +33,7 @@ from tests.conftest import (
     sleep,
     spawn_worker,
 )
-from tests.test_redis_fleet import durable_records, push, site
+from tests.test_redis_fleet import durable_records, ended, push, site, workers
 
 
 def own_redis(tmp: Path, persist: bool | str = True, **kwargs: Any) -> RedisServer:
@@ -91,13 +92,16 @@ async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server,
 async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_path):
     """AOF with appendfsync always keeps every acknowledged write: a restart
     that comes back whole is not lost history, and the next request goes
-    out at once (the fleet's own spacing still holds)."""
-    redis = own_redis(tmp_path)
+    out at once (the fleet's own spacing still holds). A new fleet on a
+    Redis that has been up a while pays nothing either."""
+    redis = own_redis(tmp_path).age(young_redis_s(20))
     try:
         urls = site(server, "a.test", 1) + site(server, "b.test", 1)
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=20)
         push(redis, shared, urls[:1], tmp_path)
-        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+        first = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await first.ended
+        assert "history in Redis" not in first.err.decode(), first.err.decode()[-2000:]
         redis.kill()
         redis.start()  # from its AOF: everything is there
         push(redis, shared, urls[1:], tmp_path)
@@ -108,6 +112,85 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
         assert pages(server, "b.test") == ["/p/0"], worker.err.decode()[-2000:]
         assert b[0].t - started < 15.0, "waited as if history were lost"
         assert "history in Redis" not in worker.err.decode()
+    finally:
+        redis.kill()
+
+
+async def fleet_then_fresh_volume(
+    server: Any, redis: RedisServer, tmp_path: Path, shared: dict[str, Any], lines: list[str]
+) -> None:
+    """Three workers crawl *lines*; once cd.test's page is out, Redis is
+    killed and comes back 3 s later on a fresh volume, configured as before
+    (AOF, appendfsync always) but empty, as a container restarted without its
+    volume does. The fleet's workers find the queue gone and end."""
+    push(redis, shared, lines, tmp_path)
+    fleet = workers(server, shared, tmp_path, 3)
+    await until(lambda: pages(server, "cd.test") == ["/p/0"])
+    redis.fresh_volume()
+    await sleep(3.0)
+    redis.start()
+    await ended(*fleet)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_back_empty_on_a_fresh_volume_is_lost_history_whatever_its_aof(
+    server, tmp_path
+):
+    """Redis runs AOF with appendfsync always before and after its restart,
+    but its data directory is gone: the restart lost the fleet's history,
+    whatever the config says. A worker that never ran joins as Redis comes
+    back and must keep cd.test's Crawl-delay (10 s) from the fleet's last
+    request there. (Before: its robots.txt went out 5.4 s after the fleet's
+    page.)"""
+    redis = own_redis(tmp_path)
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        await fleet_then_fresh_volume(
+            server, redis, tmp_path, shared, [urls[0], *site(server, "o.test", 3)]
+        )
+        push(redis, shared, urls[1:], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await new.ended
+        hits = server.origin.hits_for("cd.test")
+        assert [h.path for h in hits][-3:] == [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/p/1",
+        ], new.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 10.0, [round(g, 2) for g in gaps(hits)]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_opt_out_holds_after_redis_came_back_empty_on_a_fresh_volume_with_aof(
+    server, tmp_path
+):
+    """The same loss, with optout.test on the list the fleet adopted and the
+    blocklist URL answering 503 after the restart: the new worker must deny
+    it (R3), whatever the persistence config says. (Before: optout.test got
+    robots.txt, tdmrep.json and a page, recorded as fetched.)"""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("optout.test"))
+        )
+        site(server, "optout.test", 1)
+        urls = site(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        await fleet_then_fresh_volume(
+            server, redis, tmp_path, shared, [urls[0], *site(server, "o.test", 3)]
+        )
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        push(redis, shared, [server.url("optout.test", "/p/0")], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
+        await new.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], new.err.decode()[
+            -2000:
+        ]
+        assert server.origin.hits_for("optout.test") == []
     finally:
         redis.kill()
 

@@ -115,6 +115,27 @@ class RedisServer:
         self.wipe()
         self.persist = False
 
+    def fresh_volume(self) -> None:
+        """Killed and its data files gone, its configuration kept (AOF with
+        appendfsync always): the next :meth:`start` is an empty Redis that
+        says it keeps every write, as a container restarted on a fresh volume
+        is."""
+        self.kill()
+        self.wipe()
+
+    def age(self, seconds: float) -> RedisServer:
+        """Wait until the running server has been up *seconds*: a fleet that
+        meets it for the first time then takes it for one that has been
+        running a while (a younger one may have lost a fleet's records: see
+        ``FleetGuard.young``)."""
+        client = self.client()
+        try:
+            up = float(client.info("server")["uptime_in_seconds"])
+        finally:
+            client.close()
+        time.sleep(max(0.0, seconds - up + 1.0))  # uptime is whole seconds
+        return self
+
     def snapshot(self, name: str) -> None:
         """SAVE now and keep the snapshot as *name*."""
         client = self.client()

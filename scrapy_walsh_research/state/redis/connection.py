@@ -4,13 +4,15 @@
   Redis is unreachable the call waits and retries with backoff, logging one
   error per outage; a request without a reservation never goes out, and a
   write waits until it is stored.
-* **A restart, by anyone, is seen.** Every deciding script compares Redis's
-  run id with the one the fleet last saw (:data:`~.scripts.GUARD`): a Redis
-  that restarted without AOF ``appendfsync always`` may have lost or rolled
-  back writes, so every host waits until ``WALSH_MAX_CRAWL_DELAY`` after
-  Redis's start, and the fleet's history is marked unknown (the blocklist
-  then never fails open). This needs no memory of the worker's own: one that
-  never ran sees it.
+* **A restart, by anyone, is seen.** Every deciding script reads the
+  fleet's own record of its Redis (run id and a token) against Redis's run id
+  and what the worker last saw (:data:`~.guard_scripts.GUARD`): a Redis that
+  restarted without AOF ``appendfsync always`` may have rolled back writes,
+  and one without the fleet's records lost them whatever its config says, so
+  every host waits ``WALSH_MAX_CRAWL_DELAY``, and the fleet's history is
+  marked unknown (the blocklist then never fails open). A worker that never
+  ran sees a restart too, and takes a Redis only seconds old for one that
+  may have lost a fleet's records (:attr:`FleetGuard.young`).
 * **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
   own monotonic clock on every answer (:class:`FleetGuard`); a forward step
   makes stored times look older than they are, so the hosts contacted before
@@ -56,6 +58,9 @@ T = TypeVar("T")
 #: a worker's heartbeat lasts this long, renewed every third of it
 HEARTBEAT_S = 15.0
 
+#: how long one connection attempt or call may take before it counts as failed
+CONNECT_TIMEOUT_S = 5.0
+
 #: errors that mean "Redis is not there right now", as opposed to a bug
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
@@ -94,9 +99,15 @@ class FleetGuard:
         #: WALSH_MAX_CRAWL_DELAY (at least WALSH_MIN_DELAY): how long any
         #: interval can last, so how long lost history can matter
         self.pause = pause
-        #: Redis runs AOF with appendfsync always: a restart loses nothing
+        #: Redis runs AOF with appendfsync always: a restart that keeps the
+        #: fleet's records lost nothing
         self.lossless = False
-        self.run = ""
+        #: the fleet's record of Redis (``<run id>|<token>``) as this worker
+        #: last saw it: records that vanish or are made again after this
+        #: worker saw them are lost history (see :data:`~.guard_scripts.GUARD`)
+        self.seen = ""
+        #: the token that names the fleet's records if this worker makes them
+        self.token = uuid.uuid4().hex
         self.lost = ""
         self._fleet = conn.client.register_script(FLEET)
         #: (server time, monotonic when asked, monotonic when answered)
@@ -116,13 +127,29 @@ class FleetGuard:
         key = self.conn.key
         return [key("run"), key("quarantine"), key("lost"), key("clock")]
 
+    @property
+    def young(self) -> float:
+        """How long after its start a Redis that holds none of the fleet's
+        records may still be one that lost them: until every live worker of
+        a fleet has called it again (it then finds its records gone and says
+        so), and until no request made before the start binds a host
+        (``pause``). A live worker calls within its longest retry backoff,
+        or its next heartbeat, plus a connect timeout and a second; so a new
+        fleet on a Redis that has been up that long pays nothing."""
+        return young_redis_s(self.pause, self.conn.max_backoff, self.conn.timeout)
+
     def args(self) -> list[Any]:
-        return ["1" if self.lossless else "0", self.pause, self._checked if self.anchored else ""]
+        """The guard's arguments (A in :data:`~.guard_scripts.GUARD`): lossless,
+        pause, checked, seen, young, token."""
+        checked = self._checked if self.anchored else ""
+        lossless = "1" if self.lossless else "0"
+        return [lossless, self.pause, checked, self.seen, self.young, self.token]
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call *callback* when this worker first sees the fleet's history
-        marked unknown (Redis restarted without AOF always, or lost data):
-        what it holds that the fleet may have lost, it publishes again."""
+        marked unknown (Redis restarted without AOF always, lost the fleet's
+        records, or was met seconds old): what it holds that the fleet may
+        have lost, it publishes again."""
         self._on_lost.append(callback)
 
     def joined(self, server_now: float, clock: str) -> None:
@@ -157,13 +184,14 @@ class FleetGuard:
             (clock and float(clock) >= self.since) or time.monotonic() - self._joined >= self.pause
         ):
             self.anchored, self.unsure = True, 0.0
-        self.run = run or self.run
+        self.seen = run or self.seen
         if lost and lost != self.lost:
             self.lost = lost
             self.conn.inc_stat("history_unknown")
             logger.warning(
                 "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
-                "restarted without AOF appendfsync always, or lost its data): hosts wait "
+                "restarted without AOF appendfsync always, came back without the fleet's "
+                "records whatever its config, or was met only seconds old): hosts wait "
                 "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
                 "this worker publishes again what it holds.",
                 {"url": self.conn.url, "t": time.ctime(float(lost))},
@@ -280,7 +308,8 @@ class FleetGuard:
     async def history_complete(self) -> bool:
         """Whether Redis holds all the fleet ever wrote, as far as anyone can
         tell: no restart without AOF always and no loss seen since the fleet
-        began (a fresh Redis without AOF always counts as a restart)."""
+        began (a Redis met seconds old, or one without AOF always where the
+        fleet found no records of its own, counts as a loss)."""
         await self.check()
         return not self.lost
 
@@ -300,6 +329,17 @@ def lost_history_wait(settings: BaseSettings) -> float:
     return max(pause_on_loss(settings), lease / RENEWALS_PER_LEASE + RENEWAL_SLACK_S)
 
 
+def young_redis_s(
+    pause: float,
+    max_backoff: float = defaults.WALSH_REDIS_MAX_BACKOFF,
+    timeout: float = CONNECT_TIMEOUT_S,
+) -> float:
+    """:attr:`FleetGuard.young` for a fleet whose lost-history wait is
+    *pause* (:func:`lost_history_wait`), whose workers retry at most
+    *max_backoff* apart and give up a connection attempt after *timeout*."""
+    return max(pause, max(max_backoff, HEARTBEAT_S / 3) + timeout + RENEWAL_SLACK_S)
+
+
 class RedisConnection:
     """One client per crawler, and the fail-closed retry loop every call takes."""
 
@@ -310,7 +350,7 @@ class RedisConnection:
         *,
         crawler: Crawler | None = None,
         max_backoff: float = defaults.WALSH_REDIS_MAX_BACKOFF,
-        timeout: float = 5.0,
+        timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
         try:
             self.client = aioredis.Redis.from_url(
@@ -328,6 +368,7 @@ class RedisConnection:
         self.prefix = prefix
         self.crawler = crawler
         self.max_backoff = max_backoff
+        self.timeout = timeout
         self._down_since: float | None = None
         #: Redis's clock minus ours, so timestamps this worker writes for
         #: others to compare are on the fleet's one clock (see :meth:`time`)

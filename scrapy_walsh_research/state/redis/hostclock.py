@@ -172,7 +172,8 @@ class RedisHostClock(RobotsIntervals):
         await guard.prepare()
         run, quarantine, lost, clock = guard.keys()
         keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock]
-        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, guard.args()[0]]
+        lossless, _, _, was, young, token = guard.args()
+        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, lossless, was, young, token]
         asked = time.monotonic()
         verdict, epoch, gen, server_now, *tail = await self.conn.call(
             "start-up", lambda r: self._hello(keys=keys, args=args, client=r)
@@ -296,10 +297,11 @@ class RedisHostClock(RobotsIntervals):
                 self._host_key(host), self.conn.key("epoch"), quarantine, self.conn.key("gen"),
                 run, lost, clock, self.conn.key("clockq"),
             ]  # fmt: skip
-            lossless, _, checked = guard.args()
+            lossless, _, checked, seen, young, token = guard.args()
             args: list[str | float] = [
                 interval + self.margin, self.lease, epoch, owner, self.pause_on_loss,
                 self._gen, self._margins(), lossless, checked, guard.unsure, guard.since,
+                seen, young, token,
             ]  # fmt: skip
 
             async def take(
