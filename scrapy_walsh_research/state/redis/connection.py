@@ -32,6 +32,7 @@ import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -194,7 +195,7 @@ class FleetGuard:
                 "records whatever its config, or was met only seconds old): hosts wait "
                 "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
                 "this worker publishes again what it holds.",
-                {"url": self.conn.url, "t": time.ctime(float(lost))},
+                {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
             )
             for callback in self._on_lost:
                 # in the background: a reservation does not wait for it
@@ -214,7 +215,7 @@ class FleetGuard:
                 "Redis's clock at %(url)s went back %(s).2f s (against this worker's monotonic "
                 "clock): hosts contacted before wait up to WALSH_MAX_CRAWL_DELAY longer; "
                 "politeness holds.",
-                {"url": self.conn.url, "s": seconds},
+                {"url": self.conn.shown_url, "s": seconds},
             )
 
     async def _record_step(self, seconds: float, server_now: float) -> None:
@@ -223,7 +224,7 @@ class FleetGuard:
             "Redis's clock at %(url)s jumped %(s).2f s forward (against this worker's monotonic "
             "clock): every stored time looks that much older than it is, so hosts contacted "
             "before wait %(p).0f s, and no grant taken on the stepped clock is used.",
-            {"url": self.conn.url, "s": seconds, "p": self.pause},
+            {"url": self.conn.shown_url, "s": seconds, "p": self.pause},
         )
         # hosts whose last request (on the old clock) could still bind them
         since = server_now - seconds - self.pause - 1.0
@@ -340,6 +341,15 @@ def young_redis_s(
     return max(pause, max(max_backoff, HEARTBEAT_S / 3) + timeout + RENEWAL_SLACK_S)
 
 
+def without_password(url: str) -> str:
+    """*url* with its password (if any) shown as ``***``, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 class RedisConnection:
     """One client per crawler, and the fail-closed retry loop every call takes."""
 
@@ -365,6 +375,8 @@ class RedisConnection:
                 "use redis://host:port/db or rediss://..."
             ) from None
         self.url = url
+        #: the URL as logs show it: without its password (an ACL user's)
+        self.shown_url = without_password(url)
         self.prefix = prefix
         self.crawler = crawler
         self.max_backoff = max_backoff
@@ -453,7 +465,7 @@ class RedisConnection:
                         "Redis at %(url)s is unreachable (%(exc)s) during %(what)s: no request "
                         "goes out without a reservation and no state is dropped; waiting and "
                         "reconnecting.",
-                        {"url": self.url, "exc": exc, "what": what},
+                        {"url": self.shown_url, "exc": exc, "what": what},
                     )
                 self.inc_stat("retries")
                 await asyncio.sleep(delay)
@@ -462,7 +474,7 @@ class RedisConnection:
             if self._down_since is not None:
                 logger.warning(
                     "Redis at %(url)s is back after %(s).1f s; the crawl goes on.",
-                    {"url": self.url, "s": time.monotonic() - self._down_since},
+                    {"url": self.shown_url, "s": time.monotonic() - self._down_since},
                 )
                 self._down_since = None
             return result

@@ -197,7 +197,7 @@ class RedisHostClock(RobotsIntervals):
         logger.error(
             "Redis at %(url)s %(what)s: no one knows when hosts were last contacted, so every "
             "host waits %(p).0f s before its next request. Run Redis with appendonly yes.",
-            {"url": self.conn.url, "what": what, "p": self.pause_on_loss},
+            {"url": self.conn.shown_url, "what": what, "p": self.pause_on_loss},
         )
 
     # -- the scheduler's local view ----------------------------------------------
