@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
@@ -309,6 +310,52 @@ async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_non
         assert "blocked by operator blocklist entry 'blocked.test'" in got[0]["reason"]
         assert server.origin.hits_for("blocked.test") == []
         assert "published this worker's again" in holder.err.decode()
+    finally:
+        redis.kill()
+
+
+# -- case 2b: a Redis that will not show the fleet a restart -----------------------
+
+#: setups that keep the guard from reading INFO inside its scripts: redis-server
+#: arguments, and the ACL rules of the user the workers log in as (None: default)
+REFUSING = {
+    "INFO renamed away": (["--rename-command", "INFO", ""], None),
+    "ACL user denied INFO": ([], "+@all -info"),
+    "ACL user denied @dangerous": ([], "+@all -@dangerous"),
+    "ACL user denied scripts": ([], "+@all -@scripting"),
+}
+
+
+@pytest.mark.parametrize("setup", list(REFUSING))
+@pytest_twisted.ensureDeferred
+async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_request(
+    server, tmp_path, setup
+):
+    """Managed Redis services restrict INFO, or what scripts may run. Without
+    INFO the guard cannot see a restart; it must not guess there was none:
+    the worker sends nothing, says what to allow, and stops (without showing
+    the ACL user's password)."""
+    config, rules = REFUSING[setup]
+    redis = own_redis(tmp_path, config=config)
+    try:
+        url = redis.url
+        if rules is not None:
+            admin = redis.client()
+            admin.execute_command(
+                "ACL", "SETUSER", "walsh", "on", ">s3cret", "~*", "&*", *rules.split()
+            )
+            admin.close()
+            url = f"redis://walsh:s3cret@127.0.0.1:{redis.port}/0"
+        shared = redis_settings(redis, WALSH_REDIS_URL=url)
+        push(redis, shared, site(server, "a.test", 1), tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await worker.ended
+        err = worker.err.decode()
+        assert server.origin.hits == [], err[-2000:]
+        assert "cannot run the fleet's guard" in err, err[-2000:]
+        assert "ACL SETUSER <user> +info" in err
+        assert "'finish_reason': 'walsh_redis_guard_refused'" in err
+        assert "s3cret" not in err
     finally:
         redis.kill()
 

@@ -26,7 +26,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def free_port() -> int:
@@ -37,7 +40,12 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(
-        self, workdir: Path, *, persist: bool | str = True, steppable_clock: bool = False
+        self,
+        workdir: Path,
+        *,
+        persist: bool | str = True,
+        steppable_clock: bool = False,
+        config: Sequence[str] = (),
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -47,6 +55,8 @@ class RedisServer:
         self.binary = binary
         self.workdir = workdir
         self.persist = persist
+        #: further redis-server arguments (``--rename-command INFO ""``, ...)
+        self.config = list(config)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
@@ -76,6 +86,7 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        args += self.config
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
         )

@@ -12,7 +12,10 @@
   every host waits ``WALSH_MAX_CRAWL_DELAY``, and the fleet's history is
   marked unknown (the blocklist then never fails open). A worker that never
   ran sees a restart too, and takes a Redis only seconds old for one that
-  may have lost a fleet's records (:attr:`FleetGuard.young`).
+  may have lost a fleet's records (:attr:`FleetGuard.young`). The guard reads
+  ``INFO`` inside its scripts: a Redis that refuses it (renamed, an ACL) stops
+  the crawl before anything is sent, saying what to allow; nothing guesses
+  "no restart".
 * **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
   own monotonic clock on every answer (:class:`FleetGuard`); a forward step
   makes stored times look older than they are, so the hosts contacted before
@@ -31,11 +34,12 @@ import logging
 import os
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
@@ -44,7 +48,7 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state.hostclock import pause_on_loss
-from scrapy_walsh_research.state.redis.guard_scripts import FLEET
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -65,6 +69,9 @@ CONNECT_TIMEOUT_S = 5.0
 #: errors that mean "Redis is not there right now", as opposed to a bug
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
+
+#: the spider's close reason when the guard cannot run on this Redis
+GUARD_REFUSED = "walsh_redis_guard_refused"
 
 #: how far Redis's clock may drift from a worker's monotonic clock between two
 #: answers without counting as a step: a fixed allowance, plus NTP's largest
@@ -111,6 +118,7 @@ class FleetGuard:
         self.token = uuid.uuid4().hex
         self.lost = ""
         self._fleet = conn.client.register_script(FLEET)
+        self._probe = conn.client.register_script(PROBE)
         #: (server time, monotonic when asked, monotonic when answered)
         self._ref: tuple[float, float, float] | None = None
         self._checked = ""
@@ -247,12 +255,44 @@ class FleetGuard:
         await self.observe(float(now), asked, time.monotonic(), run, lost, clock)
 
     async def prepare(self) -> None:
-        """Read once what a Redis restart would cost with this Redis (logged),
-        before the first guarded call: whether it keeps every write."""
+        """Before the first guarded call, once: check that the guard can see
+        a restart on this Redis (else the crawl stops: :meth:`_refuse`), and
+        read what a restart would cost with it (logged)."""
         if self._prepared is None:
             # one reading for every caller (reservations start together)
-            self._prepared = asyncio.get_running_loop().create_task(self._read_persistence())
+            self._prepared = asyncio.get_running_loop().create_task(self._read_redis())
         await asyncio.shield(self._prepared)
+
+    async def _read_redis(self) -> None:
+        try:
+            run, up = await self.conn.call("check INFO", lambda r: self._probe(client=r))
+        except ResponseError as exc:
+            self._refuse(f"refuses it ({exc})")
+        if not run or not up:
+            self._refuse("answers INFO server without run_id or uptime_in_seconds")
+        await self._read_persistence()
+
+    def _refuse(self, problem: str) -> NoReturn:
+        """The guard cannot see a Redis restart here, and never assumes there
+        was none: nothing is sent, and the crawl stops."""
+        conn = self.conn
+        message = (
+            f"Redis at {conn.shown_url} cannot run the fleet's guard: every script that "
+            f"decides reads INFO server (run_id, uptime_in_seconds) to see a Redis restart "
+            f"that lost the fleet's history, and this Redis {problem}. Without it a worker "
+            "would have to guess there was no restart, so it sends nothing. Let the bundle's "
+            "Redis user run INFO, also from scripts (ACL SETUSER <user> +info: INFO is in "
+            "@dangerous, which '-@dangerous' removes; +@scripting for EVAL/EVALSHA), and do "
+            "not rename or disable INFO (rename-command)."
+        )
+        conn.inc_stat("guard_refused")
+        logger.error(message)
+        crawler = conn.crawler
+        if crawler is not None and crawler.engine is not None and crawler.engine.spider:
+            deferred_from_coro(crawler.engine.close_spider_async(reason=GUARD_REFUSED)).addErrback(
+                lambda f: logger.debug("closing the spider: %(f)s", {"f": f.getErrorMessage()})
+            )
+        raise WalshConfigurationError(message)
 
     async def _read_persistence(self) -> None:
         conn = self.conn

@@ -1,8 +1,9 @@
 """The fleet's guard in Lua: the piece every deciding script of the Redis
 backend runs first (:data:`GUARD`: did Redis lose the fleet's history, and
-can its clock be trusted?), and the guard on its own (:data:`FLEET`). Its
-Python side is :class:`~.connection.FleetGuard`; the scripts that run it are
-in :mod:`.scripts`.
+can its clock be trusted?), the check of what it needs from Redis
+(:data:`PROBE`), and the guard on its own (:data:`FLEET`). Its Python side is
+:class:`~.connection.FleetGuard`; the scripts that run it are in
+:mod:`.scripts`.
 
 Plain strings, importable without the ``redis`` extra.
 """
@@ -97,6 +98,17 @@ local function guard(G, A)
   local lost_at, clock_at = redis.call('GET', G[3]) or '', redis.call('GET', G[4]) or ''
   return {verdict, run .. '|' .. token, lost_at, clock_at}
 end
+"""
+
+
+#: What GUARD reads from ``INFO server``, read as it reads it (inside a
+#: script), once at a worker's start: {run id, uptime} ('' for a field INFO
+#: does not give). A Redis that refuses it (INFO renamed away, an ACL without
+#: +info, scripts refused) cannot show the fleet a restart.
+PROBE = """
+local info = redis.call('INFO', 'server')
+return {string.match(info, 'run_id:(%x+)') or '',
+        string.match(info, 'uptime_in_seconds:(%d+)') or ''}
 """
 
 
