@@ -15,15 +15,18 @@ waits honest and lean.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.redis_server import RedisServer
-from scrapy_walsh_research.state.redis.connection import young_redis_s
+from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
+from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -193,6 +196,45 @@ async def test_an_opt_out_holds_after_redis_came_back_empty_on_a_fresh_volume_wi
         ]
         assert server.origin.hits_for("optout.test") == []
     finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_flushall_is_seen_at_the_heartbeat_of_a_worker_that_ran_before(tmp_path):
+    """FLUSHALL on a Redis that has been up a while, and a new worker writes
+    the fleet's record again before anyone else calls: it cannot tell this
+    from a new fleet's Redis (docs/redis.rst). A worker that ran before sees
+    at its next heartbeat that the record it saw was made again by someone
+    else, and every host waits, also for a worker that joins after. (Before:
+    the heartbeat saw the run id it expected, and the host the old worker
+    had just contacted was free at once.)"""
+    redis = own_redis(tmp_path)
+
+    def worker() -> RedisHostClock:
+        conn = RedisConnection(redis.url, "flush", max_backoff=0.25)
+        return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0)
+
+    def reserve(clock: RedisHostClock, host: str) -> Any:
+        return deferred_from_coro(clock.reserve(host, 0.0, 5.0))
+
+    old = worker()
+    redis.age(old.conn.guard.young)
+    others: list[RedisHostClock] = []
+    try:
+        assert await reserve(old, "seen.test") == 0.0
+        await deferred_from_coro(old.commit("seen.test", time.monotonic(), 5.0))
+        await deferred_from_coro(old.conn.guard.check())  # its heartbeat
+        flusher = redis.client()
+        flusher.flushall()
+        flusher.close()
+        others.append(worker())
+        await reserve(others[0], "other.test")  # writes the fleet's record again
+        await deferred_from_coro(old.conn.guard.check())  # its next heartbeat
+        others.append(worker())
+        assert await reserve(others[1], "seen.test") > 5.0
+    finally:
+        for clock in [old, *others]:
+            await deferred_from_coro(clock.conn.close())
         redis.kill()
 
 
