@@ -310,17 +310,20 @@ def signing_cost(results: list[dict]) -> None:
 
 def multi(a: argparse.Namespace) -> int:
     """N worker processes sharing one Redis against one worker."""
-    from scrapy_walsh_research.defaults import WALSH_MAX_CRAWL_DELAY
+    from scrapy.settings import Settings
+
     from scrapy_walsh_research.sandbox.redis_server import RedisServer
+    from scrapy_walsh_research.state.redis.connection import lost_history_wait, young_redis_s
 
     redis = RedisServer(Path(tempfile.mkdtemp(prefix="bench-redis-")), persist=False).start()
     url = redis.url
-    # A Redis without AOF always that started less than WALSH_MAX_CRAWL_DELAY
-    # ago may, for all a worker can tell, have restarted empty: every host
-    # waits until then (docs/redis.rst). The fleets are timed after that, as
-    # against a Redis that has been up a while.
-    print(f"waiting {WALSH_MAX_CRAWL_DELAY:.0f} s: Redis's start counts as lost history until then")
-    time.sleep(WALSH_MAX_CRAWL_DELAY)
+    # A Redis only seconds old may, for all a worker can tell, have restarted
+    # empty: a fleet that meets it first makes every host wait
+    # (docs/redis.rst). The fleets are timed after that, as against a Redis
+    # that has been up a while.
+    young = young_redis_s(lost_history_wait(Settings()))
+    print(f"waiting {young:.0f} s: a Redis younger than that counts as lost history")
+    redis.age(young)
     try:
         results = []
         for name, layout in MULTI.items():

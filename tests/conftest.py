@@ -128,10 +128,14 @@ def gaps(hits: list[Any]) -> list[float]:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real redis-server for the session; tests keep apart by key prefix."""
+    """One real redis-server for the session; tests keep apart by key prefix.
+    It is aged before use: a fleet meeting a Redis only seconds old takes it
+    for one that may have lost a fleet's records, and waits."""
     from scrapy_walsh_research.sandbox.redis_server import RedisServer
+    from scrapy_walsh_research.state.redis.connection import lost_history_wait, young_redis_s
 
     srv = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    srv.age(young_redis_s(lost_history_wait(Settings())))
     yield srv
     srv.kill()
 

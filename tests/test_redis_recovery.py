@@ -15,13 +15,18 @@ waits honest and lean.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.redis_server import RedisServer
+from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
+from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -32,7 +37,7 @@ from tests.conftest import (
     sleep,
     spawn_worker,
 )
-from tests.test_redis_fleet import durable_records, push, site
+from tests.test_redis_fleet import durable_records, ended, push, site, workers
 
 
 def own_redis(tmp: Path, persist: bool | str = True, **kwargs: Any) -> RedisServer:
@@ -91,13 +96,16 @@ async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server,
 async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_path):
     """AOF with appendfsync always keeps every acknowledged write: a restart
     that comes back whole is not lost history, and the next request goes
-    out at once (the fleet's own spacing still holds)."""
-    redis = own_redis(tmp_path)
+    out at once (the fleet's own spacing still holds). A new fleet on a
+    Redis that has been up a while pays nothing either."""
+    redis = own_redis(tmp_path).age(young_redis_s(20))
     try:
         urls = site(server, "a.test", 1) + site(server, "b.test", 1)
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=20)
         push(redis, shared, urls[:1], tmp_path)
-        await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+        first = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await first.ended
+        assert "history in Redis" not in first.err.decode(), first.err.decode()[-2000:]
         redis.kill()
         redis.start()  # from its AOF: everything is there
         push(redis, shared, urls[1:], tmp_path)
@@ -109,6 +117,129 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
         assert b[0].t - started < 15.0, "waited as if history were lost"
         assert "history in Redis" not in worker.err.decode()
     finally:
+        redis.kill()
+
+
+async def fleet_then_fresh_volume(
+    server: Any, redis: RedisServer, tmp_path: Path, shared: dict[str, Any], lines: list[str]
+) -> None:
+    """Three workers crawl *lines*; once cd.test's page is out, Redis is
+    killed and comes back 3 s later on a fresh volume, configured as before
+    (AOF, appendfsync always) but empty, as a container restarted without its
+    volume does. The fleet's workers find the queue gone and end."""
+    push(redis, shared, lines, tmp_path)
+    fleet = workers(server, shared, tmp_path, 3)
+    await until(lambda: pages(server, "cd.test") == ["/p/0"])
+    redis.fresh_volume()
+    await sleep(3.0)
+    redis.start()
+    await ended(*fleet)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_back_empty_on_a_fresh_volume_is_lost_history_whatever_its_aof(
+    server, tmp_path
+):
+    """Redis runs AOF with appendfsync always before and after its restart,
+    but its data directory is gone: the restart lost the fleet's history,
+    whatever the config says. A worker that never ran joins as Redis comes
+    back and must keep cd.test's Crawl-delay (10 s) from the fleet's last
+    request there. (Before: its robots.txt went out 5.4 s after the fleet's
+    page.)"""
+    redis = own_redis(tmp_path)
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        await fleet_then_fresh_volume(
+            server, redis, tmp_path, shared, [urls[0], *site(server, "o.test", 3)]
+        )
+        push(redis, shared, urls[1:], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await new.ended
+        hits = server.origin.hits_for("cd.test")
+        assert [h.path for h in hits][-3:] == [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/p/1",
+        ], new.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 10.0, [round(g, 2) for g in gaps(hits)]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_opt_out_holds_after_redis_came_back_empty_on_a_fresh_volume_with_aof(
+    server, tmp_path
+):
+    """The same loss, with optout.test on the list the fleet adopted and the
+    blocklist URL answering 503 after the restart: the new worker must not
+    contact it (R3), whatever the persistence config says. (Before: optout.test got
+    robots.txt, tdmrep.json and a page, recorded as fetched.)"""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("optout.test"))
+        )
+        site(server, "optout.test", 1)
+        urls = site(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        await fleet_then_fresh_volume(
+            server, redis, tmp_path, shared, [urls[0], *site(server, "o.test", 3)]
+        )
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        push(redis, shared, [server.url("optout.test", "/p/0")], tmp_path)
+        # the list is unknown until a worker that held it publishes it again
+        # (then: denied by its entry) or the wait ends (briefly here: skipped)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl",
+                           **shared, WALSH_POLICY_WAIT=3)  # fmt: skip
+        await new.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] in (
+            [("skipped", "R3")], [("denied", "R3")]
+        ), new.err.decode()[-2000:]
+        if got[0]["outcome"] == "denied":
+            assert "blocked by operator blocklist entry 'optout.test'" in got[0]["reason"]
+        assert server.origin.hits_for("optout.test") == []
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_flushall_is_seen_at_the_heartbeat_of_a_worker_that_ran_before(tmp_path):
+    """FLUSHALL on a Redis that has been up a while, and a new worker writes
+    the fleet's record again before anyone else calls: it cannot tell this
+    from a new fleet's Redis (docs/redis.rst). A worker that ran before sees
+    at its next heartbeat that the record it saw was made again by someone
+    else, and every host waits, also for a worker that joins after. (Before:
+    the heartbeat saw the run id it expected, and the host the old worker
+    had just contacted was free at once.)"""
+    redis = own_redis(tmp_path)
+
+    def worker() -> RedisHostClock:
+        conn = RedisConnection(redis.url, "flush", max_backoff=0.25)
+        return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0)
+
+    def reserve(clock: RedisHostClock, host: str) -> Any:
+        return deferred_from_coro(clock.reserve(host, 0.0, 5.0))
+
+    old = worker()
+    redis.age(old.conn.guard.young)
+    others: list[RedisHostClock] = []
+    try:
+        assert await reserve(old, "seen.test") == 0.0
+        await deferred_from_coro(old.commit("seen.test", time.monotonic(), 5.0))
+        await deferred_from_coro(old.conn.guard.check())  # its heartbeat
+        flusher = redis.client()
+        flusher.flushall()
+        flusher.close()
+        others.append(worker())
+        await reserve(others[0], "other.test")  # writes the fleet's record again
+        await deferred_from_coro(old.conn.guard.check())  # its next heartbeat
+        others.append(worker())
+        assert await reserve(others[1], "seen.test") > 5.0
+    finally:
+        for clock in [old, *others]:
+            await deferred_from_coro(clock.conn.close())
         redis.kill()
 
 
@@ -231,6 +362,52 @@ async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_non
         assert "blocked by operator blocklist entry 'blocked.test'" in got[0]["reason"]
         assert server.origin.hits_for("blocked.test") == []
         assert "published this worker's again" in holder.err.decode()
+    finally:
+        redis.kill()
+
+
+# -- case 2b: a Redis that will not show the fleet a restart -----------------------
+
+#: setups that keep the guard from reading INFO inside its scripts: redis-server
+#: arguments, and the ACL rules of the user the workers log in as (None: default)
+REFUSING = {
+    "INFO renamed away": (["--rename-command", "INFO", ""], None),
+    "ACL user denied INFO": ([], "+@all -info"),
+    "ACL user denied @dangerous": ([], "+@all -@dangerous"),
+    "ACL user denied scripts": ([], "+@all -@scripting"),
+}
+
+
+@pytest.mark.parametrize("setup", list(REFUSING))
+@pytest_twisted.ensureDeferred
+async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_request(
+    server, tmp_path, setup
+):
+    """Managed Redis services restrict INFO, or what scripts may run. Without
+    INFO the guard cannot see a restart; it must not guess there was none:
+    the worker sends nothing, says what to allow, and stops (without showing
+    the ACL user's password)."""
+    config, rules = REFUSING[setup]
+    redis = own_redis(tmp_path, config=config)
+    try:
+        url = redis.url
+        if rules is not None:
+            admin = redis.client()
+            admin.execute_command(
+                "ACL", "SETUSER", "walsh", "on", ">s3cret", "~*", "&*", *rules.split()
+            )
+            admin.close()
+            url = f"redis://walsh:s3cret@127.0.0.1:{redis.port}/0"
+        shared = redis_settings(redis, WALSH_REDIS_URL=url)
+        push(redis, shared, site(server, "a.test", 1), tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await worker.ended
+        err = worker.err.decode()
+        assert server.origin.hits == [], err[-2000:]
+        assert "cannot run the fleet's guard" in err, err[-2000:]
+        assert "ACL SETUSER <user> +info" in err
+        assert "'finish_reason': 'walsh_redis_guard_refused'" in err
+        assert "s3cret" not in err
     finally:
         redis.kill()
 

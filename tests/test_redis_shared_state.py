@@ -308,8 +308,12 @@ async def test_killing_redis_mid_crawl_sends_nothing_until_it_returns_and_loses_
     own = RedisServer(tmp_path / "redis").start()
     try:
         urls = serve(server, "k.test", 5, ETag='"e"')
+        # a Redis seconds old may have lost a fleet's history: the crawl
+        # starts WALSH_MAX_CRAWL_DELAY (at least a lease renewal period) late
         settings = base_settings(
-            server, tmp_path / "w", **redis_settings(own, WALSH_REDIS_MAX_BACKOFF=0.5)
+            server,
+            tmp_path / "w",
+            **redis_settings(own, WALSH_REDIS_MAX_BACKOFF=0.5, WALSH_MAX_CRAWL_DELAY=2),
         )
         outage: dict[str, float] = {}
 

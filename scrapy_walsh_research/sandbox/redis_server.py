@@ -26,7 +26,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def free_port() -> int:
@@ -37,7 +40,12 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(
-        self, workdir: Path, *, persist: bool | str = True, steppable_clock: bool = False
+        self,
+        workdir: Path,
+        *,
+        persist: bool | str = True,
+        steppable_clock: bool = False,
+        config: Sequence[str] = (),
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -47,6 +55,8 @@ class RedisServer:
         self.binary = binary
         self.workdir = workdir
         self.persist = persist
+        #: further redis-server arguments (``--rename-command INFO ""``, ...)
+        self.config = list(config)
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
@@ -76,6 +86,7 @@ class RedisServer:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
         else:
             args += ["--appendonly", "no"]
+        args += self.config
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
         )
@@ -114,6 +125,27 @@ class RedisServer:
         self.kill()
         self.wipe()
         self.persist = False
+
+    def fresh_volume(self) -> None:
+        """Killed and its data files gone, its configuration kept (AOF with
+        appendfsync always): the next :meth:`start` is an empty Redis that
+        says it keeps every write, as a container restarted on a fresh volume
+        is."""
+        self.kill()
+        self.wipe()
+
+    def age(self, seconds: float) -> RedisServer:
+        """Wait until the running server has been up *seconds*: a fleet that
+        meets it for the first time then takes it for one that has been
+        running a while (a younger one may have lost a fleet's records: see
+        ``FleetGuard.young``)."""
+        client = self.client()
+        try:
+            up = float(client.info("server")["uptime_in_seconds"])
+        finally:
+            client.close()
+        time.sleep(max(0.0, seconds - up + 1.0))  # uptime is whole seconds
+        return self
 
     def snapshot(self, name: str) -> None:
         """SAVE now and keep the snapshot as *name*."""

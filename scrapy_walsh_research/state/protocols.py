@@ -71,7 +71,8 @@ class StateStore(Protocol):
     async def history_complete(self) -> bool:
         """Whether the store holds everything ever written to it, as far as
         can be told: False for a shared store that lost or may have lost
-        data (a Redis restarted without AOF appendfsync always). The
+        data (a Redis restarted without AOF appendfsync always, or without
+        the fleet's records). The
         blocklist fails open on a first-ever failure only when this is True."""
         ...
 

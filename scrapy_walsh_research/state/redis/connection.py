@@ -4,13 +4,18 @@
   Redis is unreachable the call waits and retries with backoff, logging one
   error per outage; a request without a reservation never goes out, and a
   write waits until it is stored.
-* **A restart, by anyone, is seen.** Every deciding script compares Redis's
-  run id with the one the fleet last saw (:data:`~.scripts.GUARD`): a Redis
-  that restarted without AOF ``appendfsync always`` may have lost or rolled
-  back writes, so every host waits until ``WALSH_MAX_CRAWL_DELAY`` after
-  Redis's start, and the fleet's history is marked unknown (the blocklist
-  then never fails open). This needs no memory of the worker's own: one that
-  never ran sees it.
+* **A restart, by anyone, is seen.** Every deciding script reads the
+  fleet's own record of its Redis (run id and a token) against Redis's run id
+  and what the worker last saw (:data:`~.guard_scripts.GUARD`): a Redis that
+  restarted without AOF ``appendfsync always`` may have rolled back writes,
+  and one without the fleet's records lost them whatever its config says, so
+  every host waits ``WALSH_MAX_CRAWL_DELAY``, and the fleet's history is
+  marked unknown (the blocklist then never fails open). A worker that never
+  ran sees a restart too, and takes a Redis only seconds old for one that
+  may have lost a fleet's records (:attr:`FleetGuard.young`). The guard reads
+  ``INFO`` inside its scripts: a Redis that refuses it (renamed, an ACL) stops
+  the crawl before anything is sent, saying what to allow; nothing guesses
+  "no restart".
 * **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
   own monotonic clock on every answer (:class:`FleetGuard`); a forward step
   makes stored times look older than they are, so the hosts contacted before
@@ -29,10 +34,12 @@ import logging
 import os
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
@@ -41,7 +48,7 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state.hostclock import pause_on_loss
-from scrapy_walsh_research.state.redis.scripts import FLEET
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -56,9 +63,15 @@ T = TypeVar("T")
 #: a worker's heartbeat lasts this long, renewed every third of it
 HEARTBEAT_S = 15.0
 
+#: how long one connection attempt or call may take before it counts as failed
+CONNECT_TIMEOUT_S = 5.0
+
 #: errors that mean "Redis is not there right now", as opposed to a bug
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 
+
+#: the spider's close reason when the guard cannot run on this Redis
+GUARD_REFUSED = "walsh_redis_guard_refused"
 
 #: how far Redis's clock may drift from a worker's monotonic clock between two
 #: answers without counting as a step: a fixed allowance, plus NTP's largest
@@ -94,11 +107,18 @@ class FleetGuard:
         #: WALSH_MAX_CRAWL_DELAY (at least WALSH_MIN_DELAY): how long any
         #: interval can last, so how long lost history can matter
         self.pause = pause
-        #: Redis runs AOF with appendfsync always: a restart loses nothing
+        #: Redis runs AOF with appendfsync always: a restart that keeps the
+        #: fleet's records lost nothing
         self.lossless = False
-        self.run = ""
+        #: the fleet's record of Redis (``<run id>|<token>``) as this worker
+        #: last saw it: records that vanish or are made again after this
+        #: worker saw them are lost history (see :data:`~.guard_scripts.GUARD`)
+        self.seen = ""
+        #: the token that names the fleet's records if this worker makes them
+        self.token = uuid.uuid4().hex
         self.lost = ""
         self._fleet = conn.client.register_script(FLEET)
+        self._probe = conn.client.register_script(PROBE)
         #: (server time, monotonic when asked, monotonic when answered)
         self._ref: tuple[float, float, float] | None = None
         self._checked = ""
@@ -116,13 +136,29 @@ class FleetGuard:
         key = self.conn.key
         return [key("run"), key("quarantine"), key("lost"), key("clock")]
 
+    @property
+    def young(self) -> float:
+        """How long after its start a Redis that holds none of the fleet's
+        records may still be one that lost them: until every live worker of
+        a fleet has called it again (it then finds its records gone and says
+        so), and until no request made before the start binds a host
+        (``pause``). A live worker calls within its longest retry backoff,
+        or its next heartbeat, plus a connect timeout and a second; so a new
+        fleet on a Redis that has been up that long pays nothing."""
+        return young_redis_s(self.pause, self.conn.max_backoff, self.conn.timeout)
+
     def args(self) -> list[Any]:
-        return ["1" if self.lossless else "0", self.pause, self._checked if self.anchored else ""]
+        """The guard's arguments (A in :data:`~.guard_scripts.GUARD`): lossless,
+        pause, checked, seen, young, token."""
+        checked = self._checked if self.anchored else ""
+        lossless = "1" if self.lossless else "0"
+        return [lossless, self.pause, checked, self.seen, self.young, self.token]
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call *callback* when this worker first sees the fleet's history
-        marked unknown (Redis restarted without AOF always, or lost data):
-        what it holds that the fleet may have lost, it publishes again."""
+        marked unknown (Redis restarted without AOF always, lost the fleet's
+        records, or was met seconds old): what it holds that the fleet may
+        have lost, it publishes again."""
         self._on_lost.append(callback)
 
     def joined(self, server_now: float, clock: str) -> None:
@@ -157,16 +193,17 @@ class FleetGuard:
             (clock and float(clock) >= self.since) or time.monotonic() - self._joined >= self.pause
         ):
             self.anchored, self.unsure = True, 0.0
-        self.run = run or self.run
+        self.seen = run or self.seen
         if lost and lost != self.lost:
             self.lost = lost
             self.conn.inc_stat("history_unknown")
             logger.warning(
                 "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
-                "restarted without AOF appendfsync always, or lost its data): hosts wait "
+                "restarted without AOF appendfsync always, came back without the fleet's "
+                "records whatever its config, or was met only seconds old): hosts wait "
                 "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
                 "this worker publishes again what it holds.",
-                {"url": self.conn.url, "t": time.ctime(float(lost))},
+                {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
             )
             for callback in self._on_lost:
                 # in the background: a reservation does not wait for it
@@ -186,7 +223,7 @@ class FleetGuard:
                 "Redis's clock at %(url)s went back %(s).2f s (against this worker's monotonic "
                 "clock): hosts contacted before wait up to WALSH_MAX_CRAWL_DELAY longer; "
                 "politeness holds.",
-                {"url": self.conn.url, "s": seconds},
+                {"url": self.conn.shown_url, "s": seconds},
             )
 
     async def _record_step(self, seconds: float, server_now: float) -> None:
@@ -195,7 +232,7 @@ class FleetGuard:
             "Redis's clock at %(url)s jumped %(s).2f s forward (against this worker's monotonic "
             "clock): every stored time looks that much older than it is, so hosts contacted "
             "before wait %(p).0f s, and no grant taken on the stepped clock is used.",
-            {"url": self.conn.url, "s": seconds, "p": self.pause},
+            {"url": self.conn.shown_url, "s": seconds, "p": self.pause},
         )
         # hosts whose last request (on the old clock) could still bind them
         since = server_now - seconds - self.pause - 1.0
@@ -218,12 +255,44 @@ class FleetGuard:
         await self.observe(float(now), asked, time.monotonic(), run, lost, clock)
 
     async def prepare(self) -> None:
-        """Read once what a Redis restart would cost with this Redis (logged),
-        before the first guarded call: whether it keeps every write."""
+        """Before the first guarded call, once: check that the guard can see
+        a restart on this Redis (else the crawl stops: :meth:`_refuse`), and
+        read what a restart would cost with it (logged)."""
         if self._prepared is None:
             # one reading for every caller (reservations start together)
-            self._prepared = asyncio.get_running_loop().create_task(self._read_persistence())
+            self._prepared = asyncio.get_running_loop().create_task(self._read_redis())
         await asyncio.shield(self._prepared)
+
+    async def _read_redis(self) -> None:
+        try:
+            run, up = await self.conn.call("check INFO", lambda r: self._probe(client=r))
+        except ResponseError as exc:
+            self._refuse(f"refuses it ({exc})")
+        if not run or not up:
+            self._refuse("answers INFO server without run_id or uptime_in_seconds")
+        await self._read_persistence()
+
+    def _refuse(self, problem: str) -> NoReturn:
+        """The guard cannot see a Redis restart here, and never assumes there
+        was none: nothing is sent, and the crawl stops."""
+        conn = self.conn
+        message = (
+            f"Redis at {conn.shown_url} cannot run the fleet's guard: every script that "
+            f"decides reads INFO server (run_id, uptime_in_seconds) to see a Redis restart "
+            f"that lost the fleet's history, and this Redis {problem}. Without it a worker "
+            "would have to guess there was no restart, so it sends nothing. Let the bundle's "
+            "Redis user run INFO, also from scripts (ACL SETUSER <user> +info: INFO is in "
+            "@dangerous, which '-@dangerous' removes; +@scripting for EVAL/EVALSHA), and do "
+            "not rename or disable INFO (rename-command)."
+        )
+        conn.inc_stat("guard_refused")
+        logger.error(message)
+        crawler = conn.crawler
+        if crawler is not None and crawler.engine is not None and crawler.engine.spider:
+            deferred_from_coro(crawler.engine.close_spider_async(reason=GUARD_REFUSED)).addErrback(
+                lambda f: logger.debug("closing the spider: %(f)s", {"f": f.getErrorMessage()})
+            )
+        raise WalshConfigurationError(message)
 
     async def _read_persistence(self) -> None:
         conn = self.conn
@@ -280,7 +349,8 @@ class FleetGuard:
     async def history_complete(self) -> bool:
         """Whether Redis holds all the fleet ever wrote, as far as anyone can
         tell: no restart without AOF always and no loss seen since the fleet
-        began (a fresh Redis without AOF always counts as a restart)."""
+        began (a Redis met seconds old, or one without AOF always where the
+        fleet found no records of its own, counts as a loss)."""
         await self.check()
         return not self.lost
 
@@ -300,6 +370,26 @@ def lost_history_wait(settings: BaseSettings) -> float:
     return max(pause_on_loss(settings), lease / RENEWALS_PER_LEASE + RENEWAL_SLACK_S)
 
 
+def young_redis_s(
+    pause: float,
+    max_backoff: float = defaults.WALSH_REDIS_MAX_BACKOFF,
+    timeout: float = CONNECT_TIMEOUT_S,
+) -> float:
+    """:attr:`FleetGuard.young` for a fleet whose lost-history wait is
+    *pause* (:func:`lost_history_wait`), whose workers retry at most
+    *max_backoff* apart and give up a connection attempt after *timeout*."""
+    return max(pause, max(max_backoff, HEARTBEAT_S / 3) + timeout + RENEWAL_SLACK_S)
+
+
+def without_password(url: str) -> str:
+    """*url* with its password (if any) shown as ``***``, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 class RedisConnection:
     """One client per crawler, and the fail-closed retry loop every call takes."""
 
@@ -310,7 +400,7 @@ class RedisConnection:
         *,
         crawler: Crawler | None = None,
         max_backoff: float = defaults.WALSH_REDIS_MAX_BACKOFF,
-        timeout: float = 5.0,
+        timeout: float = CONNECT_TIMEOUT_S,
     ) -> None:
         try:
             self.client = aioredis.Redis.from_url(
@@ -325,9 +415,12 @@ class RedisConnection:
                 "use redis://host:port/db or rediss://..."
             ) from None
         self.url = url
+        #: the URL as logs show it: without its password (an ACL user's)
+        self.shown_url = without_password(url)
         self.prefix = prefix
         self.crawler = crawler
         self.max_backoff = max_backoff
+        self.timeout = timeout
         self._down_since: float | None = None
         #: Redis's clock minus ours, so timestamps this worker writes for
         #: others to compare are on the fleet's one clock (see :meth:`time`)
@@ -412,7 +505,7 @@ class RedisConnection:
                         "Redis at %(url)s is unreachable (%(exc)s) during %(what)s: no request "
                         "goes out without a reservation and no state is dropped; waiting and "
                         "reconnecting.",
-                        {"url": self.url, "exc": exc, "what": what},
+                        {"url": self.shown_url, "exc": exc, "what": what},
                     )
                 self.inc_stat("retries")
                 await asyncio.sleep(delay)
@@ -421,7 +514,7 @@ class RedisConnection:
             if self._down_since is not None:
                 logger.warning(
                     "Redis at %(url)s is back after %(s).1f s; the crawl goes on.",
-                    {"url": self.url, "s": time.monotonic() - self._down_since},
+                    {"url": self.shown_url, "s": time.monotonic() - self._down_since},
                 )
                 self._down_since = None
             return result

@@ -172,7 +172,8 @@ class RedisHostClock(RobotsIntervals):
         await guard.prepare()
         run, quarantine, lost, clock = guard.keys()
         keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock]
-        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, guard.args()[0]]
+        lossless, _, _, was, young, token = guard.args()
+        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, lossless, was, young, token]
         asked = time.monotonic()
         verdict, epoch, gen, server_now, *tail = await self.conn.call(
             "start-up", lambda r: self._hello(keys=keys, args=args, client=r)
@@ -196,7 +197,7 @@ class RedisHostClock(RobotsIntervals):
         logger.error(
             "Redis at %(url)s %(what)s: no one knows when hosts were last contacted, so every "
             "host waits %(p).0f s before its next request. Run Redis with appendonly yes.",
-            {"url": self.conn.url, "what": what, "p": self.pause_on_loss},
+            {"url": self.conn.shown_url, "what": what, "p": self.pause_on_loss},
         )
 
     # -- the scheduler's local view ----------------------------------------------
@@ -296,10 +297,11 @@ class RedisHostClock(RobotsIntervals):
                 self._host_key(host), self.conn.key("epoch"), quarantine, self.conn.key("gen"),
                 run, lost, clock, self.conn.key("clockq"),
             ]  # fmt: skip
-            lossless, _, checked = guard.args()
+            lossless, _, checked, seen, young, token = guard.args()
             args: list[str | float] = [
                 interval + self.margin, self.lease, epoch, owner, self.pause_on_loss,
                 self._gen, self._margins(), lossless, checked, guard.unsure, guard.since,
+                seen, young, token,
             ]  # fmt: skip
 
             async def take(

@@ -1,8 +1,9 @@
-"""Every Lua script of the Redis backend, in one module: a script is data
+"""The Lua scripts of the Redis backend's components: a script is data
 (a string sent to Redis, run there atomically), so they live together here,
 each with its KEYS and ARGV, and the Python that calls it lives with its
-component (:mod:`.hostclock`, :mod:`.connection`, :mod:`.lock`,
-:mod:`.target_queue`).
+component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`). The
+fleet's guard, which every deciding script runs first, is in
+:mod:`.guard_scripts`.
 
 Plain strings: importing them needs no Redis client, so the target queue's
 list reader stays usable without the ``redis`` extra. The SCAN patterns'
@@ -13,65 +14,15 @@ from __future__ import annotations
 
 import re
 
+from scrapy_walsh_research.state.redis.guard_scripts import GUARD, NOW
+
 
 def glob_escape(text: str) -> str:
     """*text* as a literal in a Redis SCAN MATCH pattern."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-# -- shared pieces: Redis's clock and the fleet's guard -----------------------
-
-#: Redis's clock, for a script that does not start with the host clock's
-#: PRELUDE (the target queue's); f() keeps six decimals
-NOW = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local function f(x) return string.format('%.6f', x) end
-"""
-
-#: Can the fleet trust what Redis holds, and the clock it holds it on?
-#: Appended to the host clock's ``PRELUDE`` (or :data:`NOW`) by every script
-#: that decides (HELLO, RESERVE, FLEET, the target queue's TAKE). Kept apart so a
-#: change to a script's own logic merges without touching it.
-GUARD = """
--- G = {run key, quarantine key, lost key, clock key}
--- A = {lossless ('1': Redis runs AOF with appendfsync always), pause s,
---      checked: the server time of this worker's previous answer, found
---      consistent with its monotonic clock ('' if none)}
--- Returns {verdict ('' or 'restarted'), run id, lost marker, clock}.
-local function guard(G, A)
-  local info = redis.call('INFO', 'server')
-  local run = string.match(info, 'run_id:(%x+)')
-  local verdict = ''
-  if redis.call('GET', G[1]) ~= run then
-    -- Redis restarted since the fleet last looked (or the prefix is new).
-    -- Only AOF with appendfsync always keeps every acknowledged write; any
-    -- other Redis may have come back empty or older, which nothing in it
-    -- says. Every host waits until `pause` after Redis started (a request
-    -- before the restart is at least that old by then), and the fleet's
-    -- history is unknown from now on (the blocklist must not fail open).
-    redis.call('SET', G[1], run)
-    local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
-    if not (A[1] == '1' and aof == '1') then
-      local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-      local q = now - up + tonumber(A[2])
-      if q > tonumber(redis.call('GET', G[2]) or '0') then redis.call('SET', G[2], f(q)) end
-      redis.call('SET', G[3], f(now))
-      verdict = 'restarted'
-    end
-  end
-  -- the fleet's clock is good up to the latest time a worker checked against
-  -- its own monotonic clock (kept coarse: one write per quarter second at most)
-  local checked, clock = tonumber(A[3]), tonumber(redis.call('GET', G[4]) or '0')
-  if checked and checked <= now and checked > clock + 0.25 then
-    redis.call('SET', G[4], f(checked))
-  end
-  return {verdict, run, redis.call('GET', G[3]) or '', redis.call('GET', G[4]) or ''}
-end
-"""
-
-
-# -- the host clock (RedisHostClock) and the fleet check (FleetGuard) -----------
+# -- the host clock (RedisHostClock) -------------------------------------------------
 
 # Every script reads Redis's clock; f() keeps six decimals, so microseconds
 # survive the round trip (Lua's default number format keeps fourteen digits).
@@ -125,9 +76,11 @@ RESERVE = (
 -- ARGV[5] pause s, ARGV[6] generation seen, ARGV[7] margins s
 -- KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine;
 -- ARGV[8] lossless, ARGV[9] checked, ARGV[10] seconds this worker cannot
--- rule out as a clock step before it joined, for records older than ARGV[11].
+-- rule out as a clock step before it joined, for records older than ARGV[11],
+-- ARGV[12..14] seen, young, token (GUARD).
 -- Every answer ends with {now, run, lost, clock} for the worker's guard.
-local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7]}, {ARGV[8], ARGV[5], ARGV[9]})
+local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7]},
+                {ARGV[8], ARGV[5], ARGV[9], ARGV[12], ARGV[13], ARGV[14]})
 local function answer(t)
   for _, v in ipairs({f(now), g[2], g[3], g[4]}) do table.insert(t, v) end
   return t
@@ -374,8 +327,9 @@ HELLO = (
 -- ARGV[1] epoch this worker knew ('' if none), ARGV[2] generation it saw,
 -- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
 -- worker left (or a new fleet), or was it lost or rolled back?
--- KEYS[4..6] run, lost, clock; ARGV[5] lossless (see GUARD).
-local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6]}, {ARGV[5], ARGV[4], ''})
+-- KEYS[4..6] run, lost, clock; ARGV[5..7] lossless, seen, young; ARGV[8] token (GUARD).
+local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6]},
+                {ARGV[5], ARGV[4], '', ARGV[6], ARGV[7], ARGV[8]})
 local epoch = redis.call('GET', KEYS[1])
 local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
 local verdict = 'same'
@@ -396,32 +350,6 @@ end
 return {verdict, epoch, tostring(gen), f(now), g[2], redis.call('GET', KEYS[5]) or '', g[4], g[1]}
 """
 )
-
-FLEET = (
-    PRELUDE
-    + GUARD
-    + """
--- The guard alone, for a worker's heartbeat and the blocklist's
--- question "is the fleet's history whole?". With ARGV[4] (a step of Redis's
--- clock this worker measured): hosts last contacted in [ARGV[5], now) wait
--- until ARGV[4] seconds from now, and the clock counts as checked from now.
--- KEYS run, quarantine, lost, clock, clock quarantine; ARGV lossless, pause, checked
-local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4]}, {ARGV[1], ARGV[2], ARGV[3]})
-if ARGV[4] ~= '' then
-  local u, lo = now + tonumber(ARGV[4]), tonumber(ARGV[5])
-  local old = redis.call('GET', KEYS[5])
-  if old then
-    local ou, olo = string.match(old, '([^|]+)|([^|]+)|')
-    u, lo = math.max(u, tonumber(ou)), math.min(lo, tonumber(olo))
-  end
-  redis.call('SET', KEYS[5], f(u) .. '|' .. f(lo) .. '|' .. f(now))
-  redis.call('SET', KEYS[4], f(now))
-  g[4] = f(now)
-end
-return {g[1], f(now), g[2], g[3], g[4]}
-"""
-)
-
 
 # -- single-flight locks (RedisLocks) -------------------------------------------
 
@@ -446,10 +374,11 @@ return 0
 TAKE_BODY = """
 -- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
 -- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
--- KEYS[4..7] run, quarantine, lost, clock and ARGV[4..6] lossless,
--- pause, checked (GUARD). Answers {line or false, lines in flight elsewhere,
--- seconds to wait before asking again, now, run, lost, clock}.
-local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, {ARGV[4], ARGV[5], ARGV[6]})
+-- KEYS[4..7] run, quarantine, lost, clock and ARGV[4..9] lossless,
+-- pause, checked, seen, young, token (GUARD). Answers {line or false, lines
+-- in flight elsewhere, seconds to wait before asking again, now, run, lost, clock}.
+local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]},
+                {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]})
 local function answer(raw, pending, wait)
   return {raw, pending, f(wait), f(now), g[2], g[3], g[4]}
 end

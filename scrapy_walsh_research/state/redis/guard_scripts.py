@@ -1,0 +1,140 @@
+"""The fleet's guard in Lua: the piece every deciding script of the Redis
+backend runs first (:data:`GUARD`: did Redis lose the fleet's history, and
+can its clock be trusted?), the check of what it needs from Redis
+(:data:`PROBE`), and the guard on its own (:data:`FLEET`). Its Python side is
+:class:`~.connection.FleetGuard`; the scripts that run it are in
+:mod:`.scripts`.
+
+Plain strings, importable without the ``redis`` extra.
+"""
+
+from __future__ import annotations
+
+# -- shared pieces: Redis's clock and the fleet's guard -----------------------
+
+#: Redis's clock, which every script that reads it starts with (the host
+#: clock's PRELUDE builds on it); f() keeps six decimals
+NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function f(x) return string.format('%.6f', x) end
+"""
+
+#: Can the fleet trust what Redis holds, and the clock it holds it on?
+#: Appended to the host clock's ``PRELUDE`` (or :data:`NOW`) by every script
+#: that decides (HELLO, RESERVE, FLEET, the target queue's TAKE). Kept apart so a
+#: change to a script's own logic merges without touching it.
+#:
+#: The fleet's record of Redis (the run key) holds ``<run id>|<token>``: the
+#: Redis process that last held the fleet's records, and a token made when
+#: they were first written. Only the fleet's own records say whether they
+#: survived a restart: a lossless restart keeps them (the old run id), a
+#: Redis that lost them (a lost volume, FLUSHALL, eviction) has none, or has
+#: records another worker made again since (another token). Redis's
+#: persistence config says what it *should* keep, not what it kept.
+GUARD = """
+-- G = {run key, quarantine key, lost key, clock key}
+-- A = {lossless ('1': Redis runs AOF with appendfsync always), pause s,
+--      checked: the server time of this worker's previous answer, found
+--      consistent with its monotonic clock ('' if none),
+--      seen: the run key as this worker last saw it ('' if never),
+--      young s: how long after its start a Redis without the fleet's records
+--      may still be one that lost them, token: for records made now}
+-- Returns {verdict ('' or 'restarted'), run key, lost marker, clock}.
+local function guard(G, A)
+  local info = redis.call('INFO', 'server')
+  local run = string.match(info, 'run_id:(%x+)')
+  local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  local verdict = ''
+  -- every host waits until `since + pause` (a request recorded before the
+  -- loss is at least that old by then), and the fleet's history is unknown
+  -- from now on (the blocklist must not fail open)
+  local function lost(since)
+    local q = since + tonumber(A[2])
+    if q > tonumber(redis.call('GET', G[2]) or '0') then redis.call('SET', G[2], f(q)) end
+    redis.call('SET', G[3], f(now))
+    verdict = 'restarted'
+  end
+  -- no quarantine is set further than `pause` ahead: one that is further
+  -- stands on a clock that stepped back since, and is capped (stored once,
+  -- as the reservation caps a host's times)
+  if tonumber(redis.call('GET', G[2]) or '0') > now + tonumber(A[2]) then
+    redis.call('SET', G[2], f(now + tonumber(A[2])))
+  end
+  local stored = redis.call('GET', G[1])
+  local srun, token = string.match(stored or '', '^([^|]*)|?(.*)$')
+  local function lossless()
+    local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
+    return A[1] == '1' and aof == '1'
+  end
+  if not stored then
+    -- None of the fleet's records: a new fleet, or a Redis that lost them,
+    -- whatever its persistence says. This worker saw them: lost (when, it
+    -- cannot tell: every host waits from now). A Redis only seconds old may
+    -- have lost the records of a fleet whose live workers have not called
+    -- yet: lost (young), so they can publish again what they hold. Without
+    -- AOF always, nothing in Redis vouches for what came before its start.
+    if A[4] ~= '' or up < tonumber(A[5]) then lost(now)
+    elseif not lossless() then lost(now - up) end
+    token = A[6]
+    redis.call('SET', G[1], run .. '|' .. token)
+  elseif A[4] ~= '' and string.match(A[4], '|(.*)$') ~= token then
+    -- the records this worker saw were lost, and made again by another
+    -- worker since (which may have taken Redis for a new fleet's)
+    lost(now)
+  elseif srun ~= run then
+    -- Redis restarted since the fleet last looked, and kept its records.
+    -- Only AOF with appendfsync always keeps every acknowledged write; any
+    -- other Redis may have come back older, which nothing in it says.
+    redis.call('SET', G[1], run .. '|' .. token)
+    if not lossless() then lost(now - up) end
+  end
+  -- the fleet's clock is good up to the latest time a worker checked against
+  -- its own monotonic clock (kept coarse: one write per quarter second at most)
+  local checked, clock = tonumber(A[3]), tonumber(redis.call('GET', G[4]) or '0')
+  if checked and checked <= now and checked > clock + 0.25 then
+    redis.call('SET', G[4], f(checked))
+  end
+  local lost_at, clock_at = redis.call('GET', G[3]) or '', redis.call('GET', G[4]) or ''
+  return {verdict, run .. '|' .. token, lost_at, clock_at}
+end
+"""
+
+
+#: What GUARD reads from ``INFO server``, read as it reads it (inside a
+#: script), once at a worker's start: {run id, uptime} ('' for a field INFO
+#: does not give). A Redis that refuses it (INFO renamed away, an ACL without
+#: +info, scripts refused) cannot show the fleet a restart.
+PROBE = """
+local info = redis.call('INFO', 'server')
+return {string.match(info, 'run_id:(%x+)') or '',
+        string.match(info, 'uptime_in_seconds:(%d+)') or ''}
+"""
+
+
+FLEET = (
+    NOW
+    + GUARD
+    + """
+-- The guard alone, for a worker's heartbeat and the blocklist's
+-- question "is the fleet's history whole?". With ARGV[7] (a step of Redis's
+-- clock this worker measured): hosts last contacted in [ARGV[8], now) wait
+-- until ARGV[7] seconds from now, and the clock counts as checked from now.
+-- KEYS run, quarantine, lost, clock, clock quarantine; ARGV[1..6] lossless,
+-- pause, checked, seen, young, token (GUARD)
+local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4]},
+                {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
+if ARGV[7] ~= '' then
+  local u, lo = now + tonumber(ARGV[7]), tonumber(ARGV[8])
+  local old = redis.call('GET', KEYS[5])
+  if old then
+    local ou, olo = string.match(old, '([^|]+)|([^|]+)|')
+    u, lo = math.max(u, tonumber(ou)), math.min(lo, tonumber(olo))
+  end
+  redis.call('SET', KEYS[5], f(u) .. '|' .. f(lo) .. '|' .. f(now))
+  redis.call('SET', KEYS[4], f(now))
+  g[4] = f(now)
+end
+return {g[1], f(now), g[2], g[3], g[4]}
+"""
+)
