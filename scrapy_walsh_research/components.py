@@ -59,6 +59,8 @@ SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
 RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
 RECORD_PIPELINE_ORDER = 100
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
+#: drops a request whose URL is longer than URLLENGTH_LIMIT, with no record
+SCRAPY_URL_LENGTH_MW = "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware"
 
 
 def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:

@@ -8,9 +8,12 @@ import re
 
 import pytest
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research.core.target_list import MAX_LINE_CHARS, read_list
 from scrapy_walsh_research.records import OUTCOMES
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.sandbox.crawl import crawl_spider
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 from tests.conftest import TDMREP, base_settings, crawl
 
@@ -71,7 +74,8 @@ async def test_exactly_one_record_per_line_with_metadata_and_no_body(server, tmp
     assert got[4]["reason"] and got[5]["status"] == 404
     assert all(BODY.decode() not in str(v) for i in got for v in i.values())
     assert all(i["outcome"] in OUTCOMES for i in got)
-    assert "line 4: not an http(s) URL" in caplog.text and "line 5" in caplog.text
+    assert "line 4 is invalid (not an absolute http(s) URL)" in caplog.text
+    assert "line 5 is invalid" in caplog.text
     assert res.stats["walsh/outcome/invalid"] == 2
     assert [h.path for h in server.origin.hits_for("t.test")] == [
         "/robots.txt", TDMREP, "/page", "/gone"]  # fmt: skip
@@ -119,3 +123,123 @@ def test_item_concurrency_is_one_unless_the_project_sets_it(project, expected):
     settings = {} if project is None else {"CONCURRENT_ITEMS": project}
     crawler = get_crawler(TargetsSpider, settings_dict=settings)
     assert crawler.settings.getint("CONCURRENT_ITEMS") == expected
+
+
+#: The list format (docs/quickstart.rst), as a table: a file's bytes -> every
+#: line that gets a record, (number, URL or text, why it is invalid or None).
+LIST_FORMAT = {
+    "a byte-order mark is not part of line 1": (
+        b"\xef\xbb\xbfhttp://a.test/x\n",
+        [(1, "http://a.test/x", None)],
+    ),
+    "CRLF, CR and LF line ends alike": (
+        b"http://a.test/1\r\nhttp://a.test/2\rhttp://a.test/3\n\nhttp://a.test/5",
+        [(1, "http://a.test/1", None), (2, "http://a.test/2", None),
+         (3, "http://a.test/3", None), (5, "http://a.test/5", None)],
+    ),
+    "a note after whitespace is not sent": (
+        b"http://a.test/x  # the news feed\nhttp://a.test/y\t#tab\n",
+        [(1, "http://a.test/x", None), (2, "http://a.test/y", None)],
+    ),
+    "a # right after the URL is its fragment": (
+        b"http://a.test/guide#install\nhttp://a.test/guide#install # note\n",
+        [(1, "http://a.test/guide#install", None), (2, "http://a.test/guide#install", None)],
+    ),
+    "comments and blank lines get no record": (
+        b"# heading\n   # indented\n \t \n\nhttp://a.test/x\n",
+        [(5, "http://a.test/x", None)],
+    ),
+    "leading and trailing whitespace is dropped": (
+        b"   http://a.test/x \t \n",
+        [(1, "http://a.test/x", None)],
+    ),
+    "whitespace inside: two URLs on a line, or a space": (
+        b"http://a.test/x http://a.test/y\nhttp://a.test/a b\n",
+        [(1, "http://a.test/x http://a.test/y", "whitespace inside the URL"),
+         (2, "http://a.test/a b", "whitespace inside the URL")],
+    ),
+    "a control character": (b"http://a.test/\x00x\n", [(1, "http://a.test/\x00x", "control")]),
+    "not UTF-8": (b"http://a.test/\xff\xfe\n", [(1, "http://a.test/\ufffd\ufffd", "not UTF-8")]),
+    "not an http(s) URL": (
+        b"ftp://a.test/f\nexample.org/page\n<html>\n",
+        [(1, "ftp://a.test/f", "not an absolute http(s) URL"),
+         (2, "example.org/page", "not an absolute http(s) URL"),
+         (3, "<html>", "not an absolute http(s) URL")],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LIST_FORMAT))
+def test_the_list_format(tmp_path, case):
+    data, expected = LIST_FORMAT[case]
+    path = tmp_path / "urls.txt"
+    path.write_bytes(data)
+    got = [(line.number, line.text, line.invalid) for line in read_list(path)]
+    assert [(n, t) for n, t, _ in got] == [(n, t) for n, t, _ in expected]
+    for (_, _, why), (_, _, want) in zip(got, expected, strict=True):
+        assert (why is None) if want is None else (want in str(why)), (why, want)
+
+
+def test_a_huge_line_is_invalid_read_in_bounded_pieces_and_the_next_lines_keep_their_numbers(
+    tmp_path,
+):
+    path = tmp_path / "urls.txt"
+    huge = "http://a.test/" + "x" * (3 * MAX_LINE_CHARS)
+    path.write_text(f"http://a.test/1\n{huge}\nhttp://a.test/3\n{huge}")
+    got = [(line.number, line.invalid) for line in read_list(path)]
+    assert [n for n, _ in got] == [1, 2, 3, 4]
+    assert got[0][1] is None and got[2][1] is None
+    assert f"a line of {len(huge) + 1} characters" in got[1][1]
+    assert f"a line of {len(huge)} characters" in got[3][1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_line_of_a_careless_list_gets_exactly_one_record(server, tmp_path):
+    """A BOM, CRLF, a note, a URL longer than URLLENGTH_LIMIT (Scrapy's
+    UrlLengthMiddleware would drop it without a trace), stray text, a
+    fragment duplicate: one record each, and only real targets are sent."""
+    o = server.origin
+    o.route("t.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    o.route("t.test", "/page", Reply(200, "ok"))
+    o.route("t.test", "/feed", Reply(200, "ok"))
+    page, feed = server.url("t.test", "/page"), server.url("t.test", "/feed")
+    long_url = server.url("t.test", "/long?q=" + "a" * 2100)
+    lines = [
+        "\ufeff" + page,
+        f"{feed}   # the news feed",
+        long_url,
+        "not a url",
+        "<html><body>pasted page</body></html>",
+        page + "#top",
+        "# a comment",
+        "",
+        "http://t.test/a b",
+    ]
+    path = tmp_path / "urls.txt"
+    path.write_bytes("\r\n".join(lines).encode() + b"\r\n")
+    settings = base_settings(server, tmp_path / "s")
+    items, crawler = await deferred_from_coro(crawl_spider(TargetsSpider, settings, list=str(path)))
+    got = sorted(items, key=lambda i: i["line"])
+    assert [(i["line"], i["outcome"]) for i in got] == [
+        (1, "fetched"), (2, "fetched"), (3, "invalid"), (4, "invalid"), (5, "invalid"),
+        (6, "duplicate"), (9, "invalid"),
+    ]
+    assert got[0]["url"] == page and got[1]["url"] == feed
+    assert "URLLENGTH_LIMIT (2083)" in got[2]["reason"] and got[2]["url"] == long_url
+    assert all("not an absolute http(s) URL" in i["reason"] for i in got[3:5])
+    assert "whitespace" in got[6]["reason"]
+    assert [h.path for h in server.origin.hits_for("t.test")] == [
+        "/robots.txt", TDMREP, "/page", "/feed"]  # fmt: skip
+    assert crawler.stats.get_value("walsh/outcome/invalid") == 4
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_url_within_a_raised_urllength_limit_is_fetched(server, tmp_path):
+    """The bundle refuses exactly what Scrapy would not send: URLLENGTH_LIMIT."""
+    o = server.origin
+    o.route("t.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    long_url = server.url("t.test", "/long?q=" + "a" * 2100)
+    o.route("t.test", "/long", Reply(200, "ok"))
+    settings = base_settings(server, tmp_path / "s", URLLENGTH_LIMIT=4096)
+    res = await crawl(settings, [long_url], tmp_path)
+    assert [i["outcome"] for i in res.items] == ["fetched"]

@@ -1,0 +1,126 @@
+"""The declared list (``urls.txt``): its format, and the one reader of it.
+
+One target per line. The file is UTF-8, and line ends may be LF, CRLF or CR.
+On each line:
+
+* leading and trailing whitespace is dropped, and a byte-order mark at its
+  start (Windows editors write one at the start of a file);
+* a blank line, or one whose first character is ``#``, is a comment;
+* `` #`` (a ``#`` after whitespace) starts a note that runs to the end of
+  the line: ``https://example.org/feed.xml  # the news feed``. A ``#`` right
+  after URL characters is the URL's own fragment (``/guide#install``), which
+  is never sent (dedup ignores it too);
+* what is left must be one absolute http(s) URL with a host, with no
+  whitespace or control character in it, at most :data:`MAX_LINE_CHARS`.
+
+Comments get no record; every other line gets exactly one, and a line that
+breaks a rule above gets an ``invalid`` record saying which (the crawl goes
+on). How long a URL the crawl will fetch is Scrapy's ``URLLENGTH_LIMIT``
+(2083 by default), checked by the spider, which knows the setting.
+
+Written by hand: a list of URLs has no library, and the rules (a note vs a
+fragment, a bounded line) are ours to state.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scrapy_walsh_research.core.urls import is_http_url
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+#: A longer line is invalid, and no more of it is held in memory than this.
+#: Far above any URL a server accepts (Scrapy's URLLENGTH_LIMIT is 2083; a
+#: project may raise it), far below what a stray binary file's "line" can be.
+MAX_LINE_CHARS = 64 * 1024
+#: An invalid line's text is kept in its record up to this many characters.
+MAX_KEPT_CHARS = 2048
+#: A note starts at a ``#`` that follows whitespace.
+_NOTE = re.compile(r"\s#")
+#: what the decoder puts for each byte that is not UTF-8 (``surrogateescape``)
+_NOT_UTF8 = re.compile("[\udc80-\udcff]")
+_BOM = "\ufeff"
+
+
+@dataclass(frozen=True)
+class ListLine:
+    """One line that is not a comment: its number (from 1), its URL (or,
+    for an invalid line, its text, cut to :data:`MAX_KEPT_CHARS`), and why
+    it is invalid (None for a line to fetch)."""
+
+    number: int
+    text: str
+    invalid: str | None = None
+
+
+def read_list(path: Path) -> Iterator[ListLine]:
+    """Every line of the list at *path* that is not a comment, in order.
+
+    Reads line by line, never more than :data:`MAX_LINE_CHARS` of one line
+    at a time, so a file of any size (or one that is no list at all) is read
+    in bounded memory. ``utf-8-sig`` drops a byte-order mark at the start;
+    universal newlines read LF, CRLF and CR alike; a byte that is not UTF-8
+    is kept as a stand-in character, so its line is reported, not the file.
+    """
+    with path.open(encoding="utf-8-sig", errors="surrogateescape", newline=None) as lines:
+        number = 0
+        while True:
+            text = lines.readline(MAX_LINE_CHARS + 1)
+            if not text:
+                return
+            number += 1
+            if len(text) <= MAX_LINE_CHARS or text.endswith("\n"):
+                line = parse_line(number, text)
+                if line is not None:
+                    yield line
+                continue
+            size = len(text)
+            head = text[:MAX_KEPT_CHARS]
+            while not text.endswith("\n"):
+                text = lines.readline(MAX_LINE_CHARS)
+                if not text:
+                    break
+                size += len(text)
+            yield ListLine(
+                number,
+                _printable(head),
+                f"a line of {size} characters, longer than the {MAX_LINE_CHARS} a line may have",
+            )
+
+
+def parse_line(number: int, text: str) -> ListLine | None:
+    """Line *number*, *text* as read, as a target, an invalid line, or None
+    for a comment or a blank line."""
+    # a byte-order mark also starts a line where two lists were joined (cat)
+    text = text.strip().lstrip(_BOM).strip()
+    if not text or text.startswith("#"):
+        return None
+    note = _NOTE.search(text)
+    if note is not None:
+        text = text[: note.start()].rstrip()
+    if _NOT_UTF8.search(text):
+        return ListLine(number, _printable(text[:MAX_KEPT_CHARS]), "not UTF-8 text")
+    problem = url_problem(text)
+    return ListLine(number, text[:MAX_KEPT_CHARS] if problem else text, problem)
+
+
+def _printable(text: str) -> str:
+    """*text* with each byte that was not UTF-8 shown as U+FFFD."""
+    return _NOT_UTF8.sub("\ufffd", text)
+
+
+def url_problem(text: str) -> str | None:
+    """Why *text* (a line without its note) is not a target to fetch, or None."""
+    if not is_http_url(text):
+        return "not an absolute http(s) URL"
+    if any(ch.isspace() for ch in text):
+        return "whitespace inside the URL: one URL per line (a space in a URL is %20)"
+    if any(unicodedata.category(ch) == "Cc" for ch in text):
+        return "a control character inside the URL"
+    return None
