@@ -35,7 +35,7 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied, deny
+from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import FlightBusy, state_for
@@ -296,7 +296,7 @@ class OriginDocuments(Generic[E]):
                 if refused is not None:
                     return refused
             self.stats.inc_value(f"walsh/{self.kind}/fetch")
-            why = f"{self.document} fetch failed: {exc}"
+            why = f"{self.document} fetch failed: {failure_reason(exc)}"
             return await self._unreachable(origin, previous, None, why)
         self.stats.inc_value(f"walsh/{self.kind}/fetch")
         self.stats.inc_value(f"walsh/{self.kind}/status/{response.status}")

@@ -8,9 +8,14 @@ import re
 
 import pytest
 import pytest_twisted
+from OpenSSL import SSL
+from scrapy.exceptions import DownloadFailedError
 from scrapy.utils.defer import deferred_from_coro
+from twisted.python.failure import Failure
+from twisted.web.client import ResponseNeverReceived
 
 from scrapy_walsh_research.core.target_list import MAX_LINE_CHARS, read_list
+from scrapy_walsh_research.errors import failure_reason
 from scrapy_walsh_research.records import OUTCOMES
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.crawl import crawl_spider
@@ -243,3 +248,42 @@ async def test_a_url_within_a_raised_urllength_limit_is_fetched(server, tmp_path
     settings = base_settings(server, tmp_path / "s", URLLENGTH_LIMIT=4096)
     res = await crawl(settings, [long_url], tmp_path)
     assert [i["outcome"] for i in res.items] == ["fetched"]
+
+
+def tls_error() -> SSL.Error:
+    """What OpenSSL itself raises when a TLS client is answered in plain HTTP."""
+    client = SSL.Connection(SSL.Context(SSL.TLS_METHOD), None)
+    client.set_connect_state()
+    with pytest.raises(SSL.WantReadError):
+        client.do_handshake()
+    client.bio_write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    with pytest.raises(SSL.Error) as raised:
+        client.do_handshake()
+    return raised.value
+
+
+def as_scrapy_raises_it(cause: BaseException) -> DownloadFailedError:
+    """Scrapy 2.19: ``raise DownloadFailedError(str(e)) from e`` for Twisted's
+    ResponseNeverReceived, whose text is the repr of its Failures."""
+    wrapped = ResponseNeverReceived([Failure(cause)])
+    error = DownloadFailedError(str(wrapped))
+    error.__cause__ = wrapped
+    return error
+
+
+def test_a_tls_failure_is_written_as_words_not_a_repr():
+    error = as_scrapy_raises_it(tls_error())
+    assert "twisted.python.failure.Failure" in str(error)  # what the record used to carry
+    assert failure_reason(error) == "no response: TLS error: wrong version number"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_dropped_connection_is_recorded_as_words_not_a_repr(server, tmp_path):
+    o = server.origin
+    o.route("t.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    o.route("t.test", "/drop", Reply(200, "x", drop=True))
+    settings = base_settings(server, tmp_path / "s", WALSH_RETRY_TIMES=0)
+    res = await crawl(settings, [server.url("t.test", "/drop")], tmp_path)
+    (record,) = res.items
+    assert record["outcome"] == "failed"
+    assert record["reason"] == "no response: ConnectionDone: Connection was closed cleanly."

@@ -33,7 +33,7 @@ from scrapy_walsh_research.components import SCRAPY_URL_LENGTH_MW, enabled, is_s
 from scrapy_walsh_research.core.target_list import ListLine, read_list, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.errors import WalshDenied, failure_reason
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import (
@@ -425,7 +425,7 @@ class TargetsSpider(scrapy.Spider):
         elif (too_large := self.size_cap.reason(request, exc)) is not None:
             info["error"] = too_large
         else:
-            info["error"] = f"{type(exc).__name__}: {exc}"
+            info["error"] = failure_reason(exc)
         record["llms_txt"] = info
         yield self._emit(record)
 
@@ -475,7 +475,7 @@ class TargetsSpider(scrapy.Spider):
                 **target,
                 outcome="failed",
                 final_url=final_url,
-                reason=f"{type(exc).__name__}: {exc}",
+                reason=failure_reason(exc),
             )
 
     @staticmethod
