@@ -8,6 +8,7 @@ the words a record, a log line or the audit log should carry.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -58,6 +59,37 @@ class WalshConfigurationError(RuntimeError):
     Deliberately *not* :class:`~scrapy.exceptions.NotConfigured`: Scrapy treats
     that as "disable this component" and would crawl without the gate.
     """
+
+
+class WalshUsageError(ValueError):
+    """A user's slip the crawl cannot start with (a missing list file, a
+    spider argument missing): :func:`refuse_start` reports it in one line."""
+
+
+def refuse_start(log: logging.Logger, message: str) -> NoReturn:
+    """Stop a crawl that cannot start because of how it was called: one ERROR
+    line saying what to do, no traceback, and ``scrapy crawl`` exits 1.
+
+    Scrapy 2.19's ``AsyncCrawlerProcess`` (what ``scrapy crawl`` runs on the
+    asyncio reactor) re-raises a start-up error in its crawl task and leaves
+    it there, so asyncio prints "Task exception was never retrieved" and the
+    traceback at exit; having said it in one line, the error is retrieved
+    here. Scrapy still sets ``bootstrap_failed``, hence the exit code
+    (``tests/test_targets_spider.py`` runs the command).
+    """
+    log.error(message)
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a direct call (tests) raises as usual
+        task = None
+    if task is not None:
+        task.add_done_callback(_retrieve)
+    raise WalshUsageError(message)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def deny(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import pytest_twisted
@@ -91,6 +94,34 @@ def test_a_missing_list_is_a_clear_error(tmp_path):
         TargetsSpider()
     with pytest.raises(ValueError, match="does not exist"):
         TargetsSpider(list=str(tmp_path / "nope.txt"))
+    with pytest.raises(ValueError, match="is not a file"):
+        TargetsSpider(list=str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-a", "list=nope.txt"], "URL list 'nope.txt' does not exist."),
+        ([], "needs one URL list: scrapy crawl targets -a list=FILE"),
+    ],
+)
+def test_scrapy_crawl_with_a_missing_list_says_so_in_one_line_and_fails(tmp_path, args, says):
+    """A user's slip: one ERROR line, exit 1, no traceback (Scrapy's crawl task
+    would print asyncio's "Task exception was never retrieved" and one)."""
+    scrapy = str(Path(sys.executable).parent / "scrapy")
+    subprocess.run([scrapy, "startproject", "shop"], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+    project = tmp_path / "shop"
+    settings_py = project / "shop" / "settings.py"
+    settings_py.write_text(
+        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
+    )
+    run = subprocess.run([scrapy, "crawl", "targets", *args], cwd=project, capture_output=True,
+                         text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 1, run.stderr[-2000:]
+    errors = [line for line in run.stderr.splitlines() if "ERROR" in line or "Error" in line]
+    assert len(errors) == 1 and says in errors[0], run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "never retrieved" not in run.stderr
 
 
 @pytest_twisted.ensureDeferred

@@ -59,6 +59,19 @@ class ListLine:
     invalid: str | None = None
 
 
+def unreadable(path: Path) -> str | None:
+    """Why the list at *path* cannot be read, or None."""
+    if not path.exists():
+        return "does not exist"
+    if not path.is_file():
+        return "is not a file"
+    try:
+        path.open("rb").close()
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None
+
+
 def read_list(path: Path) -> Iterator[ListLine]:
     """Every line of the list at *path* that is not a comment, in order.
 

@@ -30,10 +30,10 @@ from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import SCRAPY_URL_LENGTH_MW, enabled, is_subclass
-from scrapy_walsh_research.core.target_list import ListLine, read_list, url_problem
+from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied, failure_reason
+from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import (
@@ -121,14 +121,17 @@ class TargetsSpider(scrapy.Spider):
     ) -> None:
         super().__init__(**kwargs)
         if bool(list) == bool(redis_key):
-            raise ValueError(
-                "the targets spider needs one URL list: scrapy crawl targets -a list=FILE, "
-                "or -a redis_key=KEY (with WALSH_REDIS_URL) for a list fed through Redis"
+            refuse_start(
+                logger,
+                "The targets spider needs one URL list: scrapy crawl targets -a list=FILE, "
+                "or -a redis_key=KEY (with WALSH_REDIS_URL) for a list fed through Redis.",
             )
         self.list_path = Path(list) if list else None
         self.redis_key = redis_key
-        if self.list_path is not None and not self.list_path.is_file():
-            raise ValueError(f"URL list {str(self.list_path)!r} does not exist or is not a file")
+        if self.list_path is not None:
+            problem = unreadable(self.list_path)
+            if problem is not None:
+                refuse_start(logger, f"URL list {str(self.list_path)!r} {problem}.")
         self._llms_probed: dict[str, int] = {}
         self._feed: RedisFeed | None = None
 
@@ -157,9 +160,10 @@ class TargetsSpider(scrapy.Spider):
         )
         if spider.redis_key:
             if not crawler.settings.get("WALSH_REDIS_URL"):
-                raise ValueError(
+                refuse_start(
+                    logger,
                     f"-a redis_key={spider.redis_key} reads targets from Redis: "
-                    "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
+                    "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0).",
                 )
             from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.target_queue import RedisFeed
