@@ -89,6 +89,30 @@ def test_walsh_attest_prints_the_attestation_from_evidence():
     assert all(doc["requirements"].values())
 
 
+def test_walsh_attest_names_the_blocklist_and_its_https():
+    doc = json.loads(scrapy("walsh-attest").stdout)
+    assert doc["blocklist"] == {
+        "url": "https://wal.sh/.well-known/walsh-research/blocklist.json",
+        "schema_url": "https://wal.sh/.well-known/walsh-research/blocklist.schema.json",
+        "https": True,
+    }
+
+
+def test_walsh_attest_does_not_attest_r3_for_a_blocklist_over_plain_http():
+    """WALSH_BLOCKLIST_ALLOW_HTTP lets a sandbox serve the list over http:
+    nothing then protects its integrity, and R3 is not attested."""
+    url = "http://operator.example/blocklist.json"
+    proc = scrapy("walsh-attest", "-s", f"WALSH_BLOCKLIST_URL={url}",
+                  "-s", "WALSH_BLOCKLIST_ALLOW_HTTP=True")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["blocklist"]["url"] == url and doc["blocklist"]["https"] is False
+    assert doc["requirements"]["R3_operator_blocklist"] is False
+    (reason,) = doc["evidence"]["R3_operator_blocklist"]["reason"]
+    assert f"WALSH_BLOCKLIST_URL={url!r}" in reason and "integrity" in reason
+    assert [k for k, held in doc["requirements"].items() if not held] == ["R3_operator_blocklist"]
+
+
 def test_walsh_attest_is_false_for_a_disabled_gate():
     off = json.dumps({"scrapy_walsh_research.blocklist.BlocklistMiddleware": None})
     proc = scrapy("walsh-attest", "-s", f"DOWNLOADER_MIDDLEWARES={off}")
