@@ -82,7 +82,7 @@ async def test_exactly_one_record_per_line_with_metadata_and_no_body(server, tmp
     assert got[4]["reason"] and got[5]["status"] == 404
     assert all(BODY.decode() not in str(v) for i in got for v in i.values())
     assert all(i["outcome"] in OUTCOMES for i in got)
-    assert "line 4 is invalid (not an absolute http(s) URL)" in caplog.text
+    assert "line 4 is invalid (not an absolute http(s) URL: its scheme is ftp)" in caplog.text
     assert "line 5 is invalid" in caplog.text
     assert res.stats["walsh/outcome/invalid"] == 2
     assert [h.path for h in server.origin.hits_for("t.test")] == [
@@ -194,13 +194,26 @@ LIST_FORMAT = {
         [(1, "http://a.test/x http://a.test/y", "whitespace inside the URL"),
          (2, "http://a.test/a b", "whitespace inside the URL")],
     ),
-    "a control character": (b"http://a.test/\x00x\n", [(1, "http://a.test/\x00x", "control")]),
+    "a control character": (b"http://a.test/\x00x\n", [(1, "http://a.test/\x00x", "U+0000")]),
+    "invisible characters at the ends are dropped, inside they are named": (
+        "\u200bhttp://a.test/x\u2060\nhttp://a.test/in\u200bside\n".encode(),
+        [(1, "http://a.test/x", None), (2, "http://a.test/in\u200bside", "U+200B")],
+    ),
+    "UTF-16 with its byte-order mark (Notepad's 'Unicode')": (
+        "http://a.test/1\r\nhttp://a.test/2\r\n".encode("utf-16"),
+        [(1, "http://a.test/1", None), (2, "http://a.test/2", None)],
+    ),
+    "a note needs whitespace before its #": (
+        b"http://a.test/x# a note\n",
+        [(1, "http://a.test/x# a note", "a note starts at a '#' after whitespace")],
+    ),
     "not UTF-8": (b"http://a.test/\xff\xfe\n", [(1, "http://a.test/\ufffd\ufffd", "not UTF-8")]),
-    "not an http(s) URL": (
-        b"ftp://a.test/f\nexample.org/page\n<html>\n",
-        [(1, "ftp://a.test/f", "not an absolute http(s) URL"),
-         (2, "example.org/page", "not an absolute http(s) URL"),
-         (3, "<html>", "not an absolute http(s) URL")],
+    "not an http(s) URL, and what is missing": (
+        b"ftp://a.test/f\nexample.org/page\n<html>\nhttp://a.test:99999/\n",
+        [(1, "ftp://a.test/f", "not an absolute http(s) URL: its scheme is ftp"),
+         (2, "example.org/page", "no scheme (write https://example.org/page)"),
+         (3, "<html>", "not an absolute http(s) URL"),
+         (4, "http://a.test:99999/", "Port out of range")],
     ),
 }
 
@@ -225,7 +238,7 @@ def test_a_huge_line_is_invalid_read_in_bounded_pieces_and_the_next_lines_keep_t
     got = [(line.number, line.invalid) for line in read_list(path)]
     assert [n for n, _ in got] == [1, 2, 3, 4]
     assert got[0][1] is None and got[2][1] is None
-    assert f"a line of {len(huge) + 1} characters" in got[1][1]
+    assert f"a line of {len(huge)} characters" in got[1][1]
     assert f"a line of {len(huge)} characters" in got[3][1]
 
 
@@ -267,6 +280,13 @@ async def test_every_line_of_a_careless_list_gets_exactly_one_record(server, tmp
     assert [h.path for h in server.origin.hits_for("t.test")] == [
         "/robots.txt", TDMREP, "/page", "/feed"]  # fmt: skip
     assert crawler.stats.get_value("walsh/outcome/invalid") == 4
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_list_of_only_comments_says_so(server, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        res = await crawl(base_settings(server, tmp_path / "s"), ["# to do", ""], tmp_path)
+    assert res.items == [] and "has no targets: only comments and blank lines" in caplog.text
 
 
 @pytest_twisted.ensureDeferred

@@ -290,6 +290,9 @@ class TargetsSpider(scrapy.Spider):
     async def start(self) -> AsyncIterator[Any]:
         # a thread: a list of 10^6 lines takes seconds to count (5 us a line)
         await maybe_deferred_to_future(deferToThread(self._count_targets))
+        if self.targets_total == 0:
+            logger.warning("URL list %r has no targets: only comments and blank lines",
+                           str(self.list_path))  # fmt: skip
         seen: dict[str, int] = {}
         read = 0
         async for line, source, scope, ticket in self._lines():
