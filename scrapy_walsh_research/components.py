@@ -89,6 +89,15 @@ def uses_frontier(settings: BaseSettings) -> bool:
     return is_subclass(loaded(settings["SCHEDULER"]), FRONTIER)
 
 
+def url_length_limit(settings: BaseSettings) -> int:
+    """The longest URL the crawl sends: ``URLLENGTH_LIMIT`` while Scrapy's
+    ``UrlLengthMiddleware`` (or a subclass) is enabled, else 0 (no limit)."""
+    middlewares = enabled(settings, "SPIDER_MIDDLEWARES")
+    if any(is_subclass(cls, SCRAPY_URL_LENGTH_MW) for cls in middlewares):
+        return settings.getint("URLLENGTH_LIMIT")
+    return 0
+
+
 #: the gates whose class lives in an internal module and is exported at the
 #: path users write (the blocklist gate is defined in blocklist.middleware)
 _EXPORTED = (BLOCKLIST_MW,)

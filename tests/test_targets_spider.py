@@ -283,6 +283,20 @@ async def test_every_line_of_a_careless_list_gets_exactly_one_record(server, tmp
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_file_that_is_no_list_gets_its_records_without_a_warning_per_line(
+    server, tmp_path, caplog
+):
+    """A binary passed by mistake has hundreds of "lines": each gets its
+    invalid record, and the log names the first 20, then says it stops."""
+    lines = [f"\x7fELF junk {i}" for i in range(25)]
+    with caplog.at_level(logging.WARNING, logger="scrapy_walsh_research.spiders.targets"):
+        res = await crawl(base_settings(server, tmp_path / "s"), lines, tmp_path)
+    assert [i["outcome"] for i in res.items] == ["invalid"] * 25
+    said = [r.getMessage() for r in caplog.records if "invalid" in r.getMessage()]
+    assert len(said) == 21 and said[-1].startswith("20 invalid lines: further ones are not logged")
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_list_of_only_comments_says_so(server, tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         res = await crawl(base_settings(server, tmp_path / "s"), ["# to do", ""], tmp_path)

@@ -29,7 +29,7 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.bounds import cache_size
-from scrapy_walsh_research.components import SCRAPY_URL_LENGTH_MW, enabled, is_subclass
+from scrapy_walsh_research.components import url_length_limit
 from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
@@ -80,6 +80,8 @@ FEED_LOOKAHEAD_MAX = 32
 #: bodies up to this size are read on the reactor: at about 5 s per MiB in
 #: the worst case (junk read leniently), 8 KiB stays near 40 ms
 INLINE_PARSE_BYTES = 8 * 1024
+#: Invalid lines logged one by one; past it they are only counted (and recorded).
+MAX_INVALID_LOGGED = 20
 #: Longest exception text kept in a record.
 MAX_ERROR_TEXT = 200
 #: start() hands the reactor back after this many lines. With one request
@@ -96,15 +98,6 @@ def _ticket(ticket: dict[str, str] | None) -> dict[str, Any]:
     return {TICKET_KEY: ticket} if ticket is not None else {}
 
 
-def url_length_limit(settings: BaseSettings) -> int:
-    """The longest URL the crawl sends: ``URLLENGTH_LIMIT`` while Scrapy's
-    ``UrlLengthMiddleware`` (or a subclass) is enabled, else 0 (no limit)."""
-    middlewares = enabled(settings, "SPIDER_MIDDLEWARES")
-    if any(is_subclass(cls, SCRAPY_URL_LENGTH_MW) for cls in middlewares):
-        return settings.getint("URLLENGTH_LIMIT")
-    return 0
-
-
 class TargetsSpider(scrapy.Spider):
     name = "targets"
     #: records carry the cadence (RecordPipeline), not the responses
@@ -114,6 +107,7 @@ class TargetsSpider(scrapy.Spider):
     probe_llms: bool
     only_new: bool
     list_lookahead: int = defaults.WALSH_LIST_LOOKAHEAD
+    _invalid_logged: int = 0
     _url_length_limit: int = 0
 
     def __init__(
@@ -302,10 +296,7 @@ class TargetsSpider(scrapy.Spider):
             lineno, text = line.number, line.text
             request, invalid = self._target_request(line, ticket)
             if request is None:
-                logger.warning(
-                    "%(file)s line %(line)d is invalid (%(reason)s): %(text)r",
-                    {"file": source, "line": lineno, "reason": invalid, "text": text[:200]},
-                )
+                self._log_invalid(source, lineno, str(invalid), text)
                 yield self._record(
                     line=lineno,
                     url=text,
@@ -328,6 +319,21 @@ class TargetsSpider(scrapy.Spider):
                 )
                 continue
             yield request
+
+    def _log_invalid(self, source: str, lineno: int, reason: str, text: str) -> None:
+        """A WARNING per invalid line, up to :data:`MAX_INVALID_LOGGED`: a file
+        that is no list at all (a binary passed by mistake) gives hundreds."""
+        self._invalid_logged += 1
+        if self._invalid_logged <= MAX_INVALID_LOGGED:
+            logger.warning(
+                "%(file)s line %(line)d is invalid (%(reason)s): %(text)r",
+                {"file": source, "line": lineno, "reason": reason, "text": text[:200]},
+            )
+        if self._invalid_logged == MAX_INVALID_LOGGED:
+            logger.warning(
+                "%(n)d invalid lines: further ones are not logged; each still gets its "
+                "record, and walsh/outcome/invalid counts them", {"n": MAX_INVALID_LOGGED},
+            )  # fmt: skip
 
     def _target_request(
         self, line: ListLine, ticket: dict[str, str] | None
