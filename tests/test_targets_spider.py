@@ -98,6 +98,14 @@ def test_a_missing_list_is_a_clear_error(tmp_path):
         TargetsSpider(list=str(tmp_path))
 
 
+def test_a_list_under_the_home_folder_is_found_when_the_shell_left_the_tilde(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "urls.txt").write_text("http://a.test/\n")
+    assert TargetsSpider(list="~/urls.txt").list_path == tmp_path / "urls.txt"
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

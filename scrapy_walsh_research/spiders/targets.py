@@ -120,7 +120,7 @@ class TargetsSpider(scrapy.Spider):
                 "The targets spider needs one URL list: scrapy crawl targets -a list=FILE, "
                 "or -a redis_key=KEY (with WALSH_REDIS_URL) for a list fed through Redis.",
             )
-        self.list_path = Path(list) if list else None
+        self.list_path = Path(list).expanduser() if list else None  # -a list=~/urls.txt
         self.redis_key = redis_key
         if self.list_path is not None:
             problem = unreadable(self.list_path)
