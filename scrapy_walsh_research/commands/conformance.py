@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 EXPECTED_WARNINGS = (
     "walsh-conformance: the sandbox injects faults on purpose (list lines that are no URL, "
     "a robots.txt answering 503, forged internal markers, a Retry-After beyond the maximum, "
-    "the blocklist down, invalid or unusable across restarts); the WARNING lines below are "
-    "those faults being handled. Whether each was handled right is the table's PASS/FAIL."
+    "the blocklist down, invalid or unusable across restarts): the WARNING lines about them "
+    "are expected, and whether each was handled right is its row's PASS or FAIL."
 )
 
 
