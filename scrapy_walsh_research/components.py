@@ -59,6 +59,8 @@ SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
 RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
 RECORD_PIPELINE_ORDER = 100
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
+#: drops a request whose URL is longer than URLLENGTH_LIMIT, with no record
+SCRAPY_URL_LENGTH_MW = "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware"
 
 
 def enabled_downloader_middlewares(settings: BaseSettings) -> dict[Any, int]:
@@ -85,6 +87,15 @@ def is_subclass(cls: Any, path: str) -> bool:
 def uses_frontier(settings: BaseSettings) -> bool:
     """Whether the scheduler is the per-host frontier (it can take a paced request back)."""
     return is_subclass(loaded(settings["SCHEDULER"]), FRONTIER)
+
+
+def url_length_limit(settings: BaseSettings) -> int:
+    """The longest URL the crawl sends: ``URLLENGTH_LIMIT`` while Scrapy's
+    ``UrlLengthMiddleware`` (or a subclass) is enabled, else 0 (no limit)."""
+    middlewares = enabled(settings, "SPIDER_MIDDLEWARES")
+    if any(is_subclass(cls, SCRAPY_URL_LENGTH_MW) for cls in middlewares):
+        return settings.getint("URLLENGTH_LIMIT")
+    return 0
 
 
 #: the gates whose class lives in an internal module and is exported at the

@@ -1,16 +1,26 @@
-"""Exceptions shared by the gates.
+"""Exceptions shared by the gates, and failures put into words.
 
 A denial is an :class:`~scrapy.exceptions.IgnoreRequest` so Scrapy routes it
 to the request's errback; it carries the rule that decided, so the record and
-the stats can name it.
+the stats can name it. :func:`failure_reason` says why a download failed in
+the words a record, a log line or the audit log should carry.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from OpenSSL import SSL
 from scrapy.exceptions import IgnoreRequest
+from twisted.python.failure import Failure
+from twisted.web.client import (
+    RequestGenerationFailed,
+    RequestTransmissionFailed,
+    ResponseFailed,
+    ResponseNeverReceived,
+)
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -51,6 +61,37 @@ class WalshConfigurationError(RuntimeError):
     """
 
 
+class WalshUsageError(ValueError):
+    """A user's slip the crawl cannot start with (a missing list file, a
+    spider argument missing): :func:`refuse_start` reports it in one line."""
+
+
+def refuse_start(log: logging.Logger, message: str) -> NoReturn:
+    """Stop a crawl that cannot start because of how it was called: one ERROR
+    line saying what to do, no traceback, and ``scrapy crawl`` exits 1.
+
+    Scrapy 2.19's ``AsyncCrawlerProcess`` (what ``scrapy crawl`` runs on the
+    asyncio reactor) re-raises a start-up error in its crawl task and leaves
+    it there, so asyncio prints "Task exception was never retrieved" and the
+    traceback at exit; having said it in one line, the error is retrieved
+    here. Scrapy still sets ``bootstrap_failed``, hence the exit code
+    (``tests/test_targets_spider.py`` runs the command).
+    """
+    log.error(message)
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: a direct call (tests) raises as usual
+        task = None
+    if task is not None:
+        task.add_done_callback(_retrieve)
+    raise WalshUsageError(message)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def deny(
     crawler: Crawler,
     log: logging.Logger,
@@ -71,3 +112,40 @@ def deny(
         extra={"spider": crawler.spider},
     )
     raise WalshDenied(rule, reason, outcome=outcome, record=record, lasting=lasting)
+
+
+#: Twisted's HTTP client reports a failed exchange as one of these, holding
+#: the Failures that caused it in ``reasons``; its own text is that list's
+#: repr (``[<twisted.python.failure.Failure OpenSSL.SSL.Error: ...>]``).
+#: Scrapy 2.19 raises ``DownloadFailedError(str(e)) from e`` for a
+#: ``ResponseFailed``, so the wrapper is the cause.
+_WRAPPERS = (ResponseFailed, RequestGenerationFailed, RequestTransmissionFailed)
+
+
+def failure_reason(exc: BaseException | None) -> str:
+    """Why a download failed, as a person reads it: the causes Twisted wrapped
+    (``no response: TLS error: wrong version number``), never a repr."""
+    if exc is None:
+        return "failed, no cause given"
+    for wrapper in (exc, exc.__cause__):
+        if isinstance(wrapper, _WRAPPERS):
+            if isinstance(wrapper, ResponseNeverReceived):
+                what = "no response"
+            elif isinstance(wrapper, ResponseFailed):
+                what = "response cut short"
+            else:
+                what = "request not sent"
+            failures = [f.value for f in wrapper.reasons if isinstance(f, Failure)]
+            causes = [_one(value) for value in failures if value is not None]
+            return f"{what}: {'; '.join(dict.fromkeys(causes)) or 'no cause given'}"
+    return _one(exc)
+
+
+def _one(exc: BaseException) -> str:
+    if isinstance(exc, SSL.Error):
+        # pyOpenSSL: args[0] is OpenSSL's error queue, (library, function, reason) each
+        queue = exc.args[0] if exc.args and isinstance(exc.args[0], list) else []
+        details = [str(item[-1]) for item in queue if isinstance(item, tuple) and item]
+        return f"TLS error: {', '.join(details) or str(exc) or 'handshake failed'}"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -42,7 +42,7 @@ from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied, deny
+from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import FlightBusy, state_for
@@ -331,7 +331,7 @@ class OriginDocuments(Generic[E]):
                 if refused is not None:
                     return refused
             self.stats.inc_value(f"walsh/{self.kind}/fetch")
-            why = f"fetch failed ({type(exc).__name__}: {str(exc)[:MAX_WHY]})"
+            why = f"fetch failed ({failure_reason(exc)[:MAX_WHY]})"
             # a network failure passes; a refusal the site's setup causes
             # (too many redirects, a hop into a blocked host) does not,
             # unless a gate says it passes by itself

@@ -51,7 +51,7 @@ from scrapy_walsh_research.adaptive import (
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.errors import WalshConfigurationError, deny
+from scrapy_walsh_research.errors import WalshConfigurationError, deny, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.per_crawler import per_crawler
@@ -473,8 +473,7 @@ class PacingMiddleware:
         if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
             await self.pacer.note_answer(host, exception=exception)
         await self._commit(request)
-        error = f"{type(exception).__name__}: {exception}"
-        await self.audit.answered(request, error=error, hold=hold)
+        await self.audit.answered(request, error=failure_reason(exception), hold=hold)
 
     def _sent_at(self, request: Request) -> float | None:
         """When *request* left (its wire stamp, else its reservation), or None

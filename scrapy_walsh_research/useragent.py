@@ -2,7 +2,10 @@
 
 Scrapy's ``UserAgentMiddleware`` uses ``setdefault``, so a header set on a
 request wins. This gate *overwrites*, and the start-up check keeps it the
-last downloader middleware, so nothing can change the value after it.
+last downloader middleware, so nothing can change the value after it. A
+project's own ``USER_AGENT`` (or a ``User-Agent`` in
+``DEFAULT_REQUEST_HEADERS``) is therefore never sent: the gate says so once,
+at start-up, rather than replace it in silence.
 """
 
 from __future__ import annotations
@@ -10,16 +13,33 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy.settings import SETTINGS_PRIORITIES
+
 from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.preflight import check_configuration
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 _UA = USER_AGENT.encode()
+
+
+def overridden(settings: BaseSettings) -> list[tuple[str, str]]:
+    """The User-Agent settings a project set that the gate will replace:
+    (setting, value). Scrapy's own default, never chosen, is not one."""
+    found = []
+    if settings.getpriority("USER_AGENT") != SETTINGS_PRIORITIES["default"]:
+        value = settings.get("USER_AGENT")
+        if value != USER_AGENT:
+            found.append(("USER_AGENT", value))
+    for name, value in settings.getdict("DEFAULT_REQUEST_HEADERS").items():
+        if str(name).lower() == "user-agent" and value != USER_AGENT:
+            found.append((f"DEFAULT_REQUEST_HEADERS[{name!r}]", value))
+    return found
 
 
 class UserAgentMiddleware:
@@ -29,6 +49,13 @@ class UserAgentMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
+        for setting, value in overridden(crawler.settings):
+            logger.warning(
+                "%(setting)s=%(value)r is not sent: R1 requires every request to carry exactly "
+                "the bot's identity, %(ua)r, so the R1 gate replaces it on every request. "
+                "Remove it from your settings.",
+                {"setting": setting, "value": value, "ua": USER_AGENT},
+            )
         return cls(crawler)
 
     def process_request(self, request: Request) -> None:

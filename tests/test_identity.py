@@ -371,6 +371,36 @@ def test_walsh_keys_generate_writes_a_private_key_only_its_owner_reads(tmp_path)
     assert again.returncode != 0 and "never overwritten" in again.stderr
 
 
+def in_a_fresh_folder(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "scrapy"), *args],
+        cwd=folder, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_readmes_walsh_keys_generate_makes_the_keys_folder(tmp_path):
+    run = in_a_fresh_folder(tmp_path, "walsh-keys", "generate", "keys/walsh.pem")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert os.stat(tmp_path / "keys").st_mode & 0o777 == 0o700
+    assert os.stat(tmp_path / "keys" / "walsh.pem").st_mode & 0o777 == 0o600
+    load_key(tmp_path / "keys" / "walsh.pem")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("walsh-keys", "generate", "a-file/walsh.pem"), "cannot write a key to a-file/walsh.pem"),
+        (("walsh-keys", "directory", "-s", "WALSH_SIGNING_KEY=nope.pem"), "cannot be read"),
+    ],
+)
+def test_a_slip_with_walsh_keys_is_one_clear_line_and_no_traceback(tmp_path, args, says):
+    (tmp_path / "a-file").write_text("")
+    run = in_a_fresh_folder(tmp_path, *args)
+    assert run.returncode != 0
+    assert says in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert len([line for line in run.stderr.splitlines() if "error" in line]) == 1, run.stderr
+
+
 def test_the_directory_publishes_public_keys_whose_kid_is_the_keyid_signed_by_each_key(tmp_path):
     new, old = tmp_path / "new.pem", tmp_path / "old.pem"
     generate_key(new), generate_key(old)

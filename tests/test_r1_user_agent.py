@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import pytest
 import pytest_twisted
 import scrapy
 
@@ -84,3 +86,29 @@ async def test_without_the_r1_gate_a_spider_header_reaches_the_wire(
     )
     await crawl(settings, urls[:1], tmp_path, spidercls=SpoofingSpider)
     assert server.origin.hits_for("ua.test", "/page")[0].user_agent == "Spoofed/9.9"
+
+
+@pytest.mark.parametrize(
+    ("project", "warned"),
+    [
+        ({"USER_AGENT": "shop (+http://www.yourdomain.com)"}, "USER_AGENT='shop (+http://www.yourdomain.com)'"),
+        ({"DEFAULT_REQUEST_HEADERS": {"User-Agent": "shop/1.0"}}, "DEFAULT_REQUEST_HEADERS['User-Agent']='shop/1.0'"),
+        ({}, None),
+        ({"USER_AGENT": USER_AGENT}, None),
+    ],
+)
+@pytest_twisted.ensureDeferred
+async def test_a_projects_own_user_agent_is_replaced_with_one_warning_naming_the_setting(
+    server, tmp_path, caplog, project, warned
+):
+    urls = serve_mixed_site(server)
+    settings = base_settings(server, tmp_path / "state", **project)
+    with caplog.at_level(logging.WARNING, logger="scrapy_walsh_research.useragent"):
+        await crawl(settings, urls[:1], tmp_path)
+    said = [r.getMessage() for r in caplog.records if "is not sent" in r.getMessage()]
+    if warned is None:
+        assert said == []
+    else:
+        assert len(said) == 1 and said[0].startswith(warned), said
+        assert USER_AGENT in said[0] and "Remove it from your settings" in said[0]
+    assert {h.user_agent for h in server.origin.hits} == {USER_AGENT}

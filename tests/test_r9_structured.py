@@ -4,6 +4,7 @@ metadata with real parsers; never parse HTML; never request what is found."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest_twisted
@@ -204,3 +205,22 @@ async def test_the_llms_probe_obeys_robots_txt_and_can_be_turned_off(server, tmp
     assert "llms_txt" not in off.items[0]
     assert server.origin.hits_for("closed.test", "/llms.txt") == []
     assert server.origin.hits_for("off.test", "/llms.txt") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_reading_markdown_does_not_flood_the_log_at_scrapys_default_debug_level(
+    server, tmp_path, caplog
+):
+    """markdown-it logs every block rule it tries at DEBUG (1,455 of 1,593
+    lines for one 15 KB page): the bundle that brings it in quiets it."""
+    page = "\n\n".join(f"## Part {i}\n\nSee [item {i}](/item/{i}) and *more*." for i in range(300))
+    server.origin.route(
+        "md.test", "/big", Reply(200, page, {"Content-Type": "text/markdown; charset=utf-8"})
+    )
+    settings = base_settings(server, tmp_path / "s", LOG_LEVEL="DEBUG")
+    with caplog.at_level(logging.DEBUG):
+        res = await crawl(settings, [server.url("md.test", "/big")], tmp_path)
+    (rec,) = res.items
+    assert rec["structured"] == "markdown" and len(rec["headings"]) == 300
+    assert len(page) > 15_000
+    assert [r for r in caplog.records if r.name.startswith("markdown_it")] == []

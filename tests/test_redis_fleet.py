@@ -24,7 +24,10 @@ from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.conftest import (
+    TDMREP,
     ProcessCrawl,
+    base_settings,
+    crawl_feed,
     gaps,
     redis_settings,
     sleep,
@@ -470,6 +473,27 @@ async def test_the_same_list_enqueued_twice_is_fetched_once_per_cadence(
     for i in range(6):
         assert len(server.origin.hits_for(f"c{i}.test", "/p/0")) == 1
     assert sorted(r["outcome"] for r in got).count("fetched") == 6
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_enqueued_list_is_read_as_the_spider_reads_a_file(server, redis_server, tmp_path):
+    """The list format through Redis: the BOM, CRLF and a note are read away,
+    a stray line and an over-long URL reach a worker with their reason and
+    get their invalid record there."""
+    (page,) = site(server, "f.test", 1)
+    shared = redis_settings(redis_server)
+    path = tmp_path / "urls.txt"
+    lines = [f"{page}   # a note", "see the site", page + "?q=" + "x" * 2100]
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")
+    enqueue(redis_server.url, "targets", path, prefix=shared["WALSH_REDIS_PREFIX"])
+    settings = base_settings(server, tmp_path / "s", **shared)
+    res = await deferred_from_coro(crawl_feed(settings, "targets"))
+    got = sorted(res.items, key=lambda r: r["line"])
+    assert [(r["line"], r["outcome"]) for r in got] == [
+        (1, "fetched"), (2, "invalid"), (3, "invalid")]  # fmt: skip
+    assert got[0]["url"] == page and "not an absolute http(s) URL" in got[1]["reason"]
+    assert "URLLENGTH_LIMIT" in got[2]["reason"]
+    assert [h.path for h in server.origin.hits_for("f.test")] == ["/robots.txt", TDMREP, "/p/0"]
 
 
 # -- liveness -------------------------------------------------------------------------

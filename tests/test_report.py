@@ -115,7 +115,7 @@ async def test_the_report_shows_in_a_browser_what_the_origin_saw(server, tmp_pat
     gap, interval = (float(c.split(" s")[0]) for c in cells)
     assert interval >= 2.9 and gap >= interval - 0.001, cells
     # the denial, with its reason; the robots.txt version in force
-    (denial,) = re.findall(r'<tr class="denial">(.*?)</tr>', dom, re.S)
+    (denial,) = re.findall(r'<tr class="denied">(.*?)</tr>', dom, re.S)
     assert "/private" in denial and ">R2<" in denial and "robots.txt" in denial
     robots = server.origin.hits_for("r.test", "/robots.txt")
     assert len(robots) == 1 and re.search(r"<td class=\"mono\">[0-9a-f]{64}</td>", dom)
@@ -130,7 +130,7 @@ async def test_the_report_names_the_blocklist_entry_that_denied_a_host(server, t
     await crawl(base_settings(server, state), world(server), tmp_path)
     data = json.loads(walsh_report(state, "--host", "no.test", "--json", cwd=tmp_path).stdout)
     assert data["requests"] == []  # not one request reached no.test ...
-    assert [d["rule"] for d in data["denials"]] == ["R3"]  # ... and why
+    assert [d["rule"] for d in data["not_fetched"]] == ["R3"]  # ... and why
     assert data["blocklist_entries"] == ["no.test"]
 
 
@@ -147,7 +147,34 @@ async def test_the_summary_links_every_host_to_its_page(server, tmp_path):
         page = (out.parent / href).read_text()
         assert f'<span id="host">{host}</span>' in page
     r_test = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", dom, re.S) if ">r.test<" in r)
-    assert re.findall(r'<td class="n">([^<]*)</td>', r_test)[:2] == ["6", "1"]
+    # requests, targets denied, skipped or failed
+    assert re.findall(r'<td class="n">([^<]*)</td>', r_test)[:3] == ["6", "1", "0"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_report_counts_denials_apart_from_404s_and_r8_skips(server, tmp_path):
+    """A 404 and a target not due (R8) are not denials: the report names
+    what each count counts."""
+    server.origin.route("c.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /private\n"))
+    server.origin.route("c.test", "/a", Reply(200, "ok"))
+    server.origin.route("c.test", "/gone", Reply(404, "no"))
+    state = tmp_path / "state"
+    first = [server.url("c.test", p) for p in ("/a", "/gone", "/private")]
+    settings = base_settings(server, state, WALSH_RUN_INTERVAL=86400)
+    await crawl(settings, first, tmp_path / "1")
+    await crawl(settings, first[:1], tmp_path / "2")  # /a is not due again: skipped, R8
+    printed = walsh_report(state, "--host", "c.test", "--out", "c.html", cwd=tmp_path).stdout
+    assert "targets not fetched: 1 denied, 2 skipped or failed" in printed
+    data = json.loads(walsh_report(state, "--host", "c.test", "--json", cwd=tmp_path).stdout)
+    assert data["not_fetched_by_outcome"] == {"denied (R2)": 1, "failed": 1, "skipped (R8)": 1}
+    page = (tmp_path / "c.html").read_text()
+    assert text_of(page, "denied-count") == "1"
+    assert text_of(page, "not-fetched-count") == "denied (R2) 1, failed 1, skipped (R8) 1"
+    walsh_report(state, "--out", "all.html", cwd=tmp_path)
+    summary = (tmp_path / "all.html").read_text()
+    assert '<th class="n">targets denied</th><th class="n">skipped or failed</th>' in summary
+    row = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", summary, re.S) if ">c.test<" in r)
+    assert re.findall(r'<td class="n">([^<]*)</td>', row)[:3] == ["4", "1", "2"]
 
 
 def entry(event: str, t: float, **fields: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ Exit code 0 only when every MUST holds. Needs no network.
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
@@ -14,6 +15,15 @@ from scrapy_walsh_research.commands._runner import run_conformance_blocking
 
 if TYPE_CHECKING:
     import argparse
+
+#: said on stderr before the run: the sandbox's faults are deliberate, and the
+#: warnings they cause would otherwise read as problems of the project
+EXPECTED_WARNINGS = (
+    "walsh-conformance: the sandbox injects faults on purpose (list lines that are no URL, "
+    "a robots.txt answering 503, forged internal markers, a Retry-After beyond the maximum, "
+    "the blocklist down, invalid or unusable across restarts): the WARNING lines about them "
+    "are expected, and whether each was handled right is its row's PASS or FAIL."
+)
 
 
 class Command(ScrapyCommand):
@@ -30,6 +40,7 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
+        print(EXPECTED_WARNINGS, file=sys.stderr, flush=True)
         report = run_conformance_blocking(self.settings)
         print(json.dumps(report.as_dict(), indent=2) if opts.json else report.table())
         self.exitcode = 0 if report.must_pass else 1

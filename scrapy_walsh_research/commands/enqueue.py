@@ -10,6 +10,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research.core.target_list import unreadable
 from scrapy_walsh_research.state.redis.target_queue import enqueue
 
 if TYPE_CHECKING:
@@ -46,8 +47,9 @@ class Command(ScrapyCommand):
                 "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
             )
         path = Path(args[0])
-        if not path.is_file():
-            raise UsageError(f"URL list {args[0]!r} does not exist or is not a file")
+        problem = unreadable(path)
+        if problem is not None:
+            raise UsageError(f"URL list {args[0]!r} {problem}")
         key = (
             opts.key
             or self.settings.get("WALSH_REDIS_TARGETS_KEY")

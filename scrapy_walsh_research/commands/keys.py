@@ -21,6 +21,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity.signing import (
     directory_response,
     generate_key,
@@ -63,12 +64,15 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         if not args:
             raise UsageError("say what to do: generate PATH, directory or attestation-keys")
+        try:
+            self._run(args, opts)
+        except WalshConfigurationError as exc:  # a key that cannot be read: say so, no traceback
+            raise UsageError(str(exc), print_help=False) from None
+
+    def _run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
         if args[0] == "generate" and len(args) == 2:
-            try:
-                key = generate_key(args[1])
-            except FileExistsError as exc:
-                raise UsageError(f"{args[1]} exists: a key is never overwritten") from exc
-            print(f"{args[1]}: new Ed25519 key (0600), keyid {public_jwk(key)['kid']}")
+            self._generate(Path(args[1]))
             return
         if args[0] == "directory" and len(args) == 1:
             self._directory(opts)
@@ -81,6 +85,25 @@ class Command(ScrapyCommand):
             print(json.dumps(jwks, separators=(",", ":")))
             return
         raise UsageError(f"unknown: {' '.join(args)}; see scrapy walsh-keys -h")
+
+    @staticmethod
+    def _generate(path: Path) -> None:
+        """A new key at *path*; its folder is made (0700) if missing, as
+        ``generate keys/walsh.pem`` in a fresh project expects."""
+        cannot = f"cannot write a key to {path}"
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise UsageError(f"{cannot}: {path.parent} is not a folder") from None
+        except OSError as exc:
+            raise UsageError(f"{cannot}: {exc.strerror or exc}") from None
+        try:
+            key = generate_key(path)
+        except FileExistsError:
+            raise UsageError(f"{path} exists: a key is never overwritten") from None
+        except OSError as exc:
+            raise UsageError(f"{cannot}: {exc.strerror or exc}") from None
+        print(f"{path}: new Ed25519 key (0600), keyid {public_jwk(key)['kid']}")
 
     def _directory(self, opts: argparse.Namespace) -> None:
         assert self.settings is not None

@@ -101,7 +101,8 @@ class Command(ScrapyCommand):
         smallest = evidence.smallest_gap
         print(
             f"{out}: {len(evidence.requests)} requests to {host} and its subdomains, "
-            f"{len(evidence.denials)} denials, smallest gap "
+            f"targets not fetched: {len(evidence.denied)} denied, "
+            f"{len(evidence.not_fetched) - len(evidence.denied)} skipped or failed; smallest gap "
             f"{'—' if smallest is None else f'{smallest.gap:.3f} s'}, "
             f"{len(evidence.under)} under the interval"
         )

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy_walsh_research import __version__, components, defaults, preflight
 from scrapy_walsh_research.core.contract import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity.signing import Signer
-from scrapy_walsh_research.options import declared_purposes
+from scrapy_walsh_research.options import declared_purposes, operator_urls
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -90,6 +91,7 @@ def _enabled(settings: BaseSettings) -> dict[str, int]:
 def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> dict[str, Any]:
     enabled = _enabled(settings)
     problems = preflight.problems(settings)
+    blocklist, unprotected = _blocklist(settings)
     requirements: dict[str, bool] = {}
     evidence: dict[str, Any] = {}
     for key, (rule, gates, rows) in REQUIREMENTS.items():
@@ -103,6 +105,8 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
             reasons.append(
                 f"WALSH_RUN_INTERVAL={settings.getfloat('WALSH_RUN_INTERVAL')} is below a day"
             )
+        if key == "R3_operator_blocklist":
+            reasons += unprotected
         item: dict[str, Any] = {
             "components": {c: enabled.get(c) for c in gates},
             "conformance": "not run (pass --conformance)",
@@ -131,6 +135,7 @@ def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> d
         "user_agent": USER_AGENT,
         "settings_sha256": settings_hash(settings),
         "purposes": _purposes(settings),
+        "blocklist": blocklist,
         "requirements": requirements,
         "evidence": evidence,
         # what the start-up check refuses that no requirement above names:
@@ -152,6 +157,28 @@ def holds(doc: dict[str, Any]) -> bool:
         and not doc["refused"]
         and doc["conformance_must_pass"] is not False
     )
+
+
+def _blocklist(settings: BaseSettings) -> tuple[dict[str, Any], list[str]]:
+    """The operator blocklist the bot honours (its URL and its schema's),
+    and why R3 cannot be attested when they do not come over https: nothing
+    then protects the list's integrity, and anyone on the path could drop an
+    opt-out from it (or, through the schema, keep a new list from adoption)."""
+    url, schema_url = operator_urls(settings)
+    named = {"WALSH_BLOCKLIST_URL": url, "WALSH_BLOCKLIST_SCHEMA_URL": schema_url}
+    plain = [f"{k}={v!r}" for k, v in named.items() if urlsplit(v).scheme.lower() != "https"]
+    doc: dict[str, Any] = {"url": url, "schema_url": schema_url, "https": not plain}
+    if not plain:
+        return doc, []
+    if settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP"):
+        why = (
+            f"{' and '.join(plain)}: not https (WALSH_BLOCKLIST_ALLOW_HTTP=True, for a local "
+            "sandbox), so nothing protects the list's integrity: anyone on the path can "
+            "remove an opt-out"
+        )
+    else:
+        why = f"{' and '.join(plain)}: not https, so the blocklist gate refuses to start"
+    return doc, [why]
 
 
 def _purposes(settings: BaseSettings) -> list[str] | dict[str, str]:

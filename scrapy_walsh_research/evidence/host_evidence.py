@@ -1,7 +1,8 @@
 """What the bot did to a host, read from the audit log alone.
 
 Every request sent to a host and its subdomains with its time, path, status,
-User-Agent and keyid; every denial and its reason; each robots.txt version in
+User-Agent and keyid; every target not fetched (denied, skipped, failed) and
+why; each robots.txt version in
 force and when; the blocklist versions and the R3 decisions; purges; and, per
 exact host (pacing is per host), the gap between consecutive requests against
 the interval that applied then and what set it: the floor (1 s), the
@@ -24,8 +25,13 @@ from urllib.parse import urlsplit
 #: a measured gap may fall short of the interval by this much and still be
 #: kept: the log's times are wall clock, pacing's monotonic
 TOLERANCE_S = 0.001
-#: outcomes that are not a denial or a failure
+#: outcomes of a target that was fetched; every other one was not
 FETCHED = ("fetched", "not_modified")
+#: outcomes where a rule or the site said no: an opt-out (robots.txt, the
+#: blocklist), a usage preference, the bot's scope. The rest not fetched were
+#: skipped (R4/R5/R8, a duplicate line) or failed (an HTTP error such as 404,
+#: a network failure), which no one denied
+DENIED = ("denied", "withheld")
 
 
 @dataclass
@@ -87,8 +93,23 @@ class HostEvidence:
     waits: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def denials(self) -> list[dict[str, Any]]:
+    def not_fetched(self) -> list[dict[str, Any]]:
+        """Every target decision but a fetch: denied, skipped or failed."""
         return [d for d in self.decisions if d.get("outcome") not in FETCHED]
+
+    @property
+    def denied(self) -> list[dict[str, Any]]:
+        """The targets a rule or the site said no to (:data:`DENIED`)."""
+        return [d for d in self.decisions if d.get("outcome") in DENIED]
+
+    def not_fetched_by_outcome(self) -> dict[str, int]:
+        """How many targets were not fetched, by outcome and rule
+        (``denied (R2)``, ``skipped (R8)``, ``failed``)."""
+        counts: dict[str, int] = {}
+        for d in self.not_fetched:
+            key = str(d.get("outcome")) + (f" ({d['rule']})" if d.get("rule") else "")
+            counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items()))
 
     @property
     def gaps(self) -> list[Sent]:
@@ -173,7 +194,8 @@ class HostEvidence:
         return {
             "host": self.host,
             "requests": [r.as_json() for r in self.requests],
-            "denials": self.denials,
+            "not_fetched": self.not_fetched,
+            "not_fetched_by_outcome": self.not_fetched_by_outcome(),
             "decisions": len(self.decisions),
             "robots_versions": self.robots_versions(),
             "blocklist_versions": self.blocklist_versions(),

@@ -4,7 +4,7 @@ page a site owner can open (``scrapy walsh-report``).
 ``--host HOST`` gives one page of what
 :mod:`~scrapy_walsh_research.evidence.host_evidence` gathers for HOST and its
 subdomains: the facts, a chart of the gaps against the interval that applied,
-and the tables of requests, denials, robots.txt and blocklist versions,
+and the tables of requests, targets not fetched, robots.txt, blocklist versions,
 waits for a document a failure left unknown, stated preferences and purges.
 A site owner sees the bot slow down when their server struggled. Without
 ``--host``: a summary of every host linking to one page per host.
@@ -136,7 +136,10 @@ def _facts(ev: HostEvidence) -> str:
     return (
         '<dl class="facts">'
         f'<dt>requests sent</dt><dd id="request-count">{len(ev.requests)}</dd>'
-        f'<dt>denials</dt><dd id="denial-count">{len(ev.denials)}</dd>'
+        f'<dt>targets denied (a rule or the site said no)</dt>'
+        f'<dd id="denied-count">{len(ev.denied)}</dd>'
+        f'<dt>targets not fetched, by outcome</dt><dd id="not-fetched-count">'
+        f"{esc(_counts(ev)) or 0}</dd>"
         f'<dt>smallest gap</dt><dd id="smallest-gap">{_seconds(smallest.gap if smallest else None)}'
         + (
             f' <span class="note">(before {esc(smallest.path)} at {esc(smallest.ts)}, interval '
@@ -149,6 +152,10 @@ def _facts(ev: HostEvidence) -> str:
         f'class="{"bad" if under else "ok"}">{len(under)}</dd>'
         "</dl>"
     )
+
+
+def _counts(ev: HostEvidence) -> str:
+    return ", ".join(f"{k} {n}" for k, n in ev.not_fetched_by_outcome().items())
 
 
 def _table(
@@ -165,6 +172,7 @@ def _table(
     return f"{opening}<thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+NOT_FETCHED_HEADS = ["time (UTC)", "target", "outcome", "rule", "reason"]
 PREFERENCE_HEADS = ["source", "signal", "value", "scope", "speaks about", "first seen (UTC)",
                     "what the bot did"]  # fmt: skip
 WAIT_HEADS = ["time (UTC)", "document", "what happened", "last answer", "tries", "next try",
@@ -191,8 +199,8 @@ def _wait_row(wait: dict[str, Any]) -> str:
 
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
     """One host's page. Long because it writes the page's sections in the
-    order they appear (requests, denials, documents, preferences, purges):
-    read top to bottom."""
+    order they appear (requests, targets not fetched, documents, preferences,
+    purges): read top to bottom."""
     rows = []
     for r in ev.requests:
         answer = str(r.status) if r.status is not None else (r.error or "—")
@@ -205,11 +213,11 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
             f'<td class="mono">{esc(r.user_agent or "—")}</td>'
             f'<td class="mono">{esc(r.keyid or "unsigned")}</td></tr>'
         )
-    denials = [
-        f'<tr class="denial"><td class="mono">{esc(str(d.get("ts")))}</td>'
+    not_fetched = [
+        f'<tr class="{esc(str(d.get("outcome")))}"><td class="mono">{esc(str(d.get("ts")))}</td>'
         f'<td class="mono">{esc(str(d.get("url")))}</td><td>{esc(str(d.get("outcome")))}</td>'
         f"<td>{esc(str(d.get('rule') or ''))}</td><td>{esc(str(d.get('reason') or ''))}</td></tr>"
-        for d in ev.denials
+        for d in ev.not_fetched
     ]
     robots = [
         f'<tr><td class="mono">{esc(v["origin"])}</td><td class="mono">{esc(v["sha256"])}</td>'
@@ -262,8 +270,11 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         '<th class="n">interval</th><th>set by</th><th>User-Agent</th><th>keyid</th></tr>'
         "</thead><tbody>"
         + "".join(rows)
-        + "</tbody></table><h2>Denials</h2>"
-        + _table(["time (UTC)", "target", "outcome", "rule", "reason"], denials, "none", "denials")
+        + "</tbody></table><h2>Targets not fetched</h2><p class=\"note\">Denied (a rule or the "
+        "site said no: robots.txt, the operator blocklist, a usage preference), skipped (not "
+        "due, R8; the host held or given up, R4/R5; a duplicate line) or failed (an HTTP "
+        "error such as 404, a network failure).</p>"
+        + _table(NOT_FETCHED_HEADS, not_fetched, "none", "not-fetched")
         + "<h2>robots.txt</h2><p>Versions in force (by sha256 of the file):</p>"
         + _table(
             ["origin", "sha256", "first", "last", "requests"], robots, "none recorded", n_cols=1
@@ -309,7 +320,8 @@ def summary_page(hosts: dict[str, HostEvidence], link_dir: str, *, since: str | 
         rows.append(
             f'<tr class="host{" under" if ev.under else ""}">'
             f'<td><a href="{esc(link_dir)}/{esc(host_file(host))}">{esc(host)}</a></td>'
-            f'<td class="n">{len(ev.requests)}</td><td class="n">{len(ev.denials)}</td>'
+            f'<td class="n">{len(ev.requests)}</td><td class="n">{len(ev.denied)}</td>'
+            f'<td class="n">{len(ev.not_fetched) - len(ev.denied)}</td>'
             f'<td class="n">{_seconds(smallest.gap if smallest else None)}</td>'
             f'<td class="n">{len(ev.under)}</td></tr>'
         )
@@ -320,7 +332,8 @@ def summary_page(hosts: dict[str, HostEvidence], link_dir: str, *, since: str | 
         f'<dt>requests sent</dt><dd id="request-count">'
         f"{sum(len(h.requests) for h in hosts.values())}</dd></dl>"
         '<table id="hosts"><thead><tr><th>host</th><th class="n">requests</th>'
-        '<th class="n">denials</th><th class="n">smallest gap</th>'
+        '<th class="n">targets denied</th><th class="n">skipped or failed</th>'
+        '<th class="n">smallest gap</th>'
         '<th class="n">under the interval</th></tr></thead><tbody>'
         + "".join(rows)
         + "</tbody></table>"

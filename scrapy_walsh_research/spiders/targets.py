@@ -2,10 +2,12 @@
 
 ``scrapy crawl targets -a list=urls.txt``, or, with ``WALSH_REDIS_URL``, any
 number of workers running ``scrapy crawl targets -a redis_key=targets`` on a
-list pushed by ``scrapy walsh-enqueue urls.txt``. Blank lines and ``#``
+list pushed by ``scrapy walsh-enqueue urls.txt`` (the format:
+:mod:`~scrapy_walsh_research.core.target_list`). Blank lines and ``#``
 comments are skipped; every other line yields exactly one record, whatever
-happens to it: a body no parser can read, a parser that fails, a response
-past ``DOWNLOAD_MAXSIZE`` each give the line its record with the reason.
+happens to it: a line that is no URL or one longer than ``URLLENGTH_LIMIT``,
+a body no parser can read, a parser that fails, a response past
+``DOWNLOAD_MAXSIZE`` each give the line its record with the reason.
 Bodies are parsed in a worker thread, so a slow parse never holds the reactor.
 """
 
@@ -20,8 +22,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import scrapy
-from scrapy import signals
-from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
@@ -29,9 +29,11 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.components import url_length_limit
+from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied
+from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import (
@@ -41,15 +43,15 @@ from scrapy_walsh_research.records import (
     response_metadata,
 )
 from scrapy_walsh_research.retry import GAVE_UP_META
+from scrapy_walsh_research.spiders.size_cap import SizeCap
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.state.redis.target_queue import list_lines
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from scrapy import Request
-    from scrapy.http import Headers, Response
+    from scrapy.http import Response
     from scrapy.settings import BaseSettings
     from twisted.python.failure import Failure
     from typing_extensions import Self
@@ -78,10 +80,8 @@ FEED_LOOKAHEAD_MAX = 32
 #: bodies up to this size are read on the reactor: at about 5 s per MiB in
 #: the worst case (junk read leniently), 8 KiB stays near 40 ms
 INLINE_PARSE_BYTES = 8 * 1024
-#: Content-Length the server announced, and body bytes received so far, of a
-#: target or llms.txt response: they tell a size-cap cancellation from others.
-ANNOUNCED_META = "walsh_announced_length"
-RECEIVED_META = "walsh_received_bytes"
+#: Invalid lines logged one by one; past it they are only counted (and recorded).
+MAX_INVALID_LOGGED = 20
 #: Longest exception text kept in a record.
 MAX_ERROR_TEXT = 200
 #: start() hands the reactor back after this many lines. With one request
@@ -103,23 +103,29 @@ class TargetsSpider(scrapy.Spider):
     #: records carry the cadence (RecordPipeline), not the responses
     commits_cadence = True
     store: StateStore
+    size_cap: SizeCap
     probe_llms: bool
     only_new: bool
     list_lookahead: int = defaults.WALSH_LIST_LOOKAHEAD
+    _invalid_logged: int = 0
+    _url_length_limit: int = 0
 
     def __init__(
         self, list: str | None = None, redis_key: str | None = None, **kwargs: Any
     ) -> None:
         super().__init__(**kwargs)
         if bool(list) == bool(redis_key):
-            raise ValueError(
-                "the targets spider needs one URL list: scrapy crawl targets -a list=FILE, "
-                "or -a redis_key=KEY (with WALSH_REDIS_URL) for a list fed through Redis"
+            refuse_start(
+                logger,
+                "The targets spider needs one URL list: scrapy crawl targets -a list=FILE, "
+                "or -a redis_key=KEY (with WALSH_REDIS_URL) for a list fed through Redis.",
             )
-        self.list_path = Path(list) if list else None
+        self.list_path = Path(list).expanduser() if list else None  # -a list=~/urls.txt
         self.redis_key = redis_key
-        if self.list_path is not None and not self.list_path.is_file():
-            raise ValueError(f"URL list {str(self.list_path)!r} does not exist or is not a file")
+        if self.list_path is not None:
+            problem = unreadable(self.list_path)
+            if problem is not None:
+                refuse_start(logger, f"URL list {str(self.list_path)!r} {problem}.")
         self._llms_probed: dict[str, int] = {}
         self._feed: RedisFeed | None = None
 
@@ -142,13 +148,16 @@ class TargetsSpider(scrapy.Spider):
         spider.list_lookahead = cache_size(
             crawler.settings, "WALSH_LIST_LOOKAHEAD", defaults.WALSH_LIST_LOOKAHEAD
         )
-        crawler.signals.connect(spider._headers_received, signal=signals.headers_received)
-        crawler.signals.connect(spider._bytes_received, signal=signals.bytes_received)
+        spider._url_length_limit = url_length_limit(crawler.settings)
+        spider.size_cap = SizeCap(
+            crawler, lambda r: TARGET_META in r.meta or LLMS_RECORD_META in r.meta
+        )
         if spider.redis_key:
             if not crawler.settings.get("WALSH_REDIS_URL"):
-                raise ValueError(
+                refuse_start(
+                    logger,
                     f"-a redis_key={spider.redis_key} reads targets from Redis: "
-                    "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
+                    "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0).",
                 )
             from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.target_queue import RedisFeed
@@ -156,10 +165,10 @@ class TargetsSpider(scrapy.Spider):
             spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
         return spider
 
-    async def _lines(self) -> AsyncIterator[tuple[int, str, str, str, dict[str, str] | None]]:
-        """(line number, text, list name, dedup scope, feed ticket) of every
-        declared line: a fed line's scope is the batch it was enqueued in, and
-        its ticket acknowledges it once its record is stored."""
+    async def _lines(self) -> AsyncIterator[tuple[ListLine, str, str, dict[str, str] | None]]:
+        """(line, list name, dedup scope, feed ticket) of every declared line:
+        a fed line's scope is the batch it was enqueued in, and its ticket
+        acknowledges it once its record is stored."""
         if self._feed is not None:
             while True:
                 await self._wait_for_room()
@@ -179,18 +188,21 @@ class TargetsSpider(scrapy.Spider):
                 try:
                     item = json.loads(raw)
                     lineno, text = int(item["line"]), str(item["url"])
-                except (ValueError, TypeError, KeyError) as exc:
+                    # enqueued with its reason when the list reader found it
+                    # invalid; checked again here for an item pushed by hand
+                    line = ListLine(lineno, text, item.get("invalid") or url_problem(text))
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:
                     logger.error("Unreadable item in the feed, dropped: %(raw)r (%(exc)s)",
                                  {"raw": raw[:200], "exc": exc})  # fmt: skip
                     await self._feed.drop(raw)
                     continue
                 source = str(item.get("list") or "redis")
                 batch = str(item.get("batch") or source)
-                yield lineno, text, source, batch, self._feed.ticket(raw, batch)
+                yield line, source, batch, self._feed.ticket(raw, batch)
         assert self.list_path is not None
-        for lineno, text in list_lines(self.list_path):
+        for line in read_list(self.list_path):
             await self._wait_for_list_room()
-            yield lineno, text, str(self.list_path), str(self.list_path), None
+            yield line, str(self.list_path), str(self.list_path), None
 
     async def _wait_for_list_room(self) -> None:
         """Read the list only while fewer than ``WALSH_LIST_LOOKAHEAD`` of its
@@ -265,36 +277,38 @@ class TargetsSpider(scrapy.Spider):
         if self.list_path is None:
             return
         total = 0
-        for _, text in list_lines(self.list_path):
+        for line in read_list(self.list_path):
             total += 1
-            if is_http_url(text):
-                self.host_left[url_host(text)] += 1
+            if line.invalid is None:
+                self.host_left[url_host(line.text)] += 1
         self.targets_total = total
 
     async def start(self) -> AsyncIterator[Any]:
         # a thread: a list of 10^6 lines takes seconds to count (5 us a line)
         await maybe_deferred_to_future(deferToThread(self._count_targets))
+        if self.targets_total == 0:
+            logger.warning("URL list %r has no targets: only comments and blank lines",
+                           str(self.list_path))  # fmt: skip
         seen: dict[str, int] = {}
         read = 0
-        async for lineno, text, source, scope, ticket in self._lines():
+        async for line, source, scope, ticket in self._lines():
             read += 1
             if read % START_BURST == 0:
                 await asyncio.sleep(0)  # let the reactor run (see START_BURST)
-            if not is_http_url(text):
-                logger.warning(
-                    "%(file)s line %(line)d: not an http(s) URL, skipped: %(text)r",
-                    {"file": source, "line": lineno, "text": text[:200]},
-                )
+            lineno, text = line.number, line.text
+            request, invalid = self._target_request(line, ticket)
+            if request is None:
+                self._log_invalid(source, lineno, str(invalid), text)
                 yield self._record(
                     line=lineno,
                     url=text,
                     canonical_url=None,
                     outcome="invalid",
-                    reason="not an absolute http(s) URL",
+                    reason=invalid,
                     **_ticket(ticket),
                 )
                 continue
-            canon = canonical_url(text)
+            canon = request.meta[TARGET_META]["canonical_url"]
             first = await self._claim(seen, scope, canon, lineno)
             if first is not None:
                 yield self._record(
@@ -306,16 +320,58 @@ class TargetsSpider(scrapy.Spider):
                     **_ticket(ticket),
                 )
                 continue
-            yield scrapy.Request(
-                text,
+            yield request
+
+    def _log_invalid(self, source: str, lineno: int, reason: str, text: str) -> None:
+        """A WARNING per invalid line, up to :data:`MAX_INVALID_LOGGED`: a file
+        that is no list at all (a binary passed by mistake) gives hundreds."""
+        self._invalid_logged += 1
+        if self._invalid_logged <= MAX_INVALID_LOGGED:
+            logger.warning(
+                "%(file)s line %(line)d is invalid (%(reason)s): %(text)r",
+                {"file": source, "line": lineno, "reason": reason, "text": text[:200]},
+            )
+        if self._invalid_logged == MAX_INVALID_LOGGED:
+            logger.warning(
+                "%(n)d invalid lines: further ones are not logged; each still gets its "
+                "record, and walsh/outcome/invalid counts them", {"n": MAX_INVALID_LOGGED},
+            )  # fmt: skip
+
+    def _target_request(
+        self, line: ListLine, ticket: dict[str, str] | None
+    ) -> tuple[Request | None, str | None]:
+        """The request for a list line, or None and why the line is invalid.
+
+        Every reason a line would get no request is decided here, so the line
+        gets its record: Scrapy's ``UrlLengthMiddleware`` would drop a longer
+        URL than ``URLLENGTH_LIMIT`` from the start requests with no trace.
+        """
+        if line.invalid is not None:
+            return None, line.invalid
+        try:
+            request = scrapy.Request(
+                line.text,
                 callback=self.parse_target,
                 errback=self.target_failed,
-                dont_filter=True,  # dedup is by canonical URL, above
+                dont_filter=True,  # dedup is by canonical URL, in start()
                 meta={
-                    TARGET_META: {"line": lineno, "url": text, "canonical_url": canon},
+                    TARGET_META: {
+                        "line": line.number,
+                        "url": line.text,
+                        "canonical_url": canonical_url(line.text),
+                    },
                     FEED_META: ticket,
                 },
             )
+        except ValueError as exc:  # a URL Scrapy cannot send
+            return None, f"not a URL Scrapy can request ({exc})"
+        limit = self._url_length_limit
+        if limit and len(request.url) > limit:
+            return None, (
+                f"URL of {len(request.url)} characters (as sent), longer than URLLENGTH_LIMIT "
+                f"({limit}): not fetched; raise URLLENGTH_LIMIT to fetch it"
+            )
+        return request, None
 
     async def parse_target(self, response: Response) -> AsyncIterator[Any]:
         target = response.meta[TARGET_META]
@@ -381,10 +437,10 @@ class TargetsSpider(scrapy.Spider):
             info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **exc.record)
         elif isinstance(exc, HttpError):
             info["status"] = exc.response.status
-        elif (too_large := self._too_large(request, exc)) is not None:
+        elif (too_large := self.size_cap.reason(request, exc)) is not None:
             info["error"] = too_large
         else:
-            info["error"] = f"{type(exc).__name__}: {exc}"
+            info["error"] = failure_reason(exc)
         record["llms_txt"] = info
         yield self._emit(record)
 
@@ -427,14 +483,14 @@ class TargetsSpider(scrapy.Spider):
                 **target, outcome=outcome, reason=reason,
                 preferences=request.meta.get(PREFERENCES_META), **meta,
             )  # fmt: skip
-        elif (too_large := self._too_large(request, exc)) is not None:
+        elif (too_large := self.size_cap.reason(request, exc)) is not None:
             yield self._record(**target, outcome="failed", final_url=final_url, reason=too_large)
         else:
             yield self._record(
                 **target,
                 outcome="failed",
                 final_url=final_url,
-                reason=f"{type(exc).__name__}: {exc}",
+                reason=failure_reason(exc),
             )
 
     @staticmethod
@@ -467,57 +523,6 @@ class TargetsSpider(scrapy.Spider):
         else:
             self.crawler.stats.inc_value("walsh/structured/partial")
             logger.info("%(reason)s: %(url)s", {"reason": reason, "url": url})
-
-    def _headers_received(
-        self, headers: Headers, body_length: object, request: Request, **kwargs: Any
-    ) -> None:
-        if TARGET_META in request.meta or LLMS_RECORD_META in request.meta:
-            announced = body_length if isinstance(body_length, int) else None
-            request.meta[ANNOUNCED_META] = announced
-            request.meta[RECEIVED_META] = 0
-
-    def _bytes_received(self, data: bytes, request: Request, **kwargs: Any) -> None:
-        if RECEIVED_META in request.meta:
-            request.meta[RECEIVED_META] += len(data)
-
-    def _too_large(self, request: Request, exc: BaseException | None) -> str | None:
-        """The reason, counted and logged, when Scrapy dropped a response for
-        exceeding DOWNLOAD_MAXSIZE; None for any other failure.
-
-        Scrapy 2.19 reports it three ways: a Content-Length above the cap
-        cancels before the body is read, and a body without one is cancelled
-        once it grows past the cap (both ``DownloadCancelledError``; the
-        announced and received sizes, noted from the ``headers_received`` and
-        ``bytes_received`` signals, tell them from any other cancellation); a
-        compressed body that inflates past the cap is dropped by
-        ``HttpCompressionMiddleware`` with an ``IgnoreRequest`` naming
-        DOWNLOAD_MAXSIZE (its wording is all that tells; checked by
-        ``tests/test_r9_bodies.py``).
-        """
-        limit = request.meta.get(
-            "download_maxsize", self.crawler.settings.getint("DOWNLOAD_MAXSIZE")
-        )
-        if not limit:
-            return None
-        head = f"response larger than DOWNLOAD_MAXSIZE ({limit} bytes): not read"
-        reason = None
-        if isinstance(exc, DownloadCancelledError):
-            announced = request.meta.get(ANNOUNCED_META)
-            if announced is not None and announced > limit:
-                reason = f"{head} (Content-Length: {announced})"
-            elif request.meta.get(RECEIVED_META, 0) > limit:
-                reason = f"{head} (no Content-Length; stopped when the body grew past it)"
-        elif (
-            isinstance(exc, IgnoreRequest)
-            and not isinstance(exc, WalshDenied)
-            and "DOWNLOAD_MAXSIZE" in str(exc)
-            and "decompression" in str(exc)
-        ):
-            reason = f"{head} (once decompressed)"
-        if reason is not None:
-            self.crawler.stats.inc_value("walsh/structured/too_large")
-            logger.warning("%(reason)s: %(url)s", {"reason": reason, "url": request.url})
-        return reason
 
     def _record(self, **fields: Any) -> dict[str, Any]:
         return self._emit(new_record(**fields))

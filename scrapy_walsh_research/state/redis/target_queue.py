@@ -26,11 +26,12 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
     from scrapy_walsh_research.state.redis.connection import RedisConnection
@@ -39,15 +40,6 @@ logger = logging.getLogger(__name__)
 
 #: how long a batch's canonical-URL claims are kept once its last line is taken
 CLAIMS_TTL_S = 7 * 86400
-
-
-def list_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) for every line that is not blank or a ``#`` comment."""
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for lineno, raw in enumerate(lines, 1):
-            text = raw.strip()
-            if text and not text.startswith("#"):
-                yield lineno, text
 
 
 def enqueue(
@@ -62,13 +54,17 @@ def enqueue(
 
     Synchronous on purpose: it runs from a command, with no reactor to block.
     """
-    import redis  # here: the list reader above must work without the redis extra
+    import redis  # here: Scrapy imports walsh-enqueue, so this module, on every command
 
     client = redis.Redis.from_url(url)
     batch = batch or uuid.uuid4().hex
     items = [
-        json.dumps({"line": n, "url": text, "list": str(path), "batch": batch})
-        for n, text in list_lines(path)
+        json.dumps(
+            {"line": line.number, "url": line.text, "list": str(path), "batch": batch}
+            # an invalid line travels with its reason: its worker records it
+            | ({"invalid": line.invalid} if line.invalid else {})
+        )
+        for line in read_list(path)
     ]
     try:
         for i in range(0, len(items), 1000):
