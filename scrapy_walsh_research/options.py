@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research import defaults
-from scrapy_walsh_research.core.preferences import FORBIDDEN_PURPOSES, PURPOSES, TDM
+from scrapy_walsh_research.core.preferences.model import FORBIDDEN_PURPOSES, PURPOSES, TDM
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 

@@ -56,22 +56,22 @@ from scrapy.http import Response
 
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
-from scrapy_walsh_research.core.preferences import (
+from scrapy_walsh_research.core.preferences.model import (
     FROM_HEADER,
     FROM_TDMREP,
     Preference,
     decide,
     denial_reason,
 )
-from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
-from scrapy_walsh_research.core.tdmrep import (
+from scrapy_walsh_research.core.preferences.statements import response_preferences
+from scrapy_walsh_research.core.preferences.tdmrep import (
     TDM_RESERVATION,
     TdmFile,
     parse_tdmrep,
     tdm_file_preferences,
 )
+from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
-from scrapy_walsh_research.core.usage_statements import response_preferences
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.internal import DIRECT, TDMREP

@@ -27,7 +27,7 @@ BLOCKLIST_PATH = "/.well-known/walsh-research/blocklist.json"
 SCHEMA_PATH = "/.well-known/walsh-research/blocklist.schema.json"
 #: fetched once per origin after robots.txt, before its first target (PREF)
 TDMREP = "/.well-known/tdmrep.json"
-SCHEMA_TEXT = Path(__file__).parent.parent / "scrapy_walsh_research/schemas/blocklist.schema.json"
+SCHEMA_TEXT = Path(__file__).parent.parent / "scrapy_walsh_research/core/blocklist/blocklist.schema.json"
 
 
 def blocklist_doc(*domains: str, refresh: str = "PT6H") -> dict[str, Any]:

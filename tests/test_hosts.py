@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 
-from scrapy_walsh_research.core.blocklist_entries import DomainSet, entry_hosts, normalize_entry
+from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, normalize_entry
 from scrapy_walsh_research.core.urls import (
     canonical_url,
     host_variants,

@@ -41,8 +41,10 @@ def test_every_component_path_the_docs_give_is_importable(path):
 
 def test_the_pure_core_loads_neither_scrapy_nor_twisted():
     modules = sorted(
-        f"scrapy_walsh_research.core.{p.stem}" for p in (PACKAGE / "core").glob("[!_]*.py")
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (PACKAGE / "core").rglob("[!_]*.py")
     )
+    assert "scrapy_walsh_research.core.blocklist.child" in modules  # subpackages too
     code = (
         "import sys\n"
         + "".join(f"import {m}\n" for m in modules)

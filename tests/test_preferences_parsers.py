@@ -1,5 +1,5 @@
-"""The usage-preference parsers (scrapy_walsh_research.core.preferences,
-core.tdmrep, core.usage_statements): the four vocabularies as spec tables,
+"""The usage-preference parsers (scrapy_walsh_research.core.preferences.model,
+core.preferences.tdmrep, core.preferences.statements): the four vocabularies as spec tables,
 and property-based tests showing no parser raises on any input a server can
 send."""
 
@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scrapy_walsh_research import defaults
-from scrapy_walsh_research.core import preferences as P
-from scrapy_walsh_research.core import tdmrep as TDM
-from scrapy_walsh_research.core import usage_statements as STMT
+from scrapy_walsh_research.core.preferences import model as P
+from scrapy_walsh_research.core.preferences import statements as STMT
+from scrapy_walsh_research.core.preferences import tdmrep as TDM
 from scrapy_walsh_research.core.robots_policy import RobotsPolicy
 from scrapy_walsh_research.options import purpose_problems
 

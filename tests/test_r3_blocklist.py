@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scrapy_walsh_research.components import BLOCKLIST_MW
-from scrapy_walsh_research.core.blocklist_document import BlocklistError, refresh_seconds
-from scrapy_walsh_research.core.blocklist_entries import DomainSet, normalize_entry
+from scrapy_walsh_research.core.blocklist.document import BlocklistError, refresh_seconds
+from scrapy_walsh_research.core.blocklist.entries import DomainSet, normalize_entry
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import (
@@ -356,7 +356,7 @@ async def test_a_fetched_schema_never_weakens_the_published_one(server, tmp_path
 
 @pytest_twisted.ensureDeferred
 async def test_a_published_schema_that_differs_can_only_add_constraints(server, tmp_path):
-    from scrapy_walsh_research.schemas import bundled_schema
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 
     stricter = bundled_schema()
     stricter["properties"]["operator"]["const"] = "Someone Else"
@@ -552,7 +552,7 @@ def gate(tmp_path_factory: Any) -> Any:
 def reference_valid(doc: Any) -> bool:
     from jsonschema import Draft202012Validator
 
-    from scrapy_walsh_research.schemas import bundled_schema
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 
     validator = Draft202012Validator(
         bundled_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER
@@ -623,8 +623,8 @@ def test_a_schema_format_that_cannot_be_checked_stops_the_crawl_at_start_up(tmp_
     # and with it installed, every format the bundled schema names has a checker
     from jsonschema.validators import validator_for
 
-    from scrapy_walsh_research.core.blocklist_document import REQUIRED_FORMATS
-    from scrapy_walsh_research.schemas import bundled_schema, bundled_schema_text
+    from scrapy_walsh_research.core.blocklist.document import REQUIRED_FORMATS
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema, bundled_schema_text
 
     schema = bundled_schema()
     named = {m.group(1) for m in re.finditer(r'"format":\s*"([^"]+)"', bundled_schema_text())}

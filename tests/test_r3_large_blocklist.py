@@ -16,8 +16,8 @@ import pytest_twisted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scrapy_walsh_research.core.blocklist_document import INLINE_PARSE_BYTES
-from scrapy_walsh_research.core.blocklist_entries import PLAIN_HOST, entry_hosts
+from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES
+from scrapy_walsh_research.core.blocklist.entries import PLAIN_HOST, entry_hosts
 from scrapy_walsh_research.core.urls import host_variants
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl
@@ -120,8 +120,8 @@ def test_the_contract_constrains_an_entry_only_by_what_the_shape_shortcut_looks_
     """If the published schema ever asks more of an entry (a pattern on
     ``domain``, a format on ``reason``), one entry per shape no longer stands
     for the others: this fails, and the shortcut must be looked at again."""
-    from scrapy_walsh_research.core.blocklist_document import ENTRY_SCHEMA_FIELDS
-    from scrapy_walsh_research.schemas import bundled_schema
+    from scrapy_walsh_research.core.blocklist.document import ENTRY_SCHEMA_FIELDS
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 
     items = bundled_schema()["properties"]["blocked"]["items"]
     assert set(items) - {"description"} == ENTRY_SCHEMA_FIELDS
@@ -151,7 +151,7 @@ def test_one_bad_entry_among_thousands_rejects_the_list_and_names_it(bad, why, t
     from scrapy.utils.test import get_crawler
 
     from scrapy_walsh_research.blocklist import BlocklistMiddleware
-    from scrapy_walsh_research.core.blocklist_document import BlocklistError
+    from scrapy_walsh_research.core.blocklist.document import BlocklistError
     from scrapy_walsh_research.spiders.targets import TargetsSpider
 
     crawler = get_crawler(TargetsSpider, {"WALSH_STATE_DIR": str(tmp_path)})
@@ -267,8 +267,8 @@ def test_the_index_file_answers_like_the_entries_it_was_written_from(listed, ask
     import os
     import tempfile
 
-    from scrapy_walsh_research.core.blocklist_entries import DomainSet
-    from scrapy_walsh_research.core.blocklist_index import IndexFile, write_index
+    from scrapy_walsh_research.core.blocklist.entries import DomainSet
+    from scrapy_walsh_research.core.blocklist.index import IndexFile, write_index
 
     entries = {name: {"domain": name, "reason": f"r{i}"} for i, name in enumerate(sorted(listed))}
     fd, path = tempfile.mkstemp()
@@ -299,7 +299,7 @@ def test_a_document_gets_one_verdict_whichever_path_reads_it(document, adopted):
     """Found by review: the child process read a large list with json.loads
     (NaN, 1e400 accepted) and the thread path with ijson (refused): the same
     bytes were adopted or not depending on whether the child ran."""
-    from scrapy_walsh_research.core.blocklist_document import (
+    from scrapy_walsh_research.core.blocklist.document import (
         BlocklistError,
         load_json,
         strict_json,

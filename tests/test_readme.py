@@ -18,15 +18,15 @@ from scrapy.settings import Settings
 from twisted.internet import defer, protocol
 
 from scrapy_walsh_research import USER_AGENT, addon, components
-from scrapy_walsh_research.core.blocklist_document import (
+from scrapy_walsh_research.core.blocklist.document import (
     check_shape,
     load_json,
     schema_validator,
     validate,
 )
+from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 from scrapy_walsh_research.preflight import advice, problems
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.schemas import bundled_schema
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,

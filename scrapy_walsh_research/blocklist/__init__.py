@@ -19,10 +19,10 @@ opt-out.
 - :mod:`.schema`: the bundled schema (the contract) and the published one.
 
 What needs no Scrapy is in the pure core: the document (JSON, the contract,
-``refresh``) in :mod:`scrapy_walsh_research.core.blocklist_document`, the
-entries and the domain set in :mod:`~scrapy_walsh_research.core.blocklist_entries`,
-the index file in :mod:`~scrapy_walsh_research.core.blocklist_index`, and the
-child process in :mod:`~scrapy_walsh_research.core.blocklist_child`.
+``refresh``) in :mod:`scrapy_walsh_research.core.blocklist.document`, the
+entries and the domain set in :mod:`~scrapy_walsh_research.core.blocklist.entries`,
+the index file in :mod:`~scrapy_walsh_research.core.blocklist.index`, and the
+child process in :mod:`~scrapy_walsh_research.core.blocklist.child`.
 """
 
 from scrapy_walsh_research.blocklist.middleware import BlocklistMiddleware

@@ -4,7 +4,7 @@ Everything about a version is computed before it is adopted (JSON, the
 contract's outline, both schemas, ``refresh``, the entries), so that
 adopting it is one step that cannot fail. A small document is built inline.
 A large one is built off the reactor: bytes in a child process
-(:mod:`scrapy_walsh_research.core.blocklist_child`) whose index file is
+(:mod:`scrapy_walsh_research.core.blocklist.child`) whose index file is
 mapped, not rebuilt; a document already parsed, in a thread.
 """
 
@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research.core.blocklist_document import (
+from scrapy_walsh_research.core.blocklist.document import (
     INLINE_PARSE_BYTES,
     BlocklistError,
     check_shape,
     load_json,
     refresh_seconds,
 )
-from scrapy_walsh_research.core.blocklist_entries import DomainSet
-from scrapy_walsh_research.core.blocklist_index import IndexFile
+from scrapy_walsh_research.core.blocklist.entries import DomainSet
+from scrapy_walsh_research.core.blocklist.index import IndexFile
 from scrapy_walsh_research.core.contract import BLOCKLIST_CONTRACT
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 #: a child that takes longer than this is given up (the list in force stays)
 CHILD_TIMEOUT = 600.0
 #: the module the child process runs; it imports only the pure core
-CHILD_MODULE = "scrapy_walsh_research.core.blocklist_child"
+CHILD_MODULE = "scrapy_walsh_research.core.blocklist.child"
 CHILD_CODE = f"from {CHILD_MODULE} import main; main()"
 
 
@@ -127,7 +127,7 @@ class ListBuilder:
 
     def _build_in_child(self, data: bytes, *, url: str, fetched_at: float) -> tuple[Adopted, bytes]:
         """:meth:`_build` for large bytes, run in a thread that only waits on a
-        child process (see :mod:`~scrapy_walsh_research.core.blocklist_child`);
+        child process (see :mod:`~scrapy_walsh_research.core.blocklist.child`);
         the entries come back as an index file, mapped (:class:`IndexFile`),
         not rebuilt. A child that fails without an answer (it could not
         start, was killed) is not a verdict on the list: the document is then

@@ -27,7 +27,7 @@ from scrapy_walsh_research.blocklist.build import ListBuilder
 from scrapy_walsh_research.blocklist.refresh import Refresher
 from scrapy_walsh_research.blocklist.schema import BlocklistSchema
 from scrapy_walsh_research.blocklist.store import HeldList
-from scrapy_walsh_research.core.blocklist_entries import DomainSet, entry_hosts, names_host
+from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, Marks

@@ -13,15 +13,15 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.core.blocklist_document import (
+from scrapy_walsh_research.core.blocklist.document import (
     BlocklistError,
     UncheckableFormats,
     schema_validator,
     validate,
 )
+from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.internal import SCHEMA, HostBusy, internal_fetch
-from scrapy_walsh_research.schemas import bundled_schema
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

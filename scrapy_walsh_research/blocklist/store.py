@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research.core.blocklist_document import BlocklistError
+from scrapy_walsh_research.core.blocklist.document import BlocklistError
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import purge
 from scrapy_walsh_research.state import local_state_for, state_for
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.blocklist.build import Adopted, ListBuilder
-    from scrapy_walsh_research.core.blocklist_entries import DomainSet
+    from scrapy_walsh_research.core.blocklist.entries import DomainSet
     from scrapy_walsh_research.core.outage import Outage
     from scrapy_walsh_research.state import StateStore
 

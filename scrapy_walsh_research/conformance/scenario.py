@@ -17,8 +17,8 @@ import json
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research.core.blocklist.schema import bundled_schema_text
 from scrapy_walsh_research.sandbox.origin import Reply
-from scrapy_walsh_research.schemas import bundled_schema_text
 from scrapy_walsh_research.usage import TDMREP_PATH
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy_walsh_research.core.preferences import (
+from scrapy_walsh_research.core.preferences.model import (
     FROM_HEADER,
     FROM_TDMREP,
     RESPONSE_SCOPE,

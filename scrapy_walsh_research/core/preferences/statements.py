@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import http_sf
 
-from scrapy_walsh_research.core.preferences import (
+from scrapy_walsh_research.core.preferences.model import (
     AI_INPUT,
     AI_TRAIN,
     ALL_PURPOSES,
@@ -33,7 +33,11 @@ from scrapy_walsh_research.core.preferences import (
     match_target,
     url_path,
 )
-from scrapy_walsh_research.core.tdmrep import TDM_POLICY, TDM_RESERVATION, tdm_header_preferences
+from scrapy_walsh_research.core.preferences.tdmrep import (
+    TDM_POLICY,
+    TDM_RESERVATION,
+    tdm_header_preferences,
+)
 
 # -- Content Signals --------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import logging
 import sys
 from typing import Any
 
-from scrapy_walsh_research.core.blocklist_document import (
+from scrapy_walsh_research.core.blocklist.document import (
     BlocklistError,
     check_shape,
     refresh_seconds,
@@ -31,8 +31,8 @@ from scrapy_walsh_research.core.blocklist_document import (
     strict_json,
     validate,
 )
-from scrapy_walsh_research.core.blocklist_entries import DomainSet
-from scrapy_walsh_research.core.blocklist_index import write_index
+from scrapy_walsh_research.core.blocklist.entries import DomainSet
+from scrapy_walsh_research.core.blocklist.index import write_index
 
 #: how many of the child's log lines (entries read leniently, unusable
 #: entries) are passed on; the rest are counted

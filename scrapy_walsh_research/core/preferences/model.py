@@ -23,8 +23,8 @@ Each statement becomes a :class:`Preference` (source, signal, value, scope,
 the purposes it speaks about, and whether it allows them); :func:`decide`
 finds one that says no to a declared purpose. This module holds the purposes,
 that model, the decision and the path patterns the vocabularies share; TDMRep
-is read in :mod:`~scrapy_walsh_research.core.tdmrep`, the others in
-:mod:`~scrapy_walsh_research.core.usage_statements`. No Scrapy import: the
+is read in :mod:`~scrapy_walsh_research.core.preferences.tdmrep`, the others in
+:mod:`~scrapy_walsh_research.core.preferences.statements`. No Scrapy import: the
 gate that fetches and applies them is :mod:`scrapy_walsh_research.usage`.
 """
 
