@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_walsh_research._engine import wake_engine
+from scrapy_walsh_research._runtime.meta import PARKED_META, REQUEUED_META
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.pacing import PARKED_META, REQUEUED_META, Pacer
+from scrapy_walsh_research.pacing import Pacer
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -38,12 +38,12 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
-from scrapy_walsh_research.internal import DIRECT, HostBusy, Marks, internal_fetch
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.state import FlightBusy, state_for
 from scrapy_walsh_research.waits import DocumentWaits

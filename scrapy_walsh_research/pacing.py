@@ -42,6 +42,13 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research._runtime.marks import HostBusy, Marks
+from scrapy_walsh_research._runtime.meta import (
+    MAX_WAIT_META,
+    PARKED_META,
+    REQUEUED_META,
+    WIRE_TIME_META,
+)
 from scrapy_walsh_research.adaptive import (
     AdaptivePolicy,
     Answer,
@@ -53,7 +60,6 @@ from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.internal import MAX_WAIT_META, HostBusy, Marks
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.preflight import check_configuration, min_delay_problem
 from scrapy_walsh_research.state import clock_for
@@ -74,16 +80,6 @@ logger = logging.getLogger(__name__)
 #: how long a target may wait in place for its host when the scheduler is not
 #: the frontier, before it goes back to the scheduler
 IN_PLACE_LIMIT = 1.0
-#: set on a request the pacing gate gave back: it keeps its place in its host's queue
-REQUEUED_META = "walsh_requeued"
-#: set on a request given back to wait for a document's next try (a
-#: ``time.monotonic()``): the frontier keeps it aside until then, so the
-#: host's other requests (another origin's) are not held behind it. Like
-#: ``walsh_requeued`` it can only delay a request, never exempt one.
-PARKED_META = "walsh_parked_until"
-#: when the request's bytes last left, stamped by the wire-timed download
-#: handler (:mod:`scrapy_walsh_research.wire`); spacing counts from it
-WIRE_TIME_META = "walsh_wire_time"
 
 
 class Pacer:

@@ -38,9 +38,6 @@ OUTCOMES = (
 RULES = ("R2", "R3", "R4", "R5", "R6", "R8", "PREF")
 #: outcomes of a request that reached the target (its cadence is stamped)
 SENT_OUTCOMES = ("fetched", "not_modified", "withheld")
-#: request meta: the usage preferences that applied to the URL, as record
-#: dicts (set by the PREF gate, read into the record)
-PREFERENCES_META = "walsh_preferences"
 
 
 def new_record(

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 from scrapy.downloadermiddlewares.retry import get_retry_request
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research._runtime.meta import GAVE_UP_META, PLANNED_HOLD_META, WIRE_TIME_META
 from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.pacing import WIRE_TIME_META, Pacer
+from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration
 
 if TYPE_CHECKING:
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TRANSIENT_CODES = frozenset({500, 502, 504, 408})
-GAVE_UP_META = "walsh_gave_up"
-#: the backoff decided for this answer before the host's slot was released
-PLANNED_HOLD_META = "walsh_planned_hold"
 __all__ = ["RATE_LIMIT_CODES", "RetryMiddleware", "parse_retry_after"]
 
 

@@ -39,6 +39,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, ROBOTS, SCHEMA
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
@@ -46,11 +47,6 @@ from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
-from scrapy_walsh_research.internal import (
-    BLOCKLIST,
-    ROBOTS,
-    SCHEMA,
-)
 from scrapy_walsh_research.options import operator_hosts
 from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
 from scrapy_walsh_research.per_crawler import register, registered

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
+from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
+from scrapy_walsh_research._runtime.meta import INTERNAL_META
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET, Marks
 from scrapy_walsh_research.preflight import check_configuration
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from urllib.parse import urljoin, urlsplit
 import feedparser
 from markdown_it import MarkdownIt
 
-from scrapy_walsh_research.internal import LLMS, TARGET, Marks
+from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
 
 if TYPE_CHECKING:
     from scrapy import Request

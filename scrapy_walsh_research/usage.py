@@ -54,6 +54,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.http import Response
 
+from scrapy_walsh_research._runtime.marks import DIRECT, TDMREP
+from scrapy_walsh_research._runtime.meta import PREFERENCES_META
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.preferences.model import (
@@ -74,11 +76,10 @@ from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.internal import DIRECT, TDMREP
 from scrapy_walsh_research.options import declared_purposes
 from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
 from scrapy_walsh_research.preflight import check_configuration
-from scrapy_walsh_research.records import PREFERENCES_META, response_validators
+from scrapy_walsh_research.records import response_validators
 from scrapy_walsh_research.robots import RobotsTxtMiddleware
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING
 
+from scrapy_walsh_research._runtime.marks import Marks
 from scrapy_walsh_research.core.urls import canonical_url
-from scrapy_walsh_research.internal import Marks
 from scrapy_walsh_research.state import state_for
 
 if TYPE_CHECKING:

@@ -40,11 +40,12 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.error import ConnectError
 
+from scrapy_walsh_research._runtime.marks import Marks
+from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS, Signer
-from scrapy_walsh_research.internal import Marks
-from scrapy_walsh_research.pacing import WIRE_TIME_META, Pacer
+from scrapy_walsh_research.pacing import Pacer
 
 if TYPE_CHECKING:
     from scrapy import Request

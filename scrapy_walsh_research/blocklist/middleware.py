@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_walsh_research import defaults
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
 from scrapy_walsh_research.blocklist.build import ListBuilder
 from scrapy_walsh_research.blocklist.refresh import Refresher
 from scrapy_walsh_research.blocklist.schema import BlocklistSchema
@@ -30,7 +31,6 @@ from scrapy_walsh_research.blocklist.store import HeldList
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
-from scrapy_walsh_research.internal import BLOCKLIST, SCHEMA, Marks
 from scrapy_walsh_research.options import list_setting, operator_hosts, operator_urls
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.preflight import check_configuration

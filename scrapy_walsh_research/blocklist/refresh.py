@@ -32,11 +32,11 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, HostBusy, internal_fetch
 from scrapy_walsh_research.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
 from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES, BlocklistError
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.internal import BLOCKLIST, HostBusy, internal_fetch
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:

@@ -13,6 +13,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research._runtime.marks import SCHEMA, HostBusy, internal_fetch
 from scrapy_walsh_research.core.blocklist.document import (
     BlocklistError,
     UncheckableFormats,
@@ -21,7 +22,6 @@ from scrapy_walsh_research.core.blocklist.document import (
 )
 from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.internal import SCHEMA, HostBusy, internal_fetch
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -28,21 +28,23 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
+from scrapy_walsh_research._runtime.marks import LLMS, Marks
+from scrapy_walsh_research._runtime.meta import (
+    FEED_META,
+    GAVE_UP_META,
+    INTERNAL_META,
+    LLMS_RECORD_META,
+    PREFERENCES_META,
+    TARGET_META,
+)
 from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import url_length_limit
 from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
-from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
-from scrapy_walsh_research.records import (
-    PREFERENCES_META,
-    TICKET_KEY,
-    new_record,
-    response_metadata,
-)
-from scrapy_walsh_research.retry import GAVE_UP_META
+from scrapy_walsh_research.records import TICKET_KEY, new_record, response_metadata
 from scrapy_walsh_research.spiders.size_cap import SizeCap
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
@@ -65,9 +67,6 @@ T = TypeVar("T")
 SEEN_NAMESPACE = "seen"
 #: how often a worker fed through Redis looks whether it has room for a line
 FEED_POLL_S = 0.02
-LLMS_RECORD_META = "walsh_llms_record"
-#: the feed ticket of a fed line (see :meth:`RedisFeed.ticket`)
-FEED_META = "walsh_feed_ticket"
 #: how often a worker with an empty feed looks again while other workers
 #: still hold lines in flight (one small script each time; at the end of a
 #: list every idle worker waits for the last line, then exits this soon)

@@ -34,6 +34,13 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, StopDownload
 from scrapy.http.request import NO_CALLBACK
 
+from scrapy_walsh_research._runtime.meta import (
+    BYTES_SEEN_META,
+    INTERNAL_META,
+    MAX_BYTES_META,
+    MAX_WAIT_META,
+    TARGET_META,
+)
 from scrapy_walsh_research.core.urls import canonical_url
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state import state_for
@@ -44,7 +51,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-INTERNAL_META = "walsh_internal"
 TARGET = "target"
 ROBOTS, BLOCKLIST, SCHEMA = "robots", "blocklist", "schema"
 #: /.well-known/tdmrep.json (TDMRep), fetched once per origin like robots.txt
@@ -56,12 +62,6 @@ LLMS = "llms"
 #: operator's documents are not robots-gated; tdmrep.json is.
 DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA, TDMREP})
 PURPOSES = frozenset({TARGET, LLMS, *DIRECT})
-#: Meta key the targets spider sets on each declared target (its list line).
-TARGET_META = "walsh_target"
-#: How long a direct request may wait in place for its host's slot (seconds).
-MAX_WAIT_META = "walsh_max_wait"
-_CAP_META = "walsh_max_bytes"
-_SEEN_META = "_walsh_bytes_seen"
 VERIFIED_CACHE = 4096
 _SECRET_NAMESPACE = "internal"
 _SECRET_KEY = "mark-secret"
@@ -191,7 +191,7 @@ async def internal_fetch(
     await marks.ready()
     meta: dict[str, object] = {INTERNAL_META: marks.issue(purpose), "dont_retry": True}
     if max_bytes is not None:
-        meta[_CAP_META] = max_bytes
+        meta[MAX_BYTES_META] = max_bytes
         _install_cap(crawler)
     if maxsize is not None:
         meta["download_maxsize"] = maxsize
@@ -209,11 +209,11 @@ def _install_cap(crawler: Crawler) -> None:
 
 def _connect_cap(crawler: Crawler) -> bool:
     def on_bytes(data: bytes, request: Request, spider: object = None) -> None:
-        cap = request.meta.get(_CAP_META)
+        cap = request.meta.get(MAX_BYTES_META)
         if cap is None:
             return
-        seen = request.meta.get(_SEEN_META, 0) + len(data)
-        request.meta[_SEEN_META] = seen
+        seen = request.meta.get(BYTES_SEEN_META, 0) + len(data)
+        request.meta[BYTES_SEEN_META] = seen
         if seen > cap:
             raise StopDownload(fail=False)
 
