@@ -26,7 +26,7 @@ from scrapy_walsh_research.components import (
     WIRE_HANDLER,
 )
 from scrapy_walsh_research.core.contract import USER_AGENT
-from scrapy_walsh_research.preflight import check_settings
+from scrapy_walsh_research.settings.check import check_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings

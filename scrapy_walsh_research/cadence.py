@@ -11,13 +11,13 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research._runtime.marks import Marks, target_key
-from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.per_crawler import register, registered
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state import redis_url, state_for
 
 if TYPE_CHECKING:

@@ -51,7 +51,7 @@ ADDON = f"{PACKAGE}.Addon"
 #: where the class ADDON names is defined
 ADDON_CLASS = f"{PACKAGE}.addon.Addon"
 #: The start-up check as an extension, built after every add-on has run.
-STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
+STARTUP_CHECK = f"{PACKAGE}.settings.check.StartupCheck"
 #: Its order in EXTENSIONS: late, so extensions built before it are seen too.
 STARTUP_CHECK_ORDER = 1000
 SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"

@@ -9,7 +9,7 @@ other:
 * one fetch per origin at a time, and with shared state one per fleet: the
   other workers wait for it and adopt what it stored;
 * a failed fetch is stored with when to try again, and the tries back off
-  exponentially with jitter (``WALSH_ROBOTS_RETRY_DELAY``, doubling, at most
+  exponentially with jitter (``WALSH_POLICY_RETRY_DELAY``, doubling, at most
   the TTL) across evictions, restarts and workers;
 * a document a transient failure left unknown (with no last good copy) is
   a wait, not a verdict: its targets go back to the frontier until its next
@@ -37,14 +37,14 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, Marks, internal_fetch
-from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay
 from scrapy_walsh_research.state import FlightBusy, state_for
 from scrapy_walsh_research.waits import DocumentWaits
 
@@ -105,9 +105,7 @@ class OriginDocuments(Generic[E]):
         self.crawler = crawler
         self.stats = crawler.stats
         self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
-        self.retry_delay = settings.getfloat(
-            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
-        )
+        self.retry_delay = policy_retry_delay(settings)
         #: how long other workers wait for one worker's fetch of an origin's document
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
         self.store = state_for(crawler)

@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet import task
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research._runtime.marks import HostBusy, Marks
 from scrapy_walsh_research._runtime.meta import (
     MAX_WAIT_META,
@@ -49,20 +48,18 @@ from scrapy_walsh_research._runtime.meta import (
     REQUEUED_META,
     WIRE_TIME_META,
 )
-from scrapy_walsh_research.adaptive import (
-    AdaptivePolicy,
-    Answer,
-    distress_signal,
-    worth_noting,
-)
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.preflight import check_configuration, min_delay_problem
+from scrapy_walsh_research.scheduling.adaptive import distress_signal
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+from scrapy_walsh_research.settings.check import check_configuration, min_delay_problem
 from scrapy_walsh_research.state import clock_for
+from scrapy_walsh_research.state.hostload import Answer, worth_noting
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

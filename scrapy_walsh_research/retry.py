@@ -26,13 +26,13 @@ from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import get_retry_request
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research._runtime.meta import GAVE_UP_META, PLANNED_HOLD_META, WIRE_TIME_META
 from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
 from scrapy_walsh_research._runtime.meta import INTERNAL_META
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable

@@ -31,7 +31,7 @@ the stricter way where they leave room (``docs/preferences.rst``):
 * 4xx other than 429: no file, no reservation;
 * 429, 5xx, timeouts, connection errors: unknown, so nothing is requested
   from the origin until the file can be fetched; its targets wait for the
-  next try (backoff with jitter, ``WALSH_ROBOTS_RETRY_DELAY``, doubling),
+  next try (backoff with jitter, ``WALSH_POLICY_RETRY_DELAY``, doubling),
   within ``WALSH_POLICY_WAIT``, then get a record (``skipped``, rule PREF,
   with what happened, never "says no to tdm"); a last good answer younger
   than 30 days is used instead;
@@ -76,11 +76,11 @@ from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.options import declared_purposes
 from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
-from scrapy_walsh_research.preflight import check_configuration
 from scrapy_walsh_research.records import response_validators
 from scrapy_walsh_research.robots import RobotsTxtMiddleware
+from scrapy_walsh_research.settings.check import check_configuration
+from scrapy_walsh_research.settings.options import declared_purposes
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

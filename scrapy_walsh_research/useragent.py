@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from scrapy.settings import SETTINGS_PRIORITIES
 
 from scrapy_walsh_research.core.contract import USER_AGENT
-from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
     from scrapy import Request

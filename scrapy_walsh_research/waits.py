@@ -36,13 +36,13 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import state_for
 
 if TYPE_CHECKING:

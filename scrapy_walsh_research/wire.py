@@ -44,8 +44,9 @@ from scrapy_walsh_research._runtime.marks import Marks
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS, Signer
+from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
 from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -81,7 +82,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         pool.retryAutomatically = False
         self._current: Request | None = None
         self._crawler = crawler
-        self._signer = Signer.from_settings(crawler.settings)
+        self._signer = request_signer(crawler.settings)
         self._audit = AuditTrail.for_crawler(crawler)
         self._audit.keyid = self._signer.keyid if self._signer is not None else None
         self._marks = Marks.for_crawler(crawler)

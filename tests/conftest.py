@@ -109,9 +109,9 @@ def without_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
 
     Only the start-up check (our own code) is patched; the crawl is real.
     """
-    import scrapy_walsh_research.preflight as preflight
+    from scrapy_walsh_research.settings import check
 
-    monkeypatch.setattr(preflight, "problems", lambda settings: [])
+    monkeypatch.setattr(check, "problems", lambda settings: [])
 
 
 def write_list(tmp_path: Path, lines: list[str]) -> Path:

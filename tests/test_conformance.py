@@ -26,7 +26,7 @@ from scrapy_walsh_research.conformance.run import run_conformance
 from scrapy_walsh_research.evidence.attestation import REQUIREMENTS, attest, holds
 from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 from scrapy_walsh_research.identity.signing import generate_key
-from scrapy_walsh_research.preflight import apply_addons
+from scrapy_walsh_research.settings.check import apply_addons
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 

@@ -1,4 +1,4 @@
-"""Every WALSH_ setting has one default, in ``scrapy_walsh_research.defaults``:
+"""Every WALSH_ setting has one default, in ``scrapy_walsh_research.settings.defaults``:
 the reference documents each with that value, and no component reads a
 setting with a default of its own (a literal, or a constant kept elsewhere),
 so the docs and the code cannot drift apart again."""
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scrapy_walsh_research import defaults
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import RENAMED
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "scrapy_walsh_research"
@@ -107,9 +108,12 @@ def _defaults_names(tree: ast.Module) -> tuple[set[str], dict[str, str]]:
     modules: set[str] = set()
     constants: dict[str, str] = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "scrapy_walsh_research":
+        if isinstance(node, ast.ImportFrom) and node.module == "scrapy_walsh_research.settings":
             modules |= {a.asname or a.name for a in node.names if a.name == "defaults"}
-        elif isinstance(node, ast.ImportFrom) and node.module == "scrapy_walsh_research.defaults":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "scrapy_walsh_research.settings.defaults"
+        ):
             constants.update({a.asname or a.name: a.name for a in node.names})
     return modules, constants
 
@@ -167,7 +171,18 @@ def test_every_setting_read_has_its_default_here():
         if isinstance(node, ast.Call) and (found := _read_name(node))
     }
     assert len(read) > 30  # the walk finds the reads
-    assert sorted(read - set(SETTINGS)) == []
+    # a renamed setting's 0.2.0 name is read only to honour it: its default
+    # is the new name's (see the next test)
+    assert sorted(read - set(SETTINGS) - set(RENAMED)) == []
+
+
+def test_a_renamed_setting_has_one_default_and_the_reference_names_both():
+    text = REFERENCE.read_text(encoding="utf-8")
+    section = text.split("\nRenamed settings\n----------------\n", 1)[1].split("\n\n\n", 1)[0]
+    rows = section.split("\n   * - ")[1:]
+    for old, new in RENAMED.items():
+        assert new in SETTINGS and old not in SETTINGS
+        assert any(f"``{old}``" in r and f"``{new}``" in r for r in rows), (old, new)
 
 
 def test_no_setting_is_read_with_a_default_of_its_own():
@@ -177,14 +192,14 @@ def test_no_setting_is_read_with_a_default_of_its_own():
         for line, setting, default, ok in reads(path)
         if not ok
     ]
-    assert not wrong, "read the default from scrapy_walsh_research.defaults:\n" + "\n".join(wrong)
+    assert not wrong, "read the default from scrapy_walsh_research.settings.defaults:\n" + "\n".join(wrong)
 
 
 def test_the_code_check_catches_a_literal_and_a_foreign_constant(tmp_path):
     module = tmp_path / "m.py"
     module.write_text(
-        "from scrapy_walsh_research import defaults\n"
-        "from scrapy_walsh_research.defaults import WALSH_RUN_INTERVAL as INTERVAL\n"
+        "from scrapy_walsh_research.settings import defaults\n"
+        "from scrapy_walsh_research.settings.defaults import WALSH_RUN_INTERVAL as INTERVAL\n"
         "from elsewhere import DEFAULT_TTL\n"
         "a = settings.getfloat('WALSH_MIN_DELAY', 1.0)\n"
         "b = settings.getfloat('WALSH_ROBOTS_TTL', DEFAULT_TTL)\n"

@@ -32,9 +32,9 @@ from scrapy_walsh_research.identity.signing import (
     public_jwk,
     sign_directory,
 )
-from scrapy_walsh_research.preflight import check_settings
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary
+from scrapy_walsh_research.settings.check import check_settings
 from tests.conftest import BLOCKLIST_HOST, base_settings, crawl
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "webbotauth_vectors.json").read_text())

@@ -130,7 +130,7 @@ def test_a_key_path_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path
     from scrapy.settings import Settings
 
     from scrapy_walsh_research.errors import WalshConfigurationError
-    from scrapy_walsh_research.preflight import check_settings
+    from scrapy_walsh_research.settings.check import check_settings
 
     fifo = tmp_path / "key.pem"
     os.mkfifo(fifo, 0o600)

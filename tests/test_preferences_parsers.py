@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.preferences import model as P
 from scrapy_walsh_research.core.preferences import statements as STMT
 from scrapy_walsh_research.core.preferences import tdmrep as TDM
 from scrapy_walsh_research.core.robots_policy import RobotsPolicy
-from scrapy_walsh_research.options import purpose_problems
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import purpose_problems
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TOKEN = "Walsh-Research"

@@ -367,8 +367,9 @@ async def test_what_an_answer_writes_before_its_commit_still_covers_the_request(
     after a restart by one 0.5 s after it.)"""
     import time
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
     from scrapy_walsh_research.state.hostclock import PersistentHostClock
+    from scrapy_walsh_research.state.hostload import Answer
     from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
     store = SQLiteStateStore(tmp_path / "state.sqlite3")

@@ -253,7 +253,7 @@ async def test_a_retry_after_on_robots_txt_holds_the_host(server, tmp_path):
     server.origin.route("rb.test", "/a", Reply(200, "ok"))
     # the failed fetch's own backoff (1 s) is shorter than the site's Retry-After
     # (the first run does not wait for robots.txt: WALSH_POLICY_WAIT=0)
-    settings = base_settings(server, state, WALSH_ROBOTS_RETRY_DELAY=1)
+    settings = base_settings(server, state, WALSH_POLICY_RETRY_DELAY=1)
     first = await crawl({**settings, "WALSH_POLICY_WAIT": 0}, [server.url("rb.test", "/a")],
                         tmp_path)  # fmt: skip
     second = await crawl(settings, [server.url("rb.test", "/a")], tmp_path)

@@ -25,8 +25,8 @@ from scrapy_walsh_research.core.blocklist.document import (
     validate,
 )
 from scrapy_walsh_research.core.blocklist.schema import bundled_schema
-from scrapy_walsh_research.preflight import advice, problems
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.settings.check import advice, problems
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,

@@ -19,9 +19,9 @@ from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
 
-from scrapy_walsh_research.preflight import problems
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.redis_server import RedisServer
+from scrapy_walsh_research.settings.check import problems
 from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from scrapy_walsh_research.state.redis.target_queue import enqueue
@@ -470,7 +470,8 @@ async def test_the_redis_clock_applies_the_adaptive_rule_step_for_step(redis_ser
     same load, distress, streak, signals and give-up (one rule, two runtimes)."""
     import random
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer, HostLoad
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.state.hostload import Answer, HostLoad
 
     policy = AdaptivePolicy(factor=6, max_delay=30, backoff=3, recovery=2, give_up=100)
     conn = RedisConnection(redis_server.url, redis_settings(redis_server)["WALSH_REDIS_PREFIX"])

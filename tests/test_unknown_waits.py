@@ -38,7 +38,7 @@ from tests.conftest import (
 #: after each 503) and eases back (8, 8, 4, 4, 2, 2 s): tries at about 0, 3,
 #: 10 and 24 s
 FAST_RETRY = {
-    "WALSH_ROBOTS_RETRY_DELAY": 3,
+    "WALSH_POLICY_RETRY_DELAY": 3,
     "WALSH_ADAPTIVE_BACKOFF": 2,
     "WALSH_ADAPTIVE_RECOVERY": 2,
 }

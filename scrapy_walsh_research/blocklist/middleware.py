@@ -22,7 +22,6 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
 from scrapy_walsh_research.blocklist.build import ListBuilder
 from scrapy_walsh_research.blocklist.refresh import Refresher
@@ -31,9 +30,15 @@ from scrapy_walsh_research.blocklist.store import HeldList
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
-from scrapy_walsh_research.options import list_setting, operator_hosts, operator_urls
 from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.preflight import check_configuration
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.check import check_configuration
+from scrapy_walsh_research.settings.options import (
+    list_setting,
+    operator_hosts,
+    operator_urls,
+    policy_retry_delay,
+)
 from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
@@ -90,9 +95,7 @@ class BlocklistMiddleware:
         #: the list in force: what this gate checks
         self.held = HeldList(crawler, url=self.url, extra=extra, builder=self.builder)
         pacer = Pacer.for_crawler(crawler)
-        first_retry_delay = settings.getfloat(
-            "WALSH_ROBOTS_RETRY_DELAY", defaults.WALSH_ROBOTS_RETRY_DELAY
-        )
+        first_retry_delay = policy_retry_delay(settings)
         self.refresher = Refresher(
             crawler, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
             retry_delay=retry_delay, first_retry_delay=first_retry_delay, max_bytes=max_bytes,

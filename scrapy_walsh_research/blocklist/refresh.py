@@ -7,7 +7,7 @@ Any failure keeps the list in force and tries again after
 While no list is in force (none adopted yet, or the one adopted is lost), a
 failure that passes (5xx, 429, a timeout, a connection or DNS failure; any
 failure while a list is lost) leaves the list unknown: the targets wait for
-the next try, which comes sooner (``WALSH_ROBOTS_RETRY_DELAY``, doubling,
+the next try, which comes sooner (``WALSH_POLICY_RETRY_DELAY``, doubling,
 with jitter, at most ``WALSH_BLOCKLIST_RETRY_DELAY``), within
 ``WALSH_POLICY_WAIT`` (:class:`~scrapy_walsh_research.blocklist.middleware.
 BlocklistMiddleware` holds them). Only a first-ever failure the operator's

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands import BaseRunSpiderCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research import defaults
+from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse
@@ -191,7 +191,7 @@ def preload(settings: Settings) -> type:
 
     from scrapy_walsh_research.commands._runner import project_targets_spider
     from scrapy_walsh_research.errors import WalshConfigurationError
-    from scrapy_walsh_research.preflight import addon_installed
+    from scrapy_walsh_research.settings.check import addon_installed
 
     hook = install_reactor_import_hook()
     skipped: list[str] = []

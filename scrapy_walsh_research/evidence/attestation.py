@@ -14,11 +14,12 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research import __version__, components, defaults, preflight
+from scrapy_walsh_research import __version__, components
 from scrapy_walsh_research.core.contract import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.identity.signing import Signer
-from scrapy_walsh_research.options import declared_purposes, operator_urls
+from scrapy_walsh_research.settings import check, defaults
+from scrapy_walsh_research.settings.options import declared_purposes, operator_urls
+from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -90,7 +91,7 @@ def _enabled(settings: BaseSettings) -> dict[str, int]:
 
 def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> dict[str, Any]:
     enabled = _enabled(settings)
-    problems = preflight.problems(settings)
+    problems = check.problems(settings)
     blocklist, unprotected = _blocklist(settings)
     requirements: dict[str, bool] = {}
     evidence: dict[str, Any] = {}
@@ -197,7 +198,7 @@ def _identity(settings: BaseSettings) -> dict[str, Any]:
     if not settings.get("WALSH_SIGNING_KEY"):
         return {"signed": False, "reason": "WALSH_SIGNING_KEY is not set: requests are unsigned"}
     try:
-        signer = Signer.from_settings(settings)
+        signer = request_signer(settings)
     except Exception as exc:  # reported, not raised: the attestation describes a refusal
         return {"signed": False, "reason": str(exc)}
     assert signer is not None

@@ -26,7 +26,6 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research._engine import scheduler_of
 from scrapy_walsh_research._runtime.marks import LLMS, Marks
 from scrapy_walsh_research._runtime.meta import (
@@ -37,7 +36,6 @@ from scrapy_walsh_research._runtime.meta import (
     PREFERENCES_META,
     TARGET_META,
 )
-from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.components import url_length_limit
 from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
@@ -45,6 +43,8 @@ from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_o
 from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import TICKET_KEY, new_record, response_metadata
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.spiders.size_cap import SizeCap
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer, HostLoad
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.state.hostload import Answer, HostLoad
 
 
 class FlightBusy(Exception):

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.core.urls import is_http_url, url_host
+from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
 
 if TYPE_CHECKING:

@@ -1,15 +1,26 @@
-"""Reading ``WALSH_`` settings more than one component reads: one reader each.
+"""The readers of the ``WALSH_`` settings more than one component reads:
+one reader each, so every component reads a setting the same way.
 
-List-valued settings: one reader, so every spelling works.
+List-valued settings: one reader, so every spelling works. Users write a
+list setting three ways: a Python list in ``settings.py``, ``-s NAME=a,b`` on
+the command line (Scrapy's ``getlist`` splits on commas) and
+``-s 'NAME=["a", "b"]'``, the JSON Scrapy itself accepts for dict settings.
+``getlist`` reads the JSON form as one item, ``'["a"'``... : a blocklist
+entry that names no host and was dropped, so a host the operator meant to
+block was crawled. Every list-valued setting is read here; a value that is
+none of these shapes stops the crawl with the setting's name, never silently
+shrinks.
 
-Users write a list setting three ways: a Python list in ``settings.py``,
-``-s NAME=a,b`` on the command line (Scrapy's ``getlist`` splits on commas)
-and ``-s 'NAME=["a", "b"]'``, the JSON Scrapy itself accepts for dict
-settings. ``getlist`` reads the JSON form as one item, ``'["a"'``... : a
-blocklist entry that names no host and was dropped, so a host the operator
-meant to block was crawled. Every list-valued setting is read here; a value
-that is none of these shapes stops the crawl with the setting's name, never
-silently shrinks.
+Cache bounds: a list of 10^5 targets over 10^4 hosts must not keep 10^4
+parsed robots.txt files, host clocks and 10^5 cadence times in memory at
+once. Each cache is a least-recently-used window over state that is also in
+the state store; what falls out is read back from there when needed, never
+refetched from the host sooner than it would have been, and never lets a
+request go sooner than its interval. Correctness lives in the store and the
+gates; the caches only make them fast.
+
+Renamed settings: a setting renamed since 0.2.0 is still read under its old
+name while the new one is unset (the start-up check warns about it).
 """
 
 from __future__ import annotations
@@ -18,10 +29,10 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.preferences.model import FORBIDDEN_PURPOSES, PURPOSES, TDM
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -116,3 +127,49 @@ def purpose_problems(purposes: Sequence[str]) -> list[str]:
             f"{', '.join(defaults.WALSH_PURPOSES)})."
         )
     return found
+
+
+def cache_size(settings: BaseSettings, name: str, default: int) -> int:
+    """The bound set by *name*, checked at start-up: a whole number, at least 1."""
+    raw = settings.get(name, default)
+    try:
+        value = int(raw)
+        if value != float(raw):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise WalshConfigurationError(
+            f"{name}={raw!r}: a cache bound is a whole number of entries (default {default})."
+        ) from None
+    if value < 1:
+        raise WalshConfigurationError(
+            f"{name}={value}: a cache needs room for at least one entry; "
+            f"set {name} to 1 or more (default {default})."
+        )
+    return value
+
+
+#: settings renamed since 0.2.0: the old name -> the name that says what it governs
+RENAMED = {"WALSH_ROBOTS_RETRY_DELAY": "WALSH_POLICY_RETRY_DELAY"}
+
+
+def renamed_in_use(settings: BaseSettings) -> list[tuple[str, str]]:
+    """(old name, new name) of each renamed setting *settings* set by its old name."""
+    return [(old, new) for old, new in RENAMED.items() if settings.get(old) is not None]
+
+
+def name_in_use(settings: BaseSettings, name: str) -> str:
+    """*name*, or its 0.2.0 name while only that one is set."""
+    for old, new in RENAMED.items():
+        if new == name and settings.get(name) is None and settings.get(old) is not None:
+            return old
+    return name
+
+
+def policy_retry_delay(settings: BaseSettings) -> float:
+    """``WALSH_POLICY_RETRY_DELAY``: the first wait before a policy document
+    (robots.txt, tdmrep.json, a blocklist not yet in force) that could not be
+    read is tried again. Under its 0.2.0 name, ``WALSH_ROBOTS_RETRY_DELAY``,
+    while the new name is unset."""
+    if name_in_use(settings, "WALSH_POLICY_RETRY_DELAY") == "WALSH_ROBOTS_RETRY_DELAY":
+        return float(settings.get("WALSH_ROBOTS_RETRY_DELAY"))
+    return settings.getfloat("WALSH_POLICY_RETRY_DELAY", defaults.WALSH_POLICY_RETRY_DELAY)

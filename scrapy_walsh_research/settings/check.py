@@ -27,7 +27,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research import adaptive, defaults
 from scrapy_walsh_research.components import (
     ADDON,
     ADDON_CLASS,
@@ -59,8 +58,16 @@ from scrapy_walsh_research.components import (
     uses_frontier,
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.options import declared_purposes, list_setting
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings import adaptive, defaults
+from scrapy_walsh_research.settings.options import (
+    RENAMED,
+    declared_purposes,
+    list_setting,
+    name_in_use,
+    policy_retry_delay,
+)
+from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -251,17 +258,21 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
     def seconds(name: str) -> float:
         return settings.getfloat(name, getattr(defaults, name))
 
-    within_a_day = {
-        "WALSH_BLOCKLIST_MAX_REFRESH": "an opt-out would wait longer than a day to be read",
-        "WALSH_ROBOTS_TTL": "an opt-out would wait longer than a day to be read",
-        "WALSH_BLOCKLIST_RETRY_DELAY": "a failed fetch would not be tried again within a day",
-        "WALSH_ROBOTS_RETRY_DELAY": "a failed fetch would not be tried again within a day",
-    }
-    for name, why in within_a_day.items():
-        if not 0 < seconds(name) <= MAX_FRESHNESS_S:
+    unread = "an opt-out would wait longer than a day to be read"
+    untried = "a failed fetch would not be tried again within a day"
+    within_a_day = [
+        ("WALSH_BLOCKLIST_MAX_REFRESH", seconds("WALSH_BLOCKLIST_MAX_REFRESH"), unread),
+        ("WALSH_ROBOTS_TTL", seconds("WALSH_ROBOTS_TTL"), unread),
+        ("WALSH_BLOCKLIST_RETRY_DELAY", seconds("WALSH_BLOCKLIST_RETRY_DELAY"), untried),
+        # named as the project set it (0.2.0's name still counts)
+        (name_in_use(settings, "WALSH_POLICY_RETRY_DELAY"), policy_retry_delay(settings), untried),
+    ]
+    for name, value, why in within_a_day:
+        if not 0 < value <= MAX_FRESHNESS_S:
+            default = getattr(defaults, RENAMED.get(name, name))
             found.append(
-                f"{name}={seconds(name):g}: {why}. Set it above 0 and at most "
-                f"{MAX_FRESHNESS_S:g} seconds (default {getattr(defaults, name):g})."
+                f"{name}={value:g}: {why}. Set it above 0 and at most "
+                f"{MAX_FRESHNESS_S:g} seconds (default {default:g})."
             )
     if not 0 <= seconds("WALSH_POLICY_WAIT") <= MAX_FRESHNESS_S:
         found.append(
@@ -298,10 +309,8 @@ def _list_problems(settings: BaseSettings) -> list[str]:
 def _signing_problems(settings: BaseSettings) -> list[str]:
     """With WALSH_SIGNING_KEY set, the key and the signature settings must
     be usable now: a bot that meant to sign must not start unsigned."""
-    from scrapy_walsh_research.identity.signing import Signer
-
     try:
-        Signer.from_settings(settings)
+        request_signer(settings)
     except WalshConfigurationError as exc:
         return [str(exc)]
     return []

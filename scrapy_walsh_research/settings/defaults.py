@@ -14,7 +14,13 @@ time (said where so).
 
 from __future__ import annotations
 
-from scrapy_walsh_research.core.contract import BLOCKLIST_SCHEMA_URL, BLOCKLIST_URL
+from scrapy_walsh_research.core.contract import (
+    BLOCKLIST_SCHEMA_URL,
+    BLOCKLIST_URL,
+    SIGNATURE_AGENT,
+    SIGNATURE_AGENT_FORM,
+    SIGNATURE_TTL,
+)
 
 # -- what the bot declares ----------------------------------------------------
 
@@ -42,11 +48,11 @@ WALSH_BLOCKLIST_MAX_BYTES = 128 * 1024 * 1024
 WALSH_STATE_DIR: str | None = None
 #: unset: requests are not signed
 WALSH_SIGNING_KEY: str | None = None
-WALSH_SIGNATURE_AGENT = "https://wal.sh/.well-known/http-message-signatures-directory"
-WALSH_SIGNATURE_AGENT_FORM = "dictionary"
-#: seconds from ``created`` to ``expires``: long enough to outlive a TLS
-#: handshake, short enough to limit replay
-WALSH_SIGNATURE_TTL = 60
+#: the bot's published signed identity (core.contract): its key directory,
+#: named as ``sig1="<URL>"``, each signature living 60 s
+WALSH_SIGNATURE_AGENT = SIGNATURE_AGENT
+WALSH_SIGNATURE_AGENT_FORM = SIGNATURE_AGENT_FORM
+WALSH_SIGNATURE_TTL = SIGNATURE_TTL
 WALSH_SIGNATURE_COMPONENTS: tuple[str, ...] = ()
 #: unset: ``scrapy walsh-attest --sign`` refuses (a key of its own, never the signing key)
 WALSH_ATTESTATION_KEY: str | None = None
@@ -71,8 +77,10 @@ WALSH_REDIS_MAX_BACKOFF = 10.0
 
 #: RFC 9309 §2.4 allows caching robots.txt up to 24 h
 WALSH_ROBOTS_TTL = 86400.0
-#: doubled per failure (plus up to 25 % jitter), up to the TTL
-WALSH_ROBOTS_RETRY_DELAY = 60.0
+#: a policy document (robots.txt, tdmrep.json, a blocklist not yet in force)
+#: that could not be read is tried again after this, doubled per failure
+#: (plus up to 25 % jitter), up to the TTL (0.2.0: WALSH_ROBOTS_RETRY_DELAY)
+WALSH_POLICY_RETRY_DELAY = 60.0
 #: how long a target waits for a policy document (robots.txt, tdmrep.json, a
 #: blocklist not yet in force) that a transient failure left unknown, counted
 #: from the first failure this run met: a host that heals within a few minutes
@@ -117,7 +125,7 @@ WALSH_RUN_INTERVAL = 86400.0
 WALSH_LLMS_PROBE = True
 WALSH_ONLY_NEW = False
 
-# -- bounds on the in-memory caches (bounds.py) ----------------------------------
+# -- bounds on the in-memory caches (options.cache_size) ----------------------------------
 
 #: parsed robots.txt policies kept in memory (origins)
 WALSH_ROBOTS_CACHE_SIZE = 1000
