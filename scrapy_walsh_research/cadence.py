@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy_walsh_research._runtime.marks import Marks, target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.pacing import Pacer
 from scrapy_walsh_research.per_crawler import register, registered
+from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state import redis_url, state_for

@@ -26,8 +26,8 @@ NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
 BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
 ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
 USAGE_MW = f"{PACKAGE}.usage.UsagePreferencesMiddleware"
-RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
-PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
+RETRY_MW = f"{PACKAGE}.gates.retry.RetryMiddleware"
+PACING_MW = f"{PACKAGE}.gates.pacing.PacingMiddleware"
 USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
 DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     SCOPE_MW: 55,  # R6: only declared targets and the bundle's own requests go on
@@ -45,8 +45,8 @@ DOWNLOADER_MIDDLEWARES: dict[str, int] = {
 SPIDER_MIDDLEWARES: dict[str, int] = {SCOPE_SPIDER_MW: 5}
 SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
-FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
-WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
+FRONTIER = f"{PACKAGE}.scheduling.frontier.FrontierScheduler"
+WIRE_HANDLER = f"{PACKAGE}.scheduling.wire.WireTimedHTTP11DownloadHandler"
 ADDON = f"{PACKAGE}.Addon"
 #: where the class ADDON names is defined
 ADDON_CLASS = f"{PACKAGE}.addon.Addon"

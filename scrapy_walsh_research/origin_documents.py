@@ -42,7 +42,7 @@ from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay
 from scrapy_walsh_research.state import FlightBusy, state_for

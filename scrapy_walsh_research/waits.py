@@ -40,8 +40,8 @@ from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import state_for
 

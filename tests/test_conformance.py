@@ -76,7 +76,7 @@ async def test_a_signing_project_passes_every_identity_row(tmp_path):
 
 @pytest_twisted.ensureDeferred
 async def test_signatures_that_never_reach_the_wire_fail_the_identity_rows(tmp_path, monkeypatch):
-    from scrapy_walsh_research.wire import WireTimedHTTP11DownloadHandler
+    from scrapy_walsh_research.scheduling.wire import WireTimedHTTP11DownloadHandler
 
     monkeypatch.setattr(WireTimedHTTP11DownloadHandler, "_sign_on", lambda self, c, r: None)
     key = tmp_path / "walsh.pem"

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research.components import RETRY_MW
 from scrapy_walsh_research.core.retry_after import MAX_RETRY_AFTER
-from scrapy_walsh_research.retry import parse_retry_after
+from scrapy_walsh_research.gates.retry import parse_retry_after
 from scrapy_walsh_research.sandbox import Reply
 from tests.conftest import TDMREP, base_settings, crawl
 
@@ -183,11 +183,12 @@ async def test_retry_after_binds_the_host_whichever_middleware_retries(
 
 @pytest_twisted.ensureDeferred
 async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
-    """Without Retry-After, retry n waits uniform(0, base * 2**n): spread, not a fixed step."""
+    """Without Retry-After, retry n waits uniform(0, base * 2**n): spread, not a fixed step.
+    (The R5 gate decides the hold once per answer; the pacing gate puts it on the host.)"""
+    from scrapy.http import Response
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.pacing import Pacer
-    from scrapy_walsh_research.retry import RetryMiddleware
+    from scrapy_walsh_research.gates.retry import RetryMiddleware
     from scrapy_walsh_research.spiders.targets import TargetsSpider
 
     crawler = get_crawler(
@@ -198,18 +199,16 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     crawler.spider = TargetsSpider.from_crawler(crawler, list=str(tmp_path / "urls.txt"))
     mw = RetryMiddleware(crawler)
     holds: list[float] = []
-    pacer = Pacer.for_crawler(crawler)
-
-    async def record_hold(host: str, until: float, *how: Any) -> None:
-        holds.append(until - time.monotonic())
-
-    pacer.hold = record_hold  # type: ignore[method-assign]
     import scrapy
 
     for attempt in (0, 2):
         for _ in range(40):
             request = scrapy.Request("http://j.test/x", meta={"retry_times": attempt})
-            assert await mw._retry(request, "HTTP 503", None) is not None
+            answer = Response(request.url, status=503, request=request)
+            hold = mw.backoff.after(request, response=answer)
+            assert mw._retry(request, "HTTP 503", hold) is not None
+            assert hold.seconds is not None and hold.by == "backoff"
+            holds.append(hold.seconds)
     first, third = holds[:40], holds[40:]
     assert all(0 <= d <= 1.0 + 0.01 for d in first) and all(0 <= d <= 4.0 + 0.01 for d in third)
     assert max(third) - min(third) > 1.0  # jitter spreads the waits

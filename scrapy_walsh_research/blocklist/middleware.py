@@ -30,7 +30,7 @@ from scrapy_walsh_research.blocklist.store import HeldList
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import (

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.blocklist.build import Adopted, ListBuilder
     from scrapy_walsh_research.blocklist.schema import BlocklistSchema
     from scrapy_walsh_research.blocklist.store import HeldList
-    from scrapy_walsh_research.pacing import Pacer
+    from scrapy_walsh_research.scheduling.pacer import Pacer
 
 logger = logging.getLogger(__name__)
 

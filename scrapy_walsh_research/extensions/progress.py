@@ -24,7 +24,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_walsh_research.core.timestamps import duration_text
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:

@@ -11,6 +11,9 @@ host's clock, counted in stats and logged (:func:`fold_answer`).
 
 from __future__ import annotations
 
+import logging
+from typing import TYPE_CHECKING
+
 from scrapy.exceptions import (
     DownloadConnectionRefusedError,
     DownloadFailedError,
@@ -19,6 +22,17 @@ from scrapy.exceptions import (
 )
 from twisted.internet import error as tx_error
 from twisted.web.client import ResponseFailed
+
+from scrapy_walsh_research.state.hostload import worth_noting
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.state.hostload import Answer
+    from scrapy_walsh_research.state.protocols import HostClock
+
+logger = logging.getLogger(__name__)
 
 # Scrapy wraps Twisted's errors in its own (2.14+); both are listed, since a
 # download handler or middleware may raise either
@@ -53,3 +67,44 @@ def distress_signal(
     if isinstance(exception, _LOST):
         return "connection lost"
     return None
+
+
+async def fold_answer(
+    clock: HostClock,
+    policy: AdaptivePolicy,
+    stats: StatsCollector,
+    host: str,
+    floor: float,
+    answer: Answer,
+) -> None:
+    """Fold *answer* into *host*'s load and distress on *clock* (which applies
+    the rule), counting and logging what it changed; *floor* is the host's
+    interval without the rule. An answer that can change nothing pacing uses
+    is not written anywhere."""
+    signal = answer.distress(policy)
+    view = clock.host_load(host)
+    if not worth_noting(view, answer, policy, floor):
+        return
+    event = await clock.note_answer(host, answer, policy, floor)
+    if signal is not None:
+        stats.inc_value("walsh/adaptive/signals")
+        stats.inc_value(f"walsh/adaptive/signal/{signal.lower().replace(' ', '_')}")
+    if event in ("raised", "eased", "recovered", "gave_up"):
+        stats.inc_value(f"walsh/adaptive/{event}")
+    view = clock.host_load(host)
+    if event == "raised":
+        logger.info(
+            "Distress from %(host)s (%(signal)s): its requests now at least %(s).1f s "
+            "apart (signals so far: %(all)s)",
+            {"host": host, "signal": signal, "s": view.distress, "all": view.describe()},
+        )
+    elif event == "gave_up":
+        logger.warning(
+            "Distress from %(host)s (%(signal)s) with its interval at "
+            "WALSH_ADAPTIVE_MAX_DELAY (%(cap)g s): host given up for %(for)g s, its "
+            "remaining targets skipped (signals: %(all)s)",
+            {"host": host, "signal": signal, "cap": policy.max_delay,
+             "for": policy.give_up, "all": view.describe()},
+        )  # fmt: skip
+    elif event == "recovered":
+        logger.info("%(host)s answers normally again: back to its floor pace", {"host": host})

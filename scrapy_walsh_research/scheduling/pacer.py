@@ -1,33 +1,38 @@
-"""R4: serial, at least max(1 s, Crawl-delay, Request-rate, Retry-After) between
-requests to a host as the origin sees them, no wait before a host's first request.
-R5's host-wide part lives here too: a valid ``Retry-After`` on any 429/503
-(targets, robots.txt, the blocklist, requests that are not retried) holds the
-whole host, persisted like its clock.
+"""The Pacer: each host's interval over its clock, one per crawler, the one
+owner of R4/R5 timing.
 
-Two parts share one :class:`Pacer` per crawler:
+R4: serial, at least max(1 s, Crawl-delay, Request-rate) between requests to
+a host as the origin sees them, no wait before a host's first request. R5's
+host-wide part: the hold an answer puts on its host (a valid Retry-After on
+any 429/503, or the backoff of a retried request), persisted like the clock.
 
-* :class:`PacingMiddleware`, a downloader middleware just before the R1 gate,
-  *enforces* the spacing for every request that reaches the network: targets,
-  retries, redirects, and the bundle's own robots.txt/blocklist requests;
-* :class:`~scrapy_walsh_research.frontier.FrontierScheduler` keeps the single
-  download slot busy by handing out the request whose host is ready soonest.
+Three kinds of caller share it:
 
-Correctness lives in the middleware; the scheduler only makes it fast.
+* the pacing gate (:mod:`scrapy_walsh_research.gates.pacing`) *enforces* the
+  spacing for every request that reaches the network: it reserves the host's
+  slot, writes the hold R5 decided for the answer (:meth:`Pacer.hold`, the
+  only writer of holds), folds the answer into the host's load and distress
+  (:meth:`Pacer.note_answer`), then commits;
+* the frontier (:mod:`scrapy_walsh_research.scheduling.frontier`) keeps the
+  single download slot busy by asking when each host is ready;
+* the gates tell it what they would deny from cached state
+  (:meth:`Pacer.add_denial_check`) and what stored state a queued request
+  needs (:meth:`Pacer.add_warmer`), so the frontier lets a request a gate
+  will deny go without waiting for its host, and asks no gate itself.
+
+Correctness lives in the pacing gate; the frontier only makes it fast.
 
 A host's interval is the strictest of what its origins' robots.txt files
 ask for (Crawl-delay, Request-rate), at least ``WALSH_MIN_DELAY`` (its
-floor), and of what its answers say (:mod:`scrapy_walsh_research.adaptive`:
-a multiple of its response time, and its distress interval); a
-Retry-After or backoff hold comes on top. Every answer to a request this
-gate let through (targets, retries, robots.txt, the operator's documents)
-is folded into the host's clock before the request's slot is released. A
-host whose interval exceeds ``WALSH_MAX_CRAWL_DELAY``, that is held by a
-Retry-After beyond ``WALSH_RETRY_MAX_DELAY``, or that was given up for
-distress, is skipped: its targets get a ``skipped`` record (rule R4 or R5)
-and it receives nothing, not even robots.txt. No request waits long while
-holding the only download slot: a target goes back to the frontier, and the
-bundle's own requests wait in place at most ``meta["walsh_max_wait"]`` (then
-:class:`HostBusy`).
+floor), and of what its answers say (:mod:`scrapy_walsh_research.state.hostload`:
+a multiple of its response time, and its distress interval); a hold comes on
+top. A host whose interval exceeds ``WALSH_MAX_CRAWL_DELAY``, that is held by
+a Retry-After beyond ``WALSH_RETRY_MAX_DELAY``, or that was given up for
+distress, is skipped (:meth:`Pacer.skip_reason`): its targets get a
+``skipped`` record (rule R4 or R5) and it receives nothing, not even
+robots.txt. No request waits long while holding the only download slot: a
+target goes back to the frontier (:meth:`Pacer.requeue`), and the bundle's
+own requests wait in place at most ``meta["walsh_max_wait"]``.
 """
 
 from __future__ import annotations
@@ -38,36 +43,27 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
-from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
-from twisted.internet import task
+from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research._runtime.marks import HostBusy, Marks
 from scrapy_walsh_research._runtime.meta import (
-    MAX_WAIT_META,
     PARKED_META,
     REQUEUED_META,
-    WIRE_TIME_META,
 )
-from scrapy_walsh_research.components import uses_frontier
-from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.errors import WalshConfigurationError, deny, failure_reason
-from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.scheduling.adaptive import distress_signal
+from scrapy_walsh_research.scheduling.adaptive import distress_signal, fold_answer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
-from scrapy_walsh_research.settings.check import check_configuration, min_delay_problem
+from scrapy_walsh_research.settings.check import min_delay_problem
 from scrapy_walsh_research.state import clock_for
-from scrapy_walsh_research.state.hostload import Answer, worth_noting
+from scrapy_walsh_research.state.hostload import Answer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from scrapy import Request
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
-    from typing_extensions import Self
 
     from scrapy_walsh_research.core.robots_policy import RobotsPolicy
     from scrapy_walsh_research.state.protocols import HostClock
@@ -119,10 +115,6 @@ class Pacer:
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
         self._not_before: dict[str, float] = {}
-        #: set by the R5 gate: (request, status, exception) -> hold seconds
-        self.hold_planner: (
-            Callable[[Request, int | None, Exception | None], float | None] | None
-        ) = None
         #: when a request last went back to the scheduler because its host was busy
         self.last_requeue = float("-inf")
         #: targets waiting in place for their host (counted in the downloader's
@@ -246,19 +238,6 @@ class Pacer:
         deferred = self._not_before.get(host)
         return ready if deferred is None else max(ready, deferred)
 
-    def plan_hold(
-        self,
-        request: Request,
-        *,
-        status: int | None = None,
-        exception: Exception | None = None,
-    ) -> float | None:
-        """The backoff hold the R5 gate will put on the host after this
-        answer (its planner decides, and keeps to it), or None."""
-        if self.hold_planner is None:
-            return None
-        return self.hold_planner(request, status, exception)
-
     def defer(self, host: str, seconds: float) -> None:
         """Keep *host* out of the scheduler's way for *seconds* (its
         robots.txt is being fetched by another worker): a local hint only,
@@ -298,35 +277,7 @@ class Pacer:
         """Fold an answer to a request this process sent to *host* into the
         host's load and distress (before its slot is released)."""
         answer = Answer(response_time, distress_signal(status, exception), random.random())
-        signal = answer.distress(self.adaptive)
-        floor = self.required(host)
-        view = self.clock.host_load(host)
-        if not worth_noting(view, answer, self.adaptive, floor):
-            return
-        event = await self.clock.note_answer(host, answer, self.adaptive, floor)
-        stats = self.stats
-        if signal is not None:
-            stats.inc_value("walsh/adaptive/signals")
-            stats.inc_value(f"walsh/adaptive/signal/{signal.lower().replace(' ', '_')}")
-        if event in ("raised", "eased", "recovered", "gave_up"):
-            stats.inc_value(f"walsh/adaptive/{event}")
-        view = self.clock.host_load(host)
-        if event == "raised":
-            logger.info(
-                "Distress from %(host)s (%(signal)s): its requests now at least %(s).1f s "
-                "apart (signals so far: %(all)s)",
-                {"host": host, "signal": signal, "s": view.distress, "all": view.describe()},
-            )
-        elif event == "gave_up":
-            logger.warning(
-                "Distress from %(host)s (%(signal)s) with its interval at "
-                "WALSH_ADAPTIVE_MAX_DELAY (%(cap)g s): host given up for %(for)g s, its "
-                "remaining targets skipped (signals: %(all)s)",
-                {"host": host, "signal": signal, "cap": self.adaptive.max_delay,
-                 "for": self.adaptive.give_up, "all": view.describe()},
-            )  # fmt: skip
-        elif event == "recovered":
-            logger.info("%(host)s answers normally again: back to its floor pace", {"host": host})
+        await fold_answer(self.clock, self.adaptive, self.stats, host, self.required(host), answer)
 
     def grant_valid(self, host: str) -> bool:
         """Whether the slot this process reserved for *host* is still its own
@@ -350,142 +301,3 @@ class Pacer:
         if until is not None:
             requeued.meta[PARKED_META] = until
         return requeued
-
-
-class PacingMiddleware:
-    """Downloader middleware: reserve the host's slot or wait for it; hold
-    the host on a Retry-After."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
-        self.stats = crawler.stats
-        self.pacer = Pacer.for_crawler(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.audit = AuditTrail.for_crawler(crawler)
-        self.audit.interval = self.pacer.interval_for
-        # Only the frontier keeps a handed-back request out of the way until
-        # its host is ready; another scheduler (scrapy-redis's) would hand it
-        # straight back, so with one the gate waits in place.
-        self.requeue = uses_frontier(crawler.settings)
-        #: when each request in flight reserved its host's slot
-        self._reserved: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        check_configuration(crawler)
-        return cls(crawler)
-
-    async def process_request(self, request: Request) -> Request | None:
-        host = url_host(request.url)
-        direct = self.marks.is_direct(request)
-        limit = float("inf")
-        if direct:
-            limit = request.meta.get(MAX_WAIT_META) or max(
-                self.pacer.max_crawl_delay, self.pacer.retry_max_delay
-            )
-        else:
-            skip = await self.pacer.skip(host)
-            if skip is not None:
-                deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
-        from twisted.internet import reactor
-
-        spent = 0.0
-        while True:
-            now = time.monotonic()
-            wait = await self.pacer.reserve(host, now)
-            if wait <= 0:
-                self._reserved[request] = now
-                request.meta.pop(WIRE_TIME_META, None)
-                self.pacer.granted(request, host)
-                return None
-            if direct and wait > limit:
-                # The bundle's own request would hold the only download slot
-                # too long: its caller tries again when the host is ready.
-                self.stats.inc_value("walsh/pacing/host_busy")
-                raise HostBusy(host, wait)
-            if self.requeue and not direct:
-                # Give the only download slot back: the frontier holds this
-                # request until its host is ready and serves other hosts now.
-                return self.pacer.requeue(request)
-            if not direct and spent >= IN_PLACE_LIMIT:
-                # Another scheduler (scrapy-redis's) hands a request back at
-                # once, so it waits here a little; past that, it goes back
-                # with a lower priority and the slot serves other hosts (a
-                # host leased by a dead worker costs that host, not the fleet).
-                requeued = self.pacer.requeue(request)
-                requeued.priority = request.priority - 1
-                return requeued
-            # The bundle's own requests (robots.txt) come from inside another
-            # request's middleware chain and cannot be requeued: wait here.
-            step = wait if direct else min(wait, IN_PLACE_LIMIT - spent)
-            self.stats.inc_value("walsh/pacing/waited")
-            self.pacer.waiting_in_place += not direct
-            try:
-                await maybe_deferred_to_future(task.deferLater(reactor, step, lambda: None))
-            finally:
-                self.pacer.waiting_in_place -= not direct
-            spent += step
-
-    async def process_response(self, request: Request, response: Response) -> Response:
-        answered = time.monotonic()  # the response is complete
-        host = url_host(request.url)
-        seconds = None
-        if response.status in RATE_LIMIT_CODES:
-            seconds = parse_retry_after(response.headers.get(b"Retry-After"))
-        # The hold that follows this answer, and what the answer says about
-        # the host's load and distress, are written while this request still
-        # holds the host's slot, then the slot is released: written after,
-        # another worker waiting for the host could take the slot in between
-        # (a Retry-After of 20 s once let one in 0.2 s later).
-        sent_at = self._sent_at(request)
-        hold = seconds or self.pacer.plan_hold(request, status=response.status)
-        hold_by = "Retry-After" if seconds else "backoff"
-        if hold:
-            await self.pacer.hold(host, time.monotonic() + hold, hold_by, sent_at)
-        if sent_at is not None:
-            await self.pacer.note_answer(
-                host, response_time=answered - sent_at, status=response.status
-            )
-        await self._commit(request)
-        await self.audit.answered(request, status=response.status, hold=hold, hold_by=hold_by)
-        if seconds:
-            self.stats.inc_value("walsh/pacing/retry_after_hold")
-            logger.info(
-                "R5: HTTP %(status)d with Retry-After %(s).0f s from %(url)s: holding "
-                "%(host)s for that long",
-                {"status": response.status, "s": seconds, "url": request.url, "host": host},
-            )
-        return response
-
-    async def process_exception(self, request: Request, exception: Exception) -> None:
-        host = url_host(request.url)
-        sent_at = self._sent_at(request)
-        hold = self.pacer.plan_hold(request, exception=exception)
-        if hold:  # as for a response: the backoff is in force before the slot is free
-            await self.pacer.hold(host, time.monotonic() + hold, "backoff", sent_at)
-        if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
-            await self.pacer.note_answer(host, exception=exception)
-        await self._commit(request)
-        await self.audit.answered(request, error=failure_reason(exception), hold=hold)
-
-    def _sent_at(self, request: Request) -> float | None:
-        """When *request* left (its wire stamp, else its reservation), or None
-        when this gate did not let it through (nothing was sent)."""
-        reserved = self._reserved.get(request)
-        if reserved is None:
-            return None
-        wire = request.meta.get(WIRE_TIME_META)
-        return wire if wire is not None else reserved
-
-    async def _commit(self, request: Request) -> None:
-        reserved = self._reserved.pop(request, None)
-        if reserved is None:
-            return
-        host = url_host(request.url)
-        self.pacer.note_duration(time.monotonic() - reserved)
-        wire = request.meta.get(WIRE_TIME_META)
-        # Without a wire stamp (another download handler), the response time
-        # is a safe upper bound of when the origin saw the request.
-        await self.pacer.commit(host, wire if wire is not None else time.monotonic())
-        if wire is None:
-            self.stats.inc_value("walsh/pacing/no_wire_time")

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_walsh_research._engine import wake_engine
 from scrapy_walsh_research._runtime.meta import PARKED_META, REQUEUED_META
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.scheduling._engine import wake_engine
+from scrapy_walsh_research.scheduling.pacer import Pacer
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

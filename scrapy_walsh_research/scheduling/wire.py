@@ -45,7 +45,7 @@ from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
-from scrapy_walsh_research.pacing import Pacer
+from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
@@ -76,8 +76,8 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         ):
             raise RuntimeError(
                 "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler no longer has "
-                "_pool.getConnection / _pool.retryAutomatically; scrapy_walsh_research.wire "
-                "needs updating for this Scrapy."
+                "_pool.getConnection / _pool.retryAutomatically; "
+                "scrapy_walsh_research.scheduling.wire needs updating for this Scrapy."
             )
         pool.retryAutomatically = False
         self._current: Request | None = None
