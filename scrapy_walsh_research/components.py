@@ -18,23 +18,23 @@ if TYPE_CHECKING:
 
 PACKAGE = "scrapy_walsh_research"
 #: The gate chain, in the spec's order (§5), as downloader middlewares.
-SCOPE_MW = f"{PACKAGE}.scope.ScopeDownloaderMiddleware"
-SCOPE_SPIDER_MW = f"{PACKAGE}.scope.ScopeSpiderMiddleware"
-CADENCE_MW = f"{PACKAGE}.cadence.CadenceMiddleware"
-VALIDATORS_MW = f"{PACKAGE}.validators.ConditionalRequestMiddleware"
-NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
-BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
-ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
-USAGE_MW = f"{PACKAGE}.usage.UsagePreferencesMiddleware"
+SCOPE_MW = f"{PACKAGE}.gates.scope.ScopeDownloaderMiddleware"
+SCOPE_SPIDER_MW = f"{PACKAGE}.gates.scope.ScopeSpiderMiddleware"
+CADENCE_MW = f"{PACKAGE}.gates.cadence.CadenceMiddleware"
+VALIDATORS_MW = f"{PACKAGE}.gates.validators.ConditionalRequestMiddleware"
+NEGOTIATION_MW = f"{PACKAGE}.gates.negotiation.NegotiationMiddleware"
+BLOCKLIST_MW = f"{PACKAGE}.gates.blocklist.BlocklistMiddleware"
+ROBOTS_MW = f"{PACKAGE}.gates.robots.RobotsTxtMiddleware"
+PREFERENCES_MW = f"{PACKAGE}.gates.preferences.PreferencesMiddleware"
 RETRY_MW = f"{PACKAGE}.gates.retry.RetryMiddleware"
 PACING_MW = f"{PACKAGE}.gates.pacing.PacingMiddleware"
-USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
+USERAGENT_MW = f"{PACKAGE}.gates.useragent.UserAgentMiddleware"
 DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     SCOPE_MW: 55,  # R6: only declared targets and the bundle's own requests go on
     CADENCE_MW: 60,  # R8: a target fetched too recently is skipped, no request at all
     BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
     ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
-    USAGE_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
+    PREFERENCES_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
     VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
     NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
     RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware

@@ -11,8 +11,8 @@ import pytest_twisted
 from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.cadence import cadence_of
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.gates.cadence import cadence_of
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.scheduling._engine import scheduler_of
 from scrapy_walsh_research.scheduling.pacer import Pacer

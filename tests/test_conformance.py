@@ -15,10 +15,10 @@ from scrapy_walsh_research.components import (
     BLOCKLIST_MW,
     CADENCE_MW,
     PACING_MW,
+    PREFERENCES_MW,
     RETRY_MW,
     ROBOTS_MW,
     SCOPE_MW,
-    USAGE_MW,
     USERAGENT_MW,
 )
 from scrapy_walsh_research.conformance.checks import HTTP_CACHE_ROW
@@ -100,7 +100,7 @@ BROKEN = {
         }
     },
     "R6": {"DOWNLOADER_MIDDLEWARES": {SCOPE_MW: None}},
-    "PREF": {"DOWNLOADER_MIDDLEWARES": {USAGE_MW: None}},
+    "PREF": {"DOWNLOADER_MIDDLEWARES": {PREFERENCES_MW: None}},
 }
 
 
@@ -154,7 +154,7 @@ def test_attestation_from_configuration_is_true_only_with_every_gate_in_place():
     [
         ({"DOWNLOADER_MIDDLEWARES": {ROBOTS_MW: None}}, "R2_robots_rfc9309"),
         ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: None}}, "R3_operator_blocklist"),
-        ({"DOWNLOADER_MIDDLEWARES": {USAGE_MW: None}}, "PREF_usage_preferences"),
+        ({"DOWNLOADER_MIDDLEWARES": {PREFERENCES_MW: None}}, "PREF_usage_preferences"),
         ({"CONCURRENT_REQUESTS": 4}, "R4_serial_rate_limit_crawl_delay"),
         ({"DOWNLOADER_MIDDLEWARES": {CADENCE_MW: None}}, "R8_infrequent_runs"),
         ({"WALSH_RUN_INTERVAL": 3600}, "R8_infrequent_runs"),

@@ -24,7 +24,7 @@ import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.components import USAGE_MW
+from scrapy_walsh_research.components import PREFERENCES_MW
 from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply, SandboxServer
@@ -174,7 +174,7 @@ def test_tdmrep_json_is_fetched_once_per_origin_through_every_gate_before_its_fi
     hits = scenario.server.origin.hits_for("reserved.test")
     assert {h.user_agent for h in hits} == {USER_AGENT}
     assert min(b.t - a.t for a, b in itertools.pairwise(hits)) >= 1.0  # R4 pacing
-    assert scenario.res.stats["walsh/tdmrep/status/200"] >= 1
+    assert scenario.res.stats["walsh/preferences/status/200"] >= 1
 
 
 def test_a_preference_about_an_undeclared_purpose_never_denies(scenario):
@@ -227,13 +227,13 @@ def test_a_tdmrep_json_past_500_kib_is_not_read_and_its_origin_is_not_requested(
     reason = scenario.record("huge.test", "/a")["reason"]
     assert "larger than 500 KiB" in reason and "says no" not in reason
     assert scenario.paths("huge.test") == ["/robots.txt", TDMREP]
-    assert scenario.res.stats["walsh/tdmrep/too_large"] == 1
+    assert scenario.res.stats["walsh/preferences/too_large"] == 1
 
 
 def test_a_tdmrep_json_that_is_no_tdmrep_document_means_no_reservation(scenario):
     for host in ("nested.test", "html.test"):
         assert scenario.outcome(host, "/a") == ("fetched", None), host
-    assert scenario.res.stats["walsh/tdmrep/not_tdmrep"] == 2
+    assert scenario.res.stats["walsh/preferences/not_tdmrep"] == 2
 
 
 # -- with the response: headers ------------------------------------------------------
@@ -415,7 +415,7 @@ async def test_an_unreachable_tdmrep_json_is_unknown_until_fetched_or_a_last_goo
     second = await crawl(settings, [urls[0], urls[3], urls[4]], tmp_path)
     assert [(r["outcome"], r["rule"]) for r in sorted(second.items, key=lambda r: r["line"])] == [
         ("skipped", "PREF"), ("fetched", None), ("skipped", "PREF")]  # fmt: skip
-    assert second.stats["walsh/tdmrep/last_good_used"] == 1
+    assert second.stats["walsh/preferences/last_good_used"] == 1
     assert [h.path for h in server.origin.hits_for("down.test")] == ["/robots.txt", TDMREP]
 
 
@@ -428,7 +428,7 @@ async def test_without_the_pref_gate_a_reserved_target_is_requested(
 ):
     route_host(server, "r.test", tdm=tdmrep({"location": "/", "tdm-reservation": 1}),
                pages={"/a": page()})  # fmt: skip
-    settings = base_settings(server, tmp_path / "s", DOWNLOADER_MIDDLEWARES={USAGE_MW: None})
+    settings = base_settings(server, tmp_path / "s", DOWNLOADER_MIDDLEWARES={PREFERENCES_MW: None})
     res = await crawl(settings, [server.url("r.test", "/a")], tmp_path)
     assert res.items[0]["outcome"] == "fetched"
     assert server.origin.hits_for("r.test", "/a") != []

@@ -568,7 +568,7 @@ async def test_a_large_robots_txt_is_parsed_in_a_worker_process():
 
     from scrapy.utils.defer import deferred_from_coro
 
-    from scrapy_walsh_research import robots
+    from scrapy_walsh_research.gates import robots
 
     text = large_robots()
     policy, digest = await deferred_from_coro(robots._parse(text))
@@ -583,7 +583,7 @@ async def test_a_large_robots_txt_is_parsed_in_a_worker_process():
 
 @pytest_twisted.ensureDeferred
 async def test_without_a_worker_process_a_large_robots_txt_is_parsed_in_a_thread(monkeypatch):
-    from scrapy_walsh_research import robots
+    from scrapy_walsh_research.gates import robots
 
     def no_pool() -> Any:
         raise OSError("no processes here")

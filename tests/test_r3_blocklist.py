@@ -543,7 +543,7 @@ def near_documents(draw: Any) -> Any:
 def gate(tmp_path_factory: Any) -> Any:
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.blocklist import BlocklistMiddleware
+    from scrapy_walsh_research.gates.blocklist import BlocklistMiddleware
 
     state = tmp_path_factory.mktemp("state")
     return BlocklistMiddleware(get_crawler(settings_dict={"WALSH_STATE_DIR": str(state)}))
@@ -612,7 +612,7 @@ def test_a_schema_format_that_cannot_be_checked_stops_the_crawl_at_start_up(tmp_
     script = (
         "import sys; sys.modules['rfc3339_validator'] = None\n"  # as if not installed
         "from scrapy.utils.test import get_crawler\n"
-        "from scrapy_walsh_research.blocklist import BlocklistMiddleware\n"
+        "from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware\n"
         f"crawler = get_crawler(settings_dict={{'WALSH_STATE_DIR': {str(tmp_path)!r}}})\n"
         "BlocklistMiddleware(crawler)\n"
     )

@@ -150,8 +150,8 @@ BAD_ENTRIES = [
 def test_one_bad_entry_among_thousands_rejects_the_list_and_names_it(bad, why, tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.blocklist import BlocklistMiddleware
     from scrapy_walsh_research.core.blocklist.document import BlocklistError
+    from scrapy_walsh_research.gates.blocklist import BlocklistMiddleware
     from scrapy_walsh_research.spiders.targets import TargetsSpider
 
     crawler = get_crawler(TargetsSpider, {"WALSH_STATE_DIR": str(tmp_path)})
@@ -223,7 +223,7 @@ async def test_a_large_list_with_one_bad_entry_is_rejected_and_the_list_in_force
 async def test_a_child_process_that_dies_does_not_cost_the_list(server, tmp_path, monkeypatch):
     """A child without an answer (killed, cannot start) is no verdict on the
     list: it is read in a thread instead, and still blocks."""
-    from scrapy_walsh_research.blocklist import build
+    from scrapy_walsh_research.gates.blocklist import build
 
     monkeypatch.setattr(build, "CHILD_CODE", "raise SystemExit(3)")
     serve_list(server, large("gone.test"))
@@ -242,7 +242,7 @@ def test_the_child_process_imports_only_the_pure_core():
     import subprocess
     import sys
 
-    from scrapy_walsh_research.blocklist.build import CHILD_MODULE
+    from scrapy_walsh_research.gates.blocklist.build import CHILD_MODULE
 
     code = f"import json, sys; import {CHILD_MODULE}; print(json.dumps(sorted(sys.modules)))"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -19,9 +19,9 @@ import pytest_twisted
 
 from scrapy_walsh_research.evidence.host_evidence import collect
 from scrapy_walsh_research.evidence.pages import host_page
+from scrapy_walsh_research.gates.useragent import USER_AGENT
 from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.useragent import USER_AGENT
 from tests.conftest import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,

@@ -17,9 +17,9 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.python.failure import Failure
 from twisted.web.client import ResponseNeverReceived
 
+from scrapy_walsh_research.core.records import OUTCOMES
 from scrapy_walsh_research.core.target_list import MAX_LINE_CHARS, read_list
 from scrapy_walsh_research.errors import failure_reason
-from scrapy_walsh_research.records import OUTCOMES
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.crawl import crawl_spider
 from scrapy_walsh_research.spiders.targets import TargetsSpider

@@ -175,7 +175,7 @@ async def test_a_tdmrep_json_answering_500_for_a_while_is_waited_for_not_read_as
     res = await crawl(base_settings(server, tmp_path / "s", **FAST_RETRY), targets, tmp_path)
     assert outcomes(res, "tdm.test") == [("fetched", None)] * 3
     assert {h.path for h in down.during()} <= {"/robots.txt", TDMREP}
-    assert res.stats["walsh/wait/tdmrep/recovered"] == 1
+    assert res.stats["walsh/wait/preferences/recovered"] == 1
 
 
 @pytest_twisted.ensureDeferred

@@ -96,7 +96,7 @@ _ALWAYS = (
     "scrapy_walsh_research.state.redis.hostclock",
     "scrapy_walsh_research.state.sqlite",
     "scrapy_walsh_research.state.redis.target_queue",
-    "scrapy_walsh_research.blocklist",
+    "scrapy_walsh_research.gates.blocklist.middleware",
     "scrapy_walsh_research.evidence.audit",
     "scrapy_walsh_research.evidence.purge",
 )
@@ -234,8 +234,8 @@ def preload(settings: Settings) -> type:
                 for component, value in merged.getdict(key).items():
                     load(component)
                     load(value)
-        from scrapy_walsh_research.blocklist.schema import load_validator
         from scrapy_walsh_research.core.blocklist.schema import bundled_schema
+        from scrapy_walsh_research.gates.blocklist.schema import load_validator
 
         load_validator(bundled_schema())  # jsonschema's meta-schemas and format checkers
     finally:

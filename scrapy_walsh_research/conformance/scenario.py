@@ -18,8 +18,8 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.blocklist.schema import bundled_schema_text
+from scrapy_walsh_research.gates.preferences import TDMREP_PATH
 from scrapy_walsh_research.sandbox.origin import Reply
-from scrapy_walsh_research.usage import TDMREP_PATH
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.sandbox.origin import Hit, SandboxServer

@@ -34,7 +34,8 @@ def retry_delay(base: float, failures: int, cap: float, rand: float) -> float:
 class Outage:
     """One document that could not be read, and its tries so far."""
 
-    #: ``robots``, ``tdmrep`` or ``blocklist``: the stats under ``walsh/wait/<kind>/``
+    #: ``robots``, ``preferences`` (tdmrep.json) or ``blocklist``: the stats
+    #: under ``walsh/wait/<kind>/``
     kind: str
     #: ``robots.txt``: its name in messages
     document: str

@@ -45,7 +45,7 @@ REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
     "R7_conditional_fetch_dedup": ("R7", [components.VALIDATORS_MW], {"R7", "R7b"}),
     "R8_infrequent_runs": ("R8", [components.CADENCE_MW], {"R8"}),
     "R9_no_html_scrape": ("R9", [components.NEGOTIATION_MW], {"R9"}),
-    "PREF_usage_preferences": ("PREF", [components.USAGE_MW], {"PREF"}),
+    "PREF_usage_preferences": ("PREF", [components.PREFERENCES_MW], {"PREF"}),
 }
 #: Problems that are not about one rule's gate but break the named ones.
 _SHARED = {

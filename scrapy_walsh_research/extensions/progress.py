@@ -24,8 +24,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_walsh_research.core.timestamps import duration_text
+from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

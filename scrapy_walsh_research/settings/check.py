@@ -35,6 +35,7 @@ from scrapy_walsh_research.components import (
     FRONTIER,
     PACING_MW,
     PACKAGE,
+    PREFERENCES_MW,
     RECORD_PIPELINE,
     RECORD_PIPELINE_ORDER,
     RETRY_MW,
@@ -47,7 +48,6 @@ from scrapy_walsh_research.components import (
     SCRAPY_ROBOTS_MW,
     SPIDER_MIDDLEWARES,
     STARTUP_CHECK,
-    USAGE_MW,
     USERAGENT_MW,
     WIRE_HANDLER,
     enabled,
@@ -141,7 +141,7 @@ def _component_problems(settings: BaseSettings, order: dict[str, int]) -> list[s
         (SCOPE_MW, "R6"),
         (BLOCKLIST_MW, "R3"),
         (ROBOTS_MW, "R2"),
-        (USAGE_MW, "PREF"),
+        (PREFERENCES_MW, "PREF"),
         (PACING_MW, "R4"),
         (RETRY_MW, "R5"),
     )
@@ -194,17 +194,17 @@ def _order_problems(order: dict[str, int]) -> list[str]:
             f"after the robots.txt gate ({order[ROBOTS_MW]}): the spec checks the operator "
             "blocklist first. Give the blocklist gate the lower number."
         )
-    if USAGE_MW in order and ROBOTS_MW in order and order[USAGE_MW] <= order[ROBOTS_MW]:
+    if PREFERENCES_MW in order and ROBOTS_MW in order and order[PREFERENCES_MW] <= order[ROBOTS_MW]:
         found.append(
-            f"DOWNLOADER_MIDDLEWARES orders the usage-preferences gate ({order[USAGE_MW]}) at "
+            f"DOWNLOADER_MIDDLEWARES orders the preferences gate ({order[PREFERENCES_MW]}) at "
             f"or before the robots.txt gate ({order[ROBOTS_MW]}): preferences apply only where "
             "robots.txt allows crawling, and tdmrep.json is fetched under robots.txt's rules. "
-            "Give the usage-preferences gate the higher number."
+            "Give the preferences gate the higher number."
         )
-    if USAGE_MW in order and PACING_MW in order and order[PACING_MW] <= order[USAGE_MW]:
+    if PREFERENCES_MW in order and PACING_MW in order and order[PACING_MW] <= order[PREFERENCES_MW]:
         found.append(
             f"DOWNLOADER_MIDDLEWARES orders the pacing gate ({order[PACING_MW]}) at or before "
-            f"the usage-preferences gate ({order[USAGE_MW]}): pace only requests that may be "
+            f"the preferences gate ({order[PREFERENCES_MW]}): pace only requests that may be "
             "sent. Give the pacing gate the higher number."
         )
     if ROBOTS_MW in order and PACING_MW in order and order[PACING_MW] <= order[ROBOTS_MW]:

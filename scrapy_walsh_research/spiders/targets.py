@@ -35,17 +35,23 @@ from scrapy_walsh_research._runtime.meta import (
     TARGET_META,
 )
 from scrapy_walsh_research.components import url_length_limit
+from scrapy_walsh_research.core.records import TICKET_KEY, new_record, response_metadata
 from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
-from scrapy_walsh_research.records import TICKET_KEY, new_record, response_metadata
 from scrapy_walsh_research.scheduling.intake import wait_for_feed_room, wait_for_list_room
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.spiders.size_cap import SizeCap
+from scrapy_walsh_research.spiders.structured import (
+    HTML_TYPES,
+    extract,
+    markdown_metadata,
+    media_type,
+)
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
+from scrapy_walsh_research.state.namespaces import SEEN
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -62,7 +68,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SEEN_NAMESPACE = "seen"
 #: how often a worker with an empty feed looks again while other workers
 #: still hold lines in flight (one small script each time; at the end of a
 #: list every idle worker waits for the last line, then exits this soon)
@@ -386,9 +391,9 @@ class TargetsSpider(scrapy.Spider):
             if not items:
                 continue
             keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
-            known = await self.store.get_many(SEEN_NAMESPACE, keys)
+            known = await self.store.get_many(SEEN, keys)
             now = utc_iso()
-            await self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
+            await self.store.put_many(SEEN, {k: now for k in keys if k not in known})
             for item, k in zip(items, keys, strict=True):
                 item["first_seen"] = known.get(k, now)
                 item["new"] = k not in known

@@ -25,15 +25,15 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research.core.blocklist.document import BlocklistError
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import purge
+from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.state import local_state_for, state_for
-from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from scrapy_walsh_research.blocklist.build import Adopted, ListBuilder
     from scrapy_walsh_research.core.blocklist.entries import DomainSet
     from scrapy_walsh_research.core.outage import Outage
+    from scrapy_walsh_research.gates.blocklist.build import Adopted, ListBuilder
     from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from scrapy_walsh_research._runtime.marks import Marks
 from scrapy_walsh_research.core.urls import canonical_url
 from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state.namespaces import VALIDATORS
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STATE_NAMESPACE = "validators"
 
 
 class ConditionalRequestMiddleware:
@@ -47,7 +47,7 @@ class ConditionalRequestMiddleware:
         if not self.marks.is_target(request):
             return
         key = canonical_url(request.url)
-        saved = await self.store.get(STATE_NAMESPACE, key)
+        saved = await self.store.get(VALIDATORS, key)
         if not saved:
             self._unstored[request] = key
             return
@@ -69,7 +69,7 @@ class ConditionalRequestMiddleware:
             unstored = self._unstored.pop(request, None) == key
             if etag or modified:
                 await self.store.put(
-                    STATE_NAMESPACE,
+                    VALIDATORS,
                     key,
                     {
                         "etag": etag.decode("latin-1") if etag else None,
@@ -78,5 +78,5 @@ class ConditionalRequestMiddleware:
                 )
                 self.stats.inc_value("walsh/validators/stored")
             elif not unstored:
-                await self.store.delete(STATE_NAMESPACE, key)
+                await self.store.delete(VALIDATORS, key)
         return response

@@ -1,7 +1,8 @@
-"""R9: prefer structured representations; never scrape HTML.
+"""R9: what a body says, read for metadata only; HTML is never scraped.
 
-Target requests negotiate ``text/markdown`` first, then feeds. What comes
-back is read generically, with well-kept parsers, for metadata only:
+Target requests negotiate ``text/markdown`` first, then feeds
+(:mod:`scrapy_walsh_research.gates.negotiation`). What comes back is read
+here, for the targets spider's records, generically, with well-kept parsers:
 
 * feeds (RSS, Atom: feedparser; JSON Feed: plain JSON, which feedparser does
   not read): per-entry id, title, link, published, updated;
@@ -32,13 +33,8 @@ from urllib.parse import urljoin, urlsplit
 import feedparser
 from markdown_it import MarkdownIt
 
-from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
-
 if TYPE_CHECKING:
-    from scrapy import Request
-    from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from typing_extensions import Self
 
 #: markdown-it logs each block rule it tries at DEBUG: 1,455 of the 1,593 log
 #: lines a crawl of one 15 KB markdown page wrote at Scrapy's default
@@ -48,13 +44,6 @@ QUIET_LOGGERS = ("markdown_it",)
 for _name in QUIET_LOGGERS:
     if logging.getLogger(_name).level == logging.NOTSET:
         logging.getLogger(_name).setLevel(logging.WARNING)
-
-ACCEPT = (
-    "text/markdown, "
-    "application/feed+json;q=0.9, application/atom+xml;q=0.9, application/rss+xml;q=0.9, "
-    "application/xml;q=0.8, text/xml;q=0.8, text/plain;q=0.7, text/html;q=0.5, */*;q=0.1"
-)
-ACCEPT_LLMS = "text/markdown, text/plain;q=0.9, */*;q=0.1"
 
 MARKDOWN_TYPES = frozenset({"text/markdown", "text/x-markdown"})
 FEED_TYPES = frozenset(
@@ -70,24 +59,6 @@ MAX_PROBLEMS = 5
 
 class Unreadable(ValueError):
     """A body that claims a structured format but cannot be read as one."""
-
-
-class NegotiationMiddleware:
-    """Ask targets for markdown first, then feeds (R9 content negotiation)."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        self.marks = Marks.for_crawler(crawler)
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
-
-    def process_request(self, request: Request) -> None:
-        purpose = self.marks.purpose(request)
-        if purpose == LLMS:
-            request.headers[b"Accept"] = ACCEPT_LLMS
-        elif purpose == TARGET:
-            request.headers[b"Accept"] = ACCEPT
 
 
 def media_type(response: Response) -> str:

@@ -72,13 +72,13 @@ from scrapy_walsh_research.core.preferences.tdmrep import (
     parse_tdmrep,
     tdm_file_preferences,
 )
+from scrapy_walsh_research.core.records import response_validators
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
-from scrapy_walsh_research.records import response_validators
-from scrapy_walsh_research.robots import RobotsTxtMiddleware
+from scrapy_walsh_research.gates.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
+from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import declared_purposes
 
@@ -121,11 +121,11 @@ class TdmEntry:
         return tdm_file_preferences(self.tdm, url)
 
 
-class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
+class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     """Downloader middleware: deny (before) or withhold (after) a target
     whose host says no to a purpose the bot declares."""
 
-    kind = "tdmrep"
+    kind = "preferences"
     document = "tdmrep.json"
     answer_namespaces = (STATE_NAMESPACE,)
     unreachable_namespace = UNREACHABLE_NAMESPACE
@@ -247,7 +247,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
         if 200 <= status < 300:
             body = response.body
             if len(body) > MAX_TDMREP_BYTES:
-                self.stats.inc_value("walsh/tdmrep/too_large")
+                self.stats.inc_value("walsh/preferences/too_large")
                 why = f"tdmrep.json is larger than {MAX_TDMREP_BYTES // 1024} KiB and was not read"
                 logger.warning("%(why)s: %(origin)s", {"why": why, "origin": origin})
                 return TdmEntry(None, now + self.ttl, status, unknown=why)
@@ -262,7 +262,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
     async def _refused(
         self, origin: str, previous: TdmEntry | None, exc: WalshDenied
     ) -> TdmEntry:
-        self.stats.inc_value("walsh/tdmrep/not_fetched")
+        self.stats.inc_value("walsh/preferences/not_fetched")
         if exc.outcome == "skipped" or not exc.lasting:
             # a host not to be contacted now, or a refusal that passes by
             # itself (robots.txt unreachable, the blocklist lost): unknown
@@ -279,7 +279,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
     def _entry(self, body: bytes, status: int | None, expires: float) -> TdmEntry:
         tdm = parse_tdmrep(body)
         if tdm is None:
-            self.stats.inc_value("walsh/tdmrep/not_tdmrep")
+            self.stats.inc_value("walsh/preferences/not_tdmrep")
         elif tdm.problems:
             logger.info("tdmrep.json read with problems: %(p)s", {"p": tdm.problems})
         return TdmEntry(tdm, expires, status)
@@ -303,7 +303,7 @@ class UsagePreferencesMiddleware(OriginDocuments[TdmEntry]):
             and isinstance(saved.get("body"), str)
             and now - float(saved.get("fetched_at", 0)) < LAST_GOOD_MAX_AGE
         ):
-            self.stats.inc_value("walsh/tdmrep/last_good_used")
+            self.stats.inc_value("walsh/preferences/last_good_used")
             logger.warning(
                 "%(what)s for %(origin)s; using the last good answer; next try in %(d).0f s",
                 {"what": outage.describe(), "origin": origin, "d": outage.retry_at - now},

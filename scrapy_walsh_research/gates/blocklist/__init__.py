@@ -9,8 +9,9 @@ the last adopted list, also across restarts (it is persisted in the state
 store and validated again when restored): an outage must never un-block an
 opt-out.
 
-- :mod:`.middleware`: the gate, :class:`BlocklistMiddleware` (the path users
-  write in settings: ``scrapy_walsh_research.blocklist.BlocklistMiddleware``);
+- :mod:`.middleware`: the gate, :class:`BlocklistMiddleware` (exported here
+  and, as users write it in settings, from the package root:
+  ``scrapy_walsh_research.BlocklistMiddleware``);
 - :mod:`.refresh`: when the list is fetched again, and by which worker of a fleet;
 - :mod:`.store`: the list in force, adopted in one step, persisted, restored,
   and the purge of what was stored about the hosts it opts out;
@@ -18,13 +19,11 @@ opt-out.
   in a child process;
 - :mod:`.schema`: the bundled schema (the contract) and the published one.
 
-What needs no Scrapy is in the pure core: the document (JSON, the contract,
-``refresh``) in :mod:`scrapy_walsh_research.core.blocklist.document`, the
-entries and the domain set in :mod:`~scrapy_walsh_research.core.blocklist.entries`,
-the index file in :mod:`~scrapy_walsh_research.core.blocklist.index`, and the
-child process in :mod:`~scrapy_walsh_research.core.blocklist.child`.
+What needs no Scrapy is the pure core's :mod:`scrapy_walsh_research.core.blocklist`:
+the document (JSON, the contract, ``refresh``), the entries and the domain
+set, the index file, the child process, and the bundled schema.
 """
 
-from scrapy_walsh_research.blocklist.middleware import BlocklistMiddleware
+from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
 
 __all__ = ["BlocklistMiddleware"]

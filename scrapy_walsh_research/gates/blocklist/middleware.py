@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
-from scrapy_walsh_research.blocklist.build import ListBuilder
-from scrapy_walsh_research.blocklist.refresh import Refresher
-from scrapy_walsh_research.blocklist.schema import BlocklistSchema
-from scrapy_walsh_research.blocklist.store import HeldList
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
+from scrapy_walsh_research.gates.blocklist.build import ListBuilder
+from scrapy_walsh_research.gates.blocklist.refresh import Refresher
+from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
+from scrapy_walsh_research.gates.blocklist.store import HeldList
+from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
@@ -39,7 +40,6 @@ from scrapy_walsh_research.settings.options import (
     operator_urls,
     policy_retry_delay,
 )
-from scrapy_walsh_research.waits import DocumentWaits
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -1,8 +1,15 @@
 """R8: run infrequently. A target fetched (or answered 304) less than
 ``WALSH_RUN_INTERVAL`` seconds ago is skipped with no request at all.
 
-The last fetch time of each target (by canonical URL) persists in the state
-store, so the rule holds across runs, which is where it matters.
+Cadence has one home, here: the gate, each target's last fetch (persisted
+in the state store, by canonical URL, so the rule holds across runs, which
+is where it matters), and with a fleet the claim a worker holds on a target
+while it fetches it, and its release. The claim's Lua is
+:data:`~scrapy_walsh_research.state.redis.scripts.CADENCE_CLAIM`, beside the
+Redis backend's other scripts; the namespaces are named once in
+:mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
+target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
+:meth:`CadenceMiddleware.release`).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state import redis_url, state_for
+from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -28,32 +36,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-STATE_NAMESPACE = "cadence"
-
-
-#: only one worker of a fleet fetches a target at a time: same URL, other batch
-CLAIM = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
--- KEYS[1] cadence hash, KEYS[2] claims hash
--- ARGV[1] target, ARGV[2] interval s, ARGV[3] worker id, ARGV[4] heartbeat prefix
-local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
-if last and now - last < tonumber(ARGV[2]) and last <= now then
-  return {'recent', string.format('%.6f', last)}
-end
-local owner = redis.call('HGET', KEYS[2], ARGV[1])
-if owner and owner ~= ARGV[3] and redis.call('EXISTS', ARGV[4] .. owner) == 1 then
-  return {'taken', owner}
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-return {'ok', ''}
-"""
-CLAIMS_NAMESPACE = "cadence_claims"
-
-
-def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
-    """The crawler's cadence gate, for the record pipeline that writes it."""
-    return registered(crawler, CadenceMiddleware)
 
 
 class CadenceMiddleware:
@@ -87,14 +69,20 @@ class CadenceMiddleware:
         if redis_url(crawler):
             # redis is the optional [redis] extra: imported only when in use
             from scrapy_walsh_research.state.redis.connection import RedisConnection
+            from scrapy_walsh_research.state.redis.scripts import CADENCE_CLAIM
 
             self._redis = RedisConnection.for_crawler(crawler)
-            self._claim = self._redis.client.register_script(CLAIM)
+            self._claim = self._redis.client.register_script(CADENCE_CLAIM)
         register(crawler, CadenceMiddleware, self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> CadenceMiddleware | None:
+        """The crawler's R8 gate, once built (the record pipeline stamps with it)."""
+        return registered(crawler, CadenceMiddleware)
 
     def _due_at(self, request: Request) -> tuple[float, float] | None:
         """(last fetch, due time) when the target is not due yet, else None.
@@ -115,7 +103,7 @@ class CadenceMiddleware:
         if self.interval > 0 and self.marks.is_target(request):
             key = target_key(request)
             if key not in self._last:
-                last = await self.store.get(STATE_NAMESPACE, key)
+                last = await self.store.get(CADENCE, key)
                 if key not in self._last:
                     self._remember(key, float(last) if isinstance(last, (int, float)) else None)
 
@@ -153,8 +141,8 @@ class CadenceMiddleware:
         key = target_key(request)
         await self._redis.announce()
         keys = [
-            self._redis.key("state", STATE_NAMESPACE),
-            self._redis.key("state", CLAIMS_NAMESPACE),
+            self._redis.key("state", CADENCE),
+            self._redis.key("state", CADENCE_CLAIMS),
         ]
         args = [key, self.interval, self._redis.worker, self._redis.key("alive", "")]
         status, value = await self._redis.call(
@@ -175,7 +163,7 @@ class CadenceMiddleware:
         record pipeline already wrote it (in Redis, with the record)."""
         if at is None:
             at = self.store.time()
-            await self.store.put(STATE_NAMESPACE, key, at)
+            await self.store.put(CADENCE, key, at)
         self._remember(key, at)
 
     async def process_response(self, request: Request, response: Response) -> Response:
@@ -186,3 +174,17 @@ class CadenceMiddleware:
         ):
             await self.stamp(target_key(request))
         return response
+
+    async def release(self, key: str) -> None:
+        """This worker no longer fetches the target *key* (its record is
+        written): with a fleet, its claim goes, if it is still this worker's."""
+        if self._redis is None:
+            return
+        conn = self._redis
+        claims = conn.key("state", CADENCE_CLAIMS)
+
+        async def release(r: Any) -> None:
+            if await r.hget(claims, key) == conn.worker:
+                await r.hdel(claims, key)
+
+        await conn.call("release claim", release)

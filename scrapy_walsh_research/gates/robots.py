@@ -47,7 +47,7 @@ from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
-from scrapy_walsh_research.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
+from scrapy_walsh_research.gates.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
 from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import operator_hosts

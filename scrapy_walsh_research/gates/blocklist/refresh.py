@@ -33,18 +33,18 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, HostBusy, internal_fetch
-from scrapy_walsh_research.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
 from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES, BlocklistError
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import url_host
+from scrapy_walsh_research.gates.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from scrapy_walsh_research.blocklist.build import Adopted, ListBuilder
-    from scrapy_walsh_research.blocklist.schema import BlocklistSchema
-    from scrapy_walsh_research.blocklist.store import HeldList
+    from scrapy_walsh_research.gates.blocklist.build import Adopted, ListBuilder
+    from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
+    from scrapy_walsh_research.gates.blocklist.store import HeldList
     from scrapy_walsh_research.scheduling.pacer import Pacer
 
 logger = logging.getLogger(__name__)
