@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from OpenSSL import SSL
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import IgnoreRequest, ScrapyDeprecationWarning
 from twisted.python.failure import Failure
 from twisted.web.client import (
     RequestGenerationFailed,
@@ -59,6 +59,14 @@ class WalshConfigurationError(RuntimeError):
     Deliberately *not* :class:`~scrapy.exceptions.NotConfigured`: Scrapy treats
     that as "disable this component" and would crawl without the gate.
     """
+
+
+class WalshDeprecationWarning(ScrapyDeprecationWarning):
+    """A path or setting name of an older release, still honoured for now.
+
+    A :class:`~scrapy.exceptions.ScrapyDeprecationWarning`, so it is shown
+    (Python hides a plain ``DeprecationWarning`` outside ``__main__``) and a
+    project that filters Scrapy's deprecations filters these too."""
 
 
 class WalshUsageError(ValueError):

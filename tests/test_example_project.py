@@ -114,7 +114,7 @@ def test_walsh_attest_does_not_attest_r3_for_a_blocklist_over_plain_http():
 
 
 def test_walsh_attest_is_false_for_a_disabled_gate():
-    off = json.dumps({"scrapy_walsh_research.blocklist.BlocklistMiddleware": None})
+    off = json.dumps({"scrapy_walsh_research.BlocklistMiddleware": None})
     proc = scrapy("walsh-attest", "-s", f"DOWNLOADER_MIDDLEWARES={off}")
     assert proc.returncode == 1
     doc = json.loads(proc.stdout)

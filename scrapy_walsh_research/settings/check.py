@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy_walsh_research._moved import warn
 from scrapy_walsh_research.components import (
     ADDON,
     ADDON_CLASS,
@@ -63,6 +64,7 @@ from scrapy_walsh_research.settings import adaptive, defaults
 from scrapy_walsh_research.settings.options import (
     RENAMED,
     declared_purposes,
+    deprecated_names,
     list_setting,
     name_in_use,
     policy_retry_delay,
@@ -408,12 +410,12 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
 def addon_installed(settings: BaseSettings) -> bool:
     """Whether ``ADDONS`` enables the bundle's add-on (or a subclass of it).
 
-    Known by its class's name, as the gates are: the add-on imports this
-    module, so this one does not import it back."""
+    Known by where its class is defined: the add-on imports this module, so
+    this one does not import it back."""
     for key, order in settings.getdict("ADDONS").items():
         cls = loaded(key)
         if order is not None and isinstance(cls, type):
-            if any(name_of(base) == ADDON_CLASS for base in cls.__mro__):
+            if any(f"{b.__module__}.{b.__qualname__}" == ADDON_CLASS for b in cls.__mro__):
                 return True
     return False
 
@@ -516,6 +518,8 @@ def check_configuration(crawler: Crawler) -> None:
         done.add("advised")
         for line in advice(crawler.settings):
             logger.warning("Walsh-Research: %s", line)
+        for line in deprecated_names(crawler.settings):
+            warn(line)
     check_settings(crawler.settings)
     if crawler.settings.frozen:
         done.add("checked")

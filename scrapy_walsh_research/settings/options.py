@@ -29,6 +29,8 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research._moved import MOVED
+from scrapy_walsh_research.components import loaded, name_of
 from scrapy_walsh_research.core.preferences.model import FORBIDDEN_PURPOSES, PURPOSES, TDM
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
@@ -173,3 +175,42 @@ def policy_retry_delay(settings: BaseSettings) -> float:
     if name_in_use(settings, "WALSH_POLICY_RETRY_DELAY") == "WALSH_ROBOTS_RETRY_DELAY":
         return float(settings.get("WALSH_ROBOTS_RETRY_DELAY"))
     return settings.getfloat("WALSH_POLICY_RETRY_DELAY", defaults.WALSH_POLICY_RETRY_DELAY)
+
+
+#: the settings that name components by path (a dict's keys, or one value)
+COMPONENT_SETTINGS = (
+    "ADDONS",
+    "DOWNLOADER_MIDDLEWARES",
+    "SPIDER_MIDDLEWARES",
+    "EXTENSIONS",
+    "ITEM_PIPELINES",
+    "DOWNLOAD_HANDLERS",
+    "SCHEDULER",
+)
+
+
+def deprecated_names(settings: BaseSettings) -> list[str]:
+    """The 0.2.0 names *settings* still use (component paths that moved,
+    settings that were renamed), each with what to write instead. They work
+    until 0.4.0; the start-up check warns about each once per crawl."""
+    found = [
+        f"{old} is the 0.2.0 name of {new}, which is what it governs now: rename it "
+        "in your settings (the old name is read while the new one is unset)."
+        for old, new in renamed_in_use(settings)
+    ]
+    for setting in COMPONENT_SETTINGS:
+        value = settings.get(setting)
+        if isinstance(value, str):
+            paths = [value]
+        elif setting == "DOWNLOAD_HANDLERS":
+            paths = [v for v in settings.getdict(setting).values() if isinstance(v, str)]
+        else:
+            paths = [k for k in settings.getdict(setting) if isinstance(k, str)]
+        for path in paths:
+            if path.rpartition(".")[0] in MOVED:
+                now = name_of(loaded(path))
+                found.append(
+                    f"{setting} names {path}, a 0.2.0 path: write {now} (the old path "
+                    "goes in 0.4.0)."
+                )
+    return list(dict.fromkeys(found))  # DOWNLOAD_HANDLERS names one path twice
