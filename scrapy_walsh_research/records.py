@@ -17,7 +17,7 @@ from scrapy.exceptions import DropItem
 
 from scrapy_walsh_research.core.records import SENT_OUTCOMES, TICKET_KEY
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.gates.cadence import CadenceMiddleware
+from scrapy_walsh_research.gates.cadence import cadence_of
 from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
@@ -60,7 +60,7 @@ class RecordPipeline:
         ticket = item.pop(TICKET_KEY, None)
         key = str(item.get("canonical_url") or "")
         fetched = bool(key) and item["outcome"] in SENT_OUTCOMES
-        cadence = CadenceMiddleware.of(self.crawler)
+        cadence = cadence_of(self.crawler)
         if ticket is None:
             if cadence is not None:
                 if fetched:

@@ -12,7 +12,8 @@ import pytest_twisted
 
 from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import TDMREP, _spawn
+from tests.support.crawling import TDMREP
+from tests.support.processes import _spawn
 
 
 @pytest_twisted.ensureDeferred

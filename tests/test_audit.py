@@ -17,18 +17,18 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_walsh_research.evidence.audit import RedisAudit, SQLiteAudit
 from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     base_settings,
     blocklist_doc,
     crawl,
     json_reply,
-    redis_settings,
     sleep,
-    spawn_targets_crawl,
     write_list,
 )
+from tests.support.fleet import redis_settings
+from tests.support.processes import spawn_targets_crawl
 
 
 def entries(state: Path) -> list[dict[str, Any]]:

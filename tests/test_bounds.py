@@ -17,7 +17,7 @@ from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.scheduling._engine import scheduler_of
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import base_settings, crawl, gaps
+from tests.support.crawling import base_settings, crawl, gaps
 
 ROBOTS = "User-agent: *\nDisallow: /private\n"
 
@@ -149,7 +149,7 @@ async def test_a_shared_clock_forgets_settled_hosts_and_redis_still_spaces_them(
     server, redis_server, tmp_path
 ):
     from scrapy_walsh_research.state.redis.target_queue import enqueue
-    from tests.conftest import crawl_feed, redis_settings
+    from tests.support.fleet import crawl_feed, redis_settings
 
     hosts = [f"x{i}.test" for i in range(5)]
     per_host = [site(server, h, 2) for h in hosts]

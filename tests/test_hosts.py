@@ -29,7 +29,7 @@ from scrapy_walsh_research.core.urls import (
     url_host,
 )
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     TDMREP,
@@ -38,7 +38,7 @@ from tests.conftest import (
     crawl,
     json_reply,
 )
-from tests.conftest import gaps as arrival_gaps
+from tests.support.crawling import gaps as arrival_gaps
 
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

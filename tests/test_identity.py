@@ -35,7 +35,7 @@ from scrapy_walsh_research.identity.signing import (
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.verify import Verifier, parse_dictionary
 from scrapy_walsh_research.settings.check import check_settings
-from tests.conftest import BLOCKLIST_HOST, base_settings, crawl
+from tests.support.crawling import BLOCKLIST_HOST, base_settings, crawl
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "webbotauth_vectors.json").read_text())
 TEST_KEY = Ed25519PrivateKey.from_private_bytes(_b64url_decode(VECTORS["key"]["d"]))
@@ -523,7 +523,7 @@ def test_the_fast_signature_equals_the_librarys_for_any_request(url, method, for
 async def test_behind_a_forward_proxy_the_signature_names_the_target_authority(
     server, tmp_path, monkeypatch
 ):
-    from scrapy_walsh_research.sandbox import RecordingProxy
+    from tests.support.proxy import RecordingProxy
 
     proxy = RecordingProxy(server.port).start()
     for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):

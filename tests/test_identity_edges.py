@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import crawl
+from tests.support.crawling import crawl
 from tests.test_identity import signing_settings
 
 ROBOTS = Reply(200, "User-agent: *\nAllow: /\n")
@@ -35,7 +35,7 @@ async def test_target_uri_with_an_explicit_default_port_verifies_through_a_proxy
 ):
     """With @target-uri covered, a URL spelling its default port
     (http://d.test:80/x) is signed as the origin reconstructs it (Host: d.test)."""
-    from scrapy_walsh_research.sandbox import RecordingProxy
+    from tests.support.proxy import RecordingProxy
 
     proxy = RecordingProxy(server.port).start()
     for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):

@@ -15,7 +15,8 @@ from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.settings.options import parse_list
-from tests.conftest import _spawn, base_settings, crawl, write_list
+from tests.support.crawling import base_settings, crawl, write_list
+from tests.support.processes import _spawn
 
 
 @pytest.mark.parametrize(

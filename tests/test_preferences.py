@@ -28,7 +28,7 @@ from scrapy_walsh_research.components import PREFERENCES_MW
 from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply, SandboxServer
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     SCHEMA_PATH,

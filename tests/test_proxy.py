@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest_twisted
 
 from scrapy_walsh_research import USER_AGENT
-from scrapy_walsh_research.sandbox import RecordingProxy, Reply
-from tests.conftest import (
+from scrapy_walsh_research.sandbox import Reply
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     TDMREP,
@@ -15,6 +15,7 @@ from tests.conftest import (
     crawl,
     json_reply,
 )
+from tests.support.proxy import RecordingProxy
 
 
 @pytest_twisted.ensureDeferred

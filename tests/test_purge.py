@@ -15,7 +15,7 @@ from typing import Any
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     base_settings,
@@ -221,7 +221,7 @@ async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_th
     """With Redis, each line's record is stored in the fleet (walsh-records
     prints them): a purge leaves the line its one record, saying it was
     purged and why, and none of what the host served."""
-    from tests.conftest import redis_settings
+    from tests.support.fleet import redis_settings
     from tests.test_redis_fleet import durable_records, ended, push, walsh_records, workers
 
     urls = [site(server, "gone.test"), site(server, "www.gone.test"), site(server, "kept.test")]
@@ -269,7 +269,7 @@ async def test_a_record_finished_while_a_purge_runs_is_left_for_the_next_purge(r
 
     from scrapy_walsh_research.state.redis import target_queue as feed
     from scrapy_walsh_research.state.redis.connection import RedisConnection
-    from tests.conftest import redis_settings
+    from tests.support.fleet import redis_settings
 
     conn = RedisConnection(redis_server.url, redis_settings(redis_server)["WALSH_REDIS_PREFIX"])
     fed = feed.RedisFeed(conn, "targets")

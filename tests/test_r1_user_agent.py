@@ -13,7 +13,7 @@ from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.components import USERAGENT_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import base_settings, crawl
+from tests.support.crawling import base_settings, crawl
 
 
 class SpoofingSpider(TargetsSpider):

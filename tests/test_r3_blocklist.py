@@ -16,7 +16,7 @@ from scrapy_walsh_research.core.blocklist.document import BlocklistError, refres
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, normalize_entry
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     SCHEMA_PATH,

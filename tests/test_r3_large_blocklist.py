@@ -20,7 +20,13 @@ from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES
 from scrapy_walsh_research.core.blocklist.entries import PLAIN_HOST, entry_hosts
 from scrapy_walsh_research.core.urls import host_variants
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, base_settings, blocklist_doc, crawl
+from tests.support.crawling import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    base_settings,
+    blocklist_doc,
+    crawl,
+)
 from tests.test_r3_blocklist import outcomes, serve_hosts
 
 
@@ -176,7 +182,7 @@ def test_a_plain_host_entry_is_read_as_itself_by_every_reading(name):
 async def test_a_changed_large_list_replaces_the_old_and_local_entries_stay(server, tmp_path):
     """The list replaced is freed in a thread, a little at a time: what is in
     force afterwards (the new list, and WALSH_BLOCKLIST_EXTRA) is untouched."""
-    from tests.conftest import sleep
+    from tests.support.crawling import sleep
 
     serve_hosts(server, "old.test", "new.test", "local.test")
     settings = base_settings(
@@ -206,7 +212,7 @@ async def test_a_large_list_with_one_bad_entry_is_rejected_and_the_list_in_force
     settings = base_settings(server, tmp_path / "s", WALSH_BLOCKLIST_MIN_REFRESH=1)
     serve_list(server, large("gone.test", refresh="PT1S"))
     await crawl(settings, [server.url("fine.test")], tmp_path)
-    from tests.conftest import sleep
+    from tests.support.crawling import sleep
 
     await sleep(1.1)  # due: the restart fetches the bad list
     bad = json.loads(large("other.test", refresh="PT1S"))

@@ -17,7 +17,7 @@ from scrapy_walsh_research.components import RETRY_MW
 from scrapy_walsh_research.core.retry_after import MAX_RETRY_AFTER
 from scrapy_walsh_research.gates.retry import parse_retry_after
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import TDMREP, base_settings, crawl
+from tests.support.crawling import TDMREP, base_settings, crawl
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -266,7 +266,7 @@ async def test_a_retry_after_on_robots_txt_holds_the_host(server, tmp_path):
 async def test_a_429_that_is_not_retried_still_holds_the_host(server, tmp_path):
     """The blocklist fetch is never retried (dont_retry); its 429's
     Retry-After still binds the operator's host."""
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH
 
     server.origin.route(
         BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(429, "slow down", {"Retry-After": "4"})

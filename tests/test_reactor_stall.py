@@ -15,7 +15,7 @@ from twisted.internet import defer, reactor
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import START_BURST, TargetsSpider
-from tests.conftest import base_settings, crawl, crawl_task, write_list
+from tests.support.crawling import base_settings, crawl, crawl_task, write_list
 
 
 @pytest_twisted.ensureDeferred

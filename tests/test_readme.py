@@ -27,14 +27,8 @@ from scrapy_walsh_research.core.blocklist.document import (
 from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.settings.check import advice, problems
-from tests.conftest import (
-    BLOCKLIST_HOST,
-    BLOCKLIST_PATH,
-    SCHEMA_PATH,
-    TDMREP,
-    _spawn,
-    sleep,
-)
+from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH, SCHEMA_PATH, TDMREP, sleep
+from tests.support.processes import _spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -23,16 +23,9 @@ from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from scrapy_walsh_research.state.redis.target_queue import enqueue
-from tests.conftest import (
-    TDMREP,
-    ProcessCrawl,
-    base_settings,
-    crawl_feed,
-    gaps,
-    redis_settings,
-    sleep,
-    spawn_worker,
-)
+from tests.support.crawling import TDMREP, base_settings, gaps, sleep
+from tests.support.fleet import crawl_feed, redis_settings
+from tests.support.processes import ProcessCrawl, spawn_worker
 
 
 def site(
@@ -101,7 +94,7 @@ async def test_workers_starting_together_fetch_robots_once_and_keep_its_crawl_de
 
 
 def own_redis(tmp: Path, persist: bool | str) -> Any:
-    from scrapy_walsh_research.sandbox.redis_server import RedisServer
+    from tests.support.redis_server import RedisServer
 
     return RedisServer(tmp / "redis", persist=persist).start()
 
@@ -251,7 +244,7 @@ async def test_a_redis_restored_from_an_older_snapshot_is_noticed(server, tmp_pa
 async def test_an_opt_out_survives_redis_losing_its_data_while_the_blocklist_is_down(
     server, tmp_path
 ):
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
 
     redis = own_redis(tmp_path, persist=False)
     try:
@@ -282,7 +275,7 @@ async def test_an_opt_out_survives_redis_losing_its_data_while_the_blocklist_is_
 async def test_a_refresh_that_failed_for_one_worker_is_not_repeated_by_the_others(
     server, redis_server, tmp_path
 ):
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH
 
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down", delay=1.0))
     urls = site(server, "a.test", 3) + site(server, "b.test", 3)
@@ -306,7 +299,7 @@ time.time = lambda: _real() + 3600.0
 async def test_a_worker_whose_clock_runs_an_hour_fast_does_not_stop_the_others_refreshing(
     server, redis_server, tmp_path
 ):
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
 
     fast = tmp_path / "fast-clock"
     fast.mkdir()
@@ -620,7 +613,7 @@ async def test_a_worker_killed_during_a_blocklist_refresh_does_not_stall_the_fle
     host is out. The other workers keep the list in force rather than wait
     for the refresh, and the lock lapses within its lease (the fleet once sent
     nothing for the lock's fixed 60 s)."""
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
 
     doc = json_reply(blocklist_doc("blocked.test", refresh="PT2S"))
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, doc)

@@ -24,19 +24,19 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.sandbox.redis_server import RedisServer
 from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     blocklist_doc,
     gaps,
     json_reply,
-    redis_settings,
     sleep,
-    spawn_worker,
 )
+from tests.support.fleet import redis_settings
+from tests.support.processes import spawn_worker
+from tests.support.redis_server import RedisServer
 from tests.test_redis_fleet import durable_records, ended, push, site, workers
 
 

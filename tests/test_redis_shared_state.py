@@ -20,25 +20,24 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
 
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.sandbox.redis_server import RedisServer
 from scrapy_walsh_research.settings.check import problems
 from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from scrapy_walsh_research.state.redis.target_queue import enqueue
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     TDMREP,
     base_settings,
     blocklist_doc,
     crawl,
-    crawl_feed,
     crawl_task,
     gaps,
     json_reply,
-    redis_settings,
     sleep,
 )
+from tests.support.fleet import crawl_feed, redis_settings
+from tests.support.redis_server import RedisServer
 
 
 def serve(server: Any, host: str, n: int, **headers: str) -> list[str]:

@@ -22,7 +22,7 @@ from scrapy_walsh_research.evidence.pages import host_page
 from scrapy_walsh_research.gates.useragent import USER_AGENT
 from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     base_settings,

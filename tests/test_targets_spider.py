@@ -23,7 +23,7 @@ from scrapy_walsh_research.errors import failure_reason
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.crawl import crawl_spider
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import TDMREP, base_settings, crawl
+from tests.support.crawling import TDMREP, base_settings, crawl
 
 BODY = b"<html><body>secret page content</body></html>"
 

@@ -21,7 +21,7 @@ from scrapy_walsh_research.evidence.host_evidence import collect
 from scrapy_walsh_research.evidence.pages import host_page
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.origin import Hit
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     TDMREP,
@@ -30,8 +30,8 @@ from tests.conftest import (
     crawl,
     crawl_task,
     json_reply,
-    redis_settings,
 )
+from tests.support.fleet import redis_settings
 
 #: tries of a document come quickly here (3 s, doubling, plus jitter), and
 #: pacing's distress memory, at its floors, spaces them too (2 s, 4 s, 8 s

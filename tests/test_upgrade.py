@@ -21,7 +21,7 @@ from scrapy_walsh_research._moved import MOVED, RENAMED
 from scrapy_walsh_research.errors import WalshDeprecationWarning
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.settings.options import deprecated_names, policy_retry_delay
-from tests.conftest import TDMREP, base_settings, crawl
+from tests.support.crawling import TDMREP, base_settings, crawl
 
 #: the README's by-hand block as 0.2.0 published it, word for word
 BLOCK_0_2_0 = '''

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest_twisted
 
-from tests.conftest import ProcessCrawl, _spawn, gaps, redis_settings, sleep
+from tests.support.crawling import gaps, sleep
+from tests.support.fleet import redis_settings
+from tests.support.processes import ProcessCrawl, _spawn
 from tests.test_redis_fleet import durable_records, push, site
 
 EXAMPLE = Path(__file__).parent.parent / "example_project"

@@ -9,7 +9,7 @@ while it fetches it, and its release. The claim's Lua is
 Redis backend's other scripts; the namespaces are named once in
 :mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
 target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
-:meth:`CadenceMiddleware.release`).
+:meth:`CadenceMiddleware.release`), finding the gate with :func:`cadence_of`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+
+
+def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
+    """The crawler's R8 gate, once built (the record pipeline stamps with it)."""
+    return registered(crawler, CadenceMiddleware)
 
 
 class CadenceMiddleware:
@@ -78,11 +83,6 @@ class CadenceMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
-
-    @classmethod
-    def of(cls, crawler: Crawler) -> CadenceMiddleware | None:
-        """The crawler's R8 gate, once built (the record pipeline stamps with it)."""
-        return registered(crawler, CadenceMiddleware)
 
     def _due_at(self, request: Request) -> tuple[float, float] | None:
         """(last fetch, due time) when the target is not due yet, else None.
