@@ -83,7 +83,7 @@ def refuse_start(log: logging.Logger, message: str) -> NoReturn:
     it there, so asyncio prints "Task exception was never retrieved" and the
     traceback at exit; having said it in one line, the error is retrieved
     here. Scrapy still sets ``bootstrap_failed``, hence the exit code
-    (``tests/test_targets_spider.py`` runs the command).
+    (``tests/test_records_targets_spider.py`` runs the command).
     """
     log.error(message)
     try:

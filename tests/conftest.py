@@ -67,7 +67,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 #: the modules whose tests wait longest (Redis restarts, fleets of workers,
 #: the soak): started first, so no worker is left with one of them at the end
-SLOW_FIRST = ("test_redis_recovery", "test_redis_fleet", "test_soak", "test_redis_shared_state")
+SLOW_FIRST = (
+    "test_fleet_redis_failures",
+    "test_fleet_workers",
+    "test_scale_soak",
+    "test_fleet_shared_budget",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

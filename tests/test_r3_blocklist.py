@@ -58,7 +58,7 @@ MATCH_TABLE = [
     ("blocked.test:8080", "blocked.test", True),
     ("192.0.2.7", "192.0.2.7", True),
     ("2.7", "192.0.2.7", False),
-    # every spelling of an address is that address (more in tests/test_hosts.py)
+    # every spelling of an address is that address (more in tests/test_chain_one_host.py)
     ("127.0.0.1", "2130706433", True),
     ("2130706433", "[::ffff:7f00:1]", True),
     ("faß.test", "fass.test", True),  # what Scrapy contacts for http://faß.test/
@@ -209,7 +209,7 @@ async def test_first_ever_failure_crawls_with_an_empty_list_logged_at_error(
     server, tmp_path, caplog
 ):
     """Spec §5.2: a first-ever failure yields an empty list. (The crawl
-    first waits for the list, WALSH_POLICY_WAIT, here 0: tests/test_unknown_waits.py.)"""
+    first waits for the list, WALSH_POLICY_WAIT, here 0: tests/test_chain_unknown_documents.py.)"""
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
     serve_hosts(server, "fine.test")
     settings = base_settings(server, tmp_path / "state", WALSH_POLICY_WAIT=0)

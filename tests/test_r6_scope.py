@@ -57,7 +57,7 @@ def assert_only_declared(server: Any) -> None:
 async def test_followed_links_and_sub_resources_are_never_requested(
     server, tmp_path, without_preflight
 ):
-    # The start-up check refuses a media pipeline (tests/test_preflight.py);
+    # The start-up check refuses a media pipeline (tests/test_startup_check.py);
     # with the check off, the R6 gate still denies the pipeline's download.
     url = linky_site(server)
     settings = base_settings(

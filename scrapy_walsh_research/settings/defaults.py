@@ -6,7 +6,7 @@ read a setting with its default from here
 (``settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY)``); the
 add-on does not copy these into the settings, so a project sees only what it
 set. ``docs/reference.rst`` documents each with this value
-(``tests/test_defaults.py`` checks both).
+(``tests/test_startup_defaults.py`` checks both).
 
 ``None`` means unset: the feature is off, or the value is worked out at run
 time (said where so).

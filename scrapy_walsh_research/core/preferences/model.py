@@ -3,7 +3,7 @@ purposes the bot declares.
 
 Four vocabularies, each read tolerantly (a value no parser can read states
 nothing; no function raises on any input, ``tests/
-test_preferences_parsers.py`` fuzzes them):
+test_pref_parsers.py`` fuzzes them):
 
 * Content Signals (Cloudflare's Content Signals Policy): ``Content-Signal:
   search=yes, ai-input=no, ai-train=no`` in a robots.txt group, or as a

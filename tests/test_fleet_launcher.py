@@ -20,7 +20,7 @@ import pytest_twisted
 from tests.support.crawling import gaps, sleep
 from tests.support.fleet import redis_settings
 from tests.support.processes import ProcessCrawl, _spawn
-from tests.test_redis_fleet import durable_records, push, site
+from tests.test_fleet_workers import durable_records, push, site
 
 EXAMPLE = Path(__file__).parent.parent / "example_project"
 SCRAPY = str(Path(sys.executable).parent / "scrapy")

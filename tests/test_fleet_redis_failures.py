@@ -37,7 +37,7 @@ from tests.support.crawling import (
 from tests.support.fleet import redis_settings
 from tests.support.processes import spawn_worker
 from tests.support.redis_server import RedisServer
-from tests.test_redis_fleet import durable_records, ended, push, site, workers
+from tests.test_fleet_workers import durable_records, ended, push, site, workers
 
 
 def own_redis(tmp: Path, persist: bool | str = True, **kwargs: Any) -> RedisServer:

@@ -131,7 +131,7 @@ def test_entries_older_than_the_retention_are_dropped_when_a_crawl_opens(tmp_pat
 
 @pytest_twisted.ensureDeferred
 async def test_a_fleet_writes_one_log_any_worker_can_read(server, redis_server, tmp_path):
-    from tests.test_redis_fleet import ended, push, site, workers
+    from tests.test_fleet_workers import ended, push, site, workers
 
     urls = [u for i in range(3) for u in site(server, f"r{i}.test", 3)]
     shared = redis_settings(redis_server)
@@ -150,7 +150,7 @@ async def test_a_fleet_writes_one_log_any_worker_can_read(server, redis_server, 
     assert sent == sorted((h.host, h.path) for h in server.origin.hits)
     assert len([e for e in log if e["event"] == "decision"]) == 9
     # the evidence report reads the fleet's log: every request r0.test saw, paced
-    from tests.test_report import walsh_report
+    from tests.test_evidence_report import walsh_report
 
     settings = ["-s", f"WALSH_REDIS_URL={redis_server.url}"]
     settings += ["-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"]

@@ -9,7 +9,7 @@ import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import crawl
-from tests.test_identity import signing_settings
+from tests.test_r1_signed_identity import signing_settings
 
 ROBOTS = Reply(200, "User-agent: *\nAllow: /\n")
 

@@ -24,7 +24,7 @@ from tests.support.crawling import (
     json_reply,
     sleep,
 )
-from tests.test_audit import entries
+from tests.test_evidence_audit import entries
 
 HEADERS = {"ETag": '"v1"', "Content-Type": "application/rss+xml"}
 RSS = (
@@ -222,7 +222,7 @@ async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_th
     prints them): a purge leaves the line its one record, saying it was
     purged and why, and none of what the host served."""
     from tests.support.fleet import redis_settings
-    from tests.test_redis_fleet import durable_records, ended, push, walsh_records, workers
+    from tests.test_fleet_workers import durable_records, ended, push, walsh_records, workers
 
     urls = [site(server, "gone.test"), site(server, "www.gone.test"), site(server, "kept.test")]
     shared = redis_settings(redis_server)
