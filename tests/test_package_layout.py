@@ -1,6 +1,8 @@
 """The package's shape: a layout that shows the architecture and stays that
-way. The public API is the component paths users write in settings; the pure
-core loads no Scrapy. (Import cycles and layers: ``lint-imports`` in CI.)"""
+way (``docs/architecture.rst``). The public API is the component paths users
+write in settings, exported from the package root; the pure core loads no
+Scrapy; each concern has one owner. (Import cycles and layers:
+``lint-imports`` in CI.)"""
 
 from __future__ import annotations
 
@@ -26,6 +28,99 @@ PUBLIC_PATHS = sorted(
         )
     }
 )
+
+
+#: the top level of the package, by kind (docs/architecture.rst draws it)
+TOP_LEVEL = {
+    "__init__.py", "_moved.py", "addon.py", "components.py", "errors.py", "per_crawler.py",
+    "records.py", "py.typed",
+    "_runtime", "commands", "conformance", "core", "evidence", "extensions", "gates",
+    "identity", "sandbox", "scheduling", "settings", "spiders", "state",
+}  # fmt: skip
+
+
+def test_the_top_level_groups_components_by_kind():
+    found = {p.name for p in PACKAGE.iterdir() if p.name != "__pycache__"}
+    assert found == TOP_LEVEL
+
+
+def test_every_gate_is_a_module_of_gates_and_the_scheduling_side_imports_none():
+    from scrapy.utils.misc import load_object
+
+    from scrapy_walsh_research import components
+
+    for path in [*components.DOWNLOADER_MIDDLEWARES, *components.SPIDER_MIDDLEWARES]:
+        assert load_object(path).__module__.startswith("scrapy_walsh_research.gates."), path
+    for path in (components.FRONTIER, components.WIRE_HANDLER):
+        assert load_object(path).__module__.startswith("scrapy_walsh_research.scheduling."), path
+    for path in (PACKAGE / "scheduling").glob("*.py"):
+        imported = {
+            n.module or "" for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)
+        }
+        assert not {m for m in imported if m.startswith("scrapy_walsh_research.gates")}, path
+
+
+def test_the_root_exports_every_component_path_users_write():
+    from scrapy.utils.misc import load_object
+
+    import scrapy_walsh_research
+    from scrapy_walsh_research import components
+
+    assert set(components.PUBLIC) == {f"scrapy_walsh_research.{n}" for n in scrapy_walsh_research.EXPORTS}
+    assert set(scrapy_walsh_research.EXPORTS) <= set(scrapy_walsh_research.__all__)
+    for path in components.PUBLIC:
+        component = load_object(path)
+        assert components.name_of(component) == path
+        assert component.__module__ == scrapy_walsh_research.EXPORTS[path.rpartition(".")[2]] or (
+            path.endswith(".BlocklistMiddleware")  # defined in gates.blocklist.middleware
+        ), path
+
+
+def _modules() -> list[tuple[Path, ast.Module]]:
+    return [(p, ast.parse(p.read_text())) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def test_every_request_meta_key_is_defined_in_one_module():
+    defined = {}
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id.endswith("_META"):
+                        defined.setdefault(target.id, []).append(path.relative_to(PACKAGE))
+    assert len(defined) >= 15, defined
+    meta = Path("_runtime/meta.py")
+    assert {k: v for k, v in defined.items() if v != [meta]} == {}
+    # and no other module spells a key out instead of naming it
+    from scrapy_walsh_research._runtime import meta as meta_keys
+
+    keys = {v for k, v in vars(meta_keys).items() if k.endswith("_META")}
+    spelled = {
+        str(path.relative_to(PACKAGE)): keys & {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        for path, tree in _modules()
+        if path.relative_to(PACKAGE) != meta
+    }
+    assert {p: k for p, k in spelled.items() if k} == {}
+
+
+def test_retry_after_is_parsed_in_one_place_and_a_hold_written_by_one_gate():
+    parse = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
+             if "parse_retry_after(" in p.read_text()]  # fmt: skip
+    assert sorted(map(str, parse)) == ["core/retry_after.py", "gates/retry.py"]
+    holds = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
+             if "pacer.hold(" in p.read_text()]  # fmt: skip
+    assert [str(p) for p in holds] == ["gates/pacing.py"]
+
+
+def test_a_state_namespace_more_than_one_module_names_is_named_once():
+    from scrapy_walsh_research.state import namespaces
+
+    names = {v for k, v in vars(namespaces).items() if k.isupper() and isinstance(v, str)}
+    for path, tree in _modules():
+        if path.name == "namespaces.py":
+            continue
+        literals = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+        assert not names & literals, (path.relative_to(PACKAGE), names & literals)
 
 
 def test_the_docs_name_the_component_paths_users_write():
