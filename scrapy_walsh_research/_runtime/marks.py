@@ -13,7 +13,7 @@ state store (one per ``WALSH_STATE_DIR``, or per fleet with
 ``WALSH_REDIS_URL``, so a request scheduled by one worker and sent by another
 still verifies). A token that does not verify counts for nothing: the
 request is gated like any other (``walsh/internal/forged``). Declared
-targets get a ``target`` token from :class:`~scrapy_walsh_research.scope.
+targets get a ``target`` token from :class:`~scrapy_walsh_research.gates.scope.
 ScopeSpiderMiddleware` as they leave the spider's ``start()``; Scrapy's
 ``is_start_request`` is not trusted.
 

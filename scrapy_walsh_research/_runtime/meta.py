@@ -44,8 +44,6 @@ PARKED_META = "walsh_parked_until"
 #: when the request's bytes last left, stamped by the wire-timed download
 #: handler; spacing counts from it
 WIRE_TIME_META = "walsh_wire_time"
-#: the backoff the R5 gate decided for this answer before the host's slot was released
-PLANNED_HOLD_META = "walsh_planned_hold"
 
 # -- what a gate found, for the record ------------------------------------------------
 

@@ -9,7 +9,7 @@ one, times the interval in force for it now: a slow or distressed host's
 adapted one, named in the line; a host being skipped has none): no schedule
 can beat either at today's pace, so it is an honest "at least". A host
 whose robots.txt or tdmrep.json is unknown for now waits for the document's
-next try (:mod:`scrapy_walsh_research.waits`): the line counts those hosts,
+next try (:mod:`scrapy_walsh_research.gates.waits`): the line counts those hosts,
 and their chains start at that try.
 """
 

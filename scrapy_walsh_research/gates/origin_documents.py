@@ -13,7 +13,7 @@ other:
   the TTL) across evictions, restarts and workers;
 * a document a transient failure left unknown (with no last good copy) is
   a wait, not a verdict: its targets go back to the frontier until its next
-  try, within ``WALSH_POLICY_WAIT`` (:mod:`scrapy_walsh_research.waits`);
+  try, within ``WALSH_POLICY_WAIT`` (:mod:`scrapy_walsh_research.gates.waits`);
   only the bound gives them a record (``skipped``, no request);
 * fetching is itself a request to the host: never sent to a host that is
   skipped, and a target whose host is not ready goes back to the frontier

@@ -11,7 +11,7 @@ Two guards:
   Anything else (a media pipeline's sub-resources, a request another
   component injects, one carrying a forged marker) is denied with rule R6
   before any other gate runs. What counts as declared is the bundle's own
-  mark (:mod:`scrapy_walsh_research.internal`), never a meta key a project
+  mark (:mod:`scrapy_walsh_research._runtime.marks`), never a meta key a project
   could set.
 """
 

@@ -94,7 +94,7 @@ def operator_hosts(settings: BaseSettings) -> frozenset[str]:
 
 def declared_purposes(settings: BaseSettings) -> tuple[str, ...]:
     """``WALSH_PURPOSES``: what the bot declares it does with what it fetches
-    (default :data:`~scrapy_walsh_research.defaults.WALSH_PURPOSES`).
+    (default :data:`~scrapy_walsh_research.settings.defaults.WALSH_PURPOSES`).
     Unknown purposes, ones the contract forbids, and a list without ``tdm``
     are refused, naming the setting."""
     if settings.get("WALSH_PURPOSES") is None:

@@ -1,6 +1,6 @@
 """The embedded host clock (R4, R5): when each host may next receive a request,
 the interval its robots.txt files ask for, and what its answers say about
-it (load and distress, :mod:`scrapy_walsh_research.adaptive`).
+it (load and distress, :mod:`scrapy_walsh_research.state.hostload`).
 
 One owner, a small interface (:class:`~scrapy_walsh_research.state.protocols.HostClock`):
 the embedded backend is a few dicts, persisted in the state store; the shared

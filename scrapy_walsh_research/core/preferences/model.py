@@ -25,7 +25,7 @@ finds one that says no to a declared purpose. This module holds the purposes,
 that model, the decision and the path patterns the vocabularies share; TDMRep
 is read in :mod:`~scrapy_walsh_research.core.preferences.tdmrep`, the others in
 :mod:`~scrapy_walsh_research.core.preferences.statements`. No Scrapy import: the
-gate that fetches and applies them is :mod:`scrapy_walsh_research.usage`.
+gate that fetches and applies them is :mod:`scrapy_walsh_research.gates.preferences`.
 """
 
 from __future__ import annotations

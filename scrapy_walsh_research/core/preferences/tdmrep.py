@@ -4,7 +4,7 @@
 The file is an array of ``{"location", "tdm-reservation", "tdm-policy"}``
 rules, the first match wins; the headers override it for their response.
 Read tolerantly: nothing here raises on any input. No Scrapy import: the
-gate that fetches the file is :mod:`scrapy_walsh_research.usage`.
+gate that fetches the file is :mod:`scrapy_walsh_research.gates.preferences`.
 """
 
 from __future__ import annotations

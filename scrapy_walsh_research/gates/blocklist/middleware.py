@@ -2,8 +2,8 @@
 names, before anything else.
 
 The gate owns correctness: a request goes on only once the list is fresh
-(:mod:`~scrapy_walsh_research.blocklist.refresh`) and its host is under no
-entry of the list in force (:mod:`~scrapy_walsh_research.blocklist.store`).
+(:mod:`~scrapy_walsh_research.gates.blocklist.refresh`) and its host is under no
+entry of the list in force (:mod:`~scrapy_walsh_research.gates.blocklist.store`).
 While no list is in force because fetches failed (none adopted yet, or the
 one adopted lost), the list is unknown: nothing is sent, and targets wait
 for its next try, within ``WALSH_POLICY_WAIT``. At that bound a lost list's

@@ -9,7 +9,7 @@ failure that passes (5xx, 429, a timeout, a connection or DNS failure; any
 failure while a list is lost) leaves the list unknown: the targets wait for
 the next try, which comes sooner (``WALSH_POLICY_RETRY_DELAY``, doubling,
 with jitter, at most ``WALSH_BLOCKLIST_RETRY_DELAY``), within
-``WALSH_POLICY_WAIT`` (:class:`~scrapy_walsh_research.blocklist.middleware.
+``WALSH_POLICY_WAIT`` (:class:`~scrapy_walsh_research.gates.blocklist.middleware.
 BlocklistMiddleware` holds them). Only a first-ever failure the operator's
 host answered (a 404, an invalid document), or the end of that wait, lets
 the crawl go on with no list, as spec §5.2 says.

@@ -104,7 +104,7 @@ class HeldList:
         self.next_check = 0.0
         #: why no list is in force for now (failed fetches while none was
         #: adopted, or while the one adopted is lost): targets wait for the
-        #: next try (:class:`~scrapy_walsh_research.waits.DocumentWaits`)
+        #: next try (:class:`~scrapy_walsh_research.gates.waits.DocumentWaits`)
         self.outage: Outage | None = None
         self.store = state_for(crawler)
         AuditTrail.for_crawler(crawler).blocklist = self.version

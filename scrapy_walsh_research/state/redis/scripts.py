@@ -46,7 +46,7 @@ local function strictest(key)
 end
 """
 
-# What a host's answers said (scrapy_walsh_research.adaptive), kept in its
+# What a host's answers said (scrapy_walsh_research.state.hostload), kept in its
 # hash: 'ad' the adaptive interval (factor x load, or distress), 'la'/'ll'
 # the average and last response time, 'dd' the distress interval, 'ds' the
 # answers in a row without a signal, 'dg' when a host given up may be
