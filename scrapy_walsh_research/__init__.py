@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.scheduling.wire import WireTimedHTTP11DownloadHandler
     from scrapy_walsh_research.settings.check import StartupCheck
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 #: every component path users write in settings, by name -> where it is defined
 EXPORTS: dict[str, str] = {
