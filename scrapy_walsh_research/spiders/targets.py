@@ -34,6 +34,7 @@ from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadab
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
+from scrapy_walsh_research.frontier import FrontierScheduler
 from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
 from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.records import (
@@ -63,8 +64,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SEEN_NAMESPACE = "seen"
-#: how often a worker fed through Redis looks whether it has room for a line
-FEED_POLL_S = 0.02
+FEED_POLL_S = 0.02  #: how often a worker looks whether it has room for a line
 LLMS_RECORD_META = "walsh_llms_record"
 #: the feed ticket of a fed line (see :meth:`RedisFeed.ticket`)
 FEED_META = "walsh_feed_ticket"
@@ -209,11 +209,15 @@ class TargetsSpider(scrapy.Spider):
         targets wait in the scheduler. Scrapy takes start requests as fast as
         start() yields them, so a list of 10^5 lines would otherwise sit in
         memory as 10^5 requests; the frontier needs only enough of them to
-        keep the download slot busy while hosts wait for their intervals."""
+        keep the download slot busy while hosts wait for their intervals.
+        Targets parked for their document's next try count only against
+        twice the lookahead (memory): they hold no host's turn."""
         scheduler = scheduler_of(self.crawler)
-        if scheduler is None:
-            return
-        while len(scheduler) >= self.list_lookahead:
+        parked = scheduler.parked if isinstance(scheduler, FrontierScheduler) else lambda: 0
+        while scheduler is not None and (
+            len(scheduler) - parked() >= self.list_lookahead
+            or len(scheduler) >= 2 * self.list_lookahead
+        ):
             await asyncio.sleep(FEED_POLL_S)
 
     async def _wait_for_room(self) -> None:
@@ -233,9 +237,8 @@ class TargetsSpider(scrapy.Spider):
                 # while the current request is out, so it can follow at once,
                 # and keep one line per host waiting for its turn (up to one
                 # interval's worth); a second line for a waiting host means
-                # the list is host-bound here: take no more until one goes.
-                # (Lines waiting aside for their document's next try do not
-                # count: they hold no host's turn.)
+                # the list is host-bound here: take no more until one goes
+                # (lines parked for their document's next try hold no turn).
                 queued = len(scheduler) - scheduler.parked()
                 busy = (
                     ready()
