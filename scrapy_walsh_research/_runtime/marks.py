@@ -178,6 +178,7 @@ async def internal_fetch(
     max_bytes: int | None = None,
     maxsize: int | None = None,
     max_wait: float | None = None,
+    timeout: float | None = None,
 ) -> Response:
     """Download *url* for the bundle itself; redirects are followed by Scrapy.
 
@@ -186,6 +187,8 @@ async def internal_fetch(
     With *maxsize*, a larger response is refused (Scrapy's ``download_maxsize``).
     With *max_wait*, the request may wait at most that long in place for its
     host's slot; beyond it, :class:`HostBusy` is raised and nothing is sent.
+    With *timeout*, the answer is waited for at most that long (Scrapy's
+    ``download_timeout``), if shorter than ``DOWNLOAD_TIMEOUT``.
     """
     marks = Marks.for_crawler(crawler)
     await marks.ready()
@@ -197,6 +200,8 @@ async def internal_fetch(
         meta["download_maxsize"] = maxsize
     if max_wait is not None:
         meta[MAX_WAIT_META] = max_wait
+    if timeout is not None:
+        meta["download_timeout"] = min(timeout, crawler.settings.getfloat("DOWNLOAD_TIMEOUT"))
     request = Request(url, callback=NO_CALLBACK, dont_filter=True, meta=meta)
     assert crawler.engine is not None
     return await crawler.engine.download_async(request)

@@ -62,6 +62,10 @@ USABLE_INTERVALS = 3
 SHORT_WAIT = 2.0
 #: the longest exception text kept in a failure's description
 MAX_WHY = 200
+#: a document that failed is tried again with at most this long to answer:
+#: each try holds the only download slot, and a host that hangs would
+#: otherwise stall every host for DOWNLOAD_TIMEOUT (180 s) per try
+RETRY_TIMEOUT = 30.0
 
 
 class OriginEntry(Protocol):
@@ -144,6 +148,11 @@ class OriginDocuments(Generic[E]):
     async def _refused(self, origin: str, previous: E | None, exc: WalshDenied) -> E | None:
         """What a gate's refusal of the fetch means; None: a failed fetch."""
         return None
+
+    def _read(self, entry: E) -> bool:
+        """Whether *entry* (not unknown) says what the document says, or a
+        last good copy of it; False: a failure that decides its targets."""
+        return True
 
     async def _noted(self, origin: str, entry: E) -> None:
         """A new answer is in force (robots.txt tells pacing its Crawl-delay)."""
@@ -247,7 +256,7 @@ class OriginDocuments(Generic[E]):
                 # holds until its next try, which pacing spaces anyway.)
                 usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
                 entry.expires = max(entry.expires, usable)
-                await self.waits.known(self.kind, origin + self.path)
+                await self.waits.known(self.kind, origin + self.path, read=self._read(entry))
             self._remember(origin, entry)
         finally:
             del self._pending[origin]
@@ -320,6 +329,7 @@ class OriginDocuments(Generic[E]):
                 max_bytes=self.max_bytes + 1,
                 maxsize=0,
                 max_wait=max_wait,
+                timeout=RETRY_TIMEOUT if previous is not None and previous.failures else None,
             )
         except HostBusy:
             raise  # nothing was sent
@@ -329,7 +339,10 @@ class OriginDocuments(Generic[E]):
                 if refused is not None:
                     return refused
             self.stats.inc_value(f"walsh/{self.kind}/fetch")
-            why = f"fetch failed ({failure_reason(exc)[:MAX_WHY]})"
+            if isinstance(exc, WalshDenied):  # nothing was sent
+                why = f"was not fetched ({str(exc)[:MAX_WHY]})"
+            else:
+                why = f"fetch failed ({failure_reason(exc)[:MAX_WHY]})"
             # a network failure passes; a refusal the site's setup causes
             # (too many redirects, a hop into a blocked host) does not,
             # unless a gate says it passes by itself
@@ -361,6 +374,8 @@ class OriginDocuments(Generic[E]):
             "mixed": bool(streak and (streak.get("mixed") or streak.get("why") != why)),
             "passing": passing,
         }  # fmt: skip
+        # a last try just before the wait's bound rather than none within it
+        failed["retry_at"] = self.waits.last_try(self._outage(origin, failed), self.retry_delay)
         await self.store.put(self.unreachable_namespace, origin, failed)
         return await self._failed_entry(origin, self._outage(origin, failed))
 

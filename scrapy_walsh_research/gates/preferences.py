@@ -276,6 +276,9 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
         )
         return TdmEntry(None, self.store.time() + self.ttl, None)
 
+    def _read(self, entry: TdmEntry) -> bool:
+        return entry.unknown is None
+
     def _entry(self, body: bytes, status: int | None, expires: float) -> TdmEntry:
         tdm = parse_tdmrep(body)
         if tdm is None:

@@ -174,6 +174,9 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             return False  # not known yet, or waiting for it: not decided
         return not entry.policy.allows(request.url)
 
+    def _read(self, entry: RobotsEntry) -> bool:
+        return entry.policy.group != "disallow-all"
+
     async def _noted(self, origin: str, entry: RobotsEntry) -> None:
         await self.pacer.note_robots(origin, entry.policy, entry.expires)
 

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: a last try is made this long before the bound (so that it comes within it)
+LAST_TRY_MARGIN = 1.0
+
 
 class DocumentWaits:
     """Which targets wait for which unknown document, and until when."""
@@ -89,6 +92,16 @@ class DocumentWaits:
         start = outage.since if outage.since >= self.started else first
         return start + self.bound
 
+    def last_try(self, outage: Outage, spacing: float) -> float:
+        """When *outage*'s document is tried next: its backoff's next try,
+        or, when that falls after the bound while the bound leaves room for
+        one more try (at least *spacing* after this one), a last try just
+        before the bound, so a host that heals within it is caught."""
+        deadline = self.deadline(outage)
+        if outage.retry_at >= deadline and deadline - LAST_TRY_MARGIN - outage.last >= spacing:
+            return deadline - LAST_TRY_MARGIN
+        return outage.retry_at
+
     def gave_up(self, outage: Outage) -> bool:
         """Whether the wait for *outage*'s document already ended (the
         frontier may then hand out its targets at once: they are decided)."""
@@ -117,10 +130,16 @@ class DocumentWaits:
         if not self.requeue:
             # Another scheduler (scrapy-redis's) hands a request back at
             # once: it waits here a little, then goes back behind others.
+            # (counted as waiting in place, not as sending: a worker fed
+            # through Redis takes its next line meanwhile)
             delay = min(IN_PLACE_LIMIT, next_try - now)
             from twisted.internet import reactor  # the running one (importing installs one)
 
-            await maybe_deferred_to_future(task.deferLater(reactor, delay, lambda: None))
+            self.pacer.waiting_in_place += 1
+            try:
+                await maybe_deferred_to_future(task.deferLater(reactor, delay, lambda: None))
+            finally:
+                self.pacer.waiting_in_place -= 1
             requeued = self.pacer.requeue(request)
             requeued.priority = request.priority - 1
             return requeued
@@ -137,9 +156,11 @@ class DocumentWaits:
             "(tried again next run)"
         )
 
-    async def known(self, kind: str, url: str) -> None:
-        """The document at *url* was read (or a last good copy stands in):
-        the targets that waited for it go on."""
+    async def known(self, kind: str, url: str, *, read: bool = True) -> None:
+        """The document at *url* is unknown no more: read (or a last good
+        copy stands in), so the targets that waited for it go on; or, not
+        *read*, decided by an answer that does not pass (a redirect loop, a
+        404 for a first blocklist), which decides them."""
         first = self._first_met.pop(url, None)
         self._announced.pop(url, None)
         self._gave_up.discard(url)
@@ -149,12 +170,19 @@ class DocumentWaits:
         if first is None:
             return
         waited = self.store.time() - first
-        self.stats.inc_value(f"walsh/wait/{kind}/recovered")
-        logger.info(
-            "%(url)s read after %(w)s of waiting: the targets that waited for it go on",
-            {"url": url, "w": duration_text(waited)},
-        )
-        await self.audit.wait(url, state="known", waited=round(waited, 3))
+        if read:
+            self.stats.inc_value(f"walsh/wait/{kind}/recovered")
+            logger.info(
+                "%(url)s read after %(w)s of waiting: the targets that waited for it go on",
+                {"url": url, "w": duration_text(waited)},
+            )
+        else:
+            self.stats.inc_value(f"walsh/wait/{kind}/decided")
+            logger.info(
+                "%(url)s answered after %(w)s of waiting, in a way that decides its targets",
+                {"url": url, "w": duration_text(waited)},
+            )
+        await self.audit.wait(url, state="known" if read else "decided", waited=round(waited, 3))
 
     def waiting(self) -> dict[str, tuple[str, float]]:
         """Host -> (the document its targets wait for, next try as

@@ -42,11 +42,14 @@ FEED_LOOKAHEAD_MAX = 32
 
 
 async def wait_for_list_room(crawler: Crawler, lookahead: int) -> None:
-    """Return once fewer than *lookahead* requests wait in the scheduler."""
+    """Return once fewer than *lookahead* requests wait in the scheduler.
+    Targets parked for their document's next try count only against twice
+    the lookahead (memory): they hold no host's turn."""
     scheduler = scheduler_of(crawler)
     if scheduler is None:
         return
-    while len(scheduler) >= lookahead:
+    parked = scheduler.parked if isinstance(scheduler, FrontierScheduler) else lambda: 0
+    while len(scheduler) - parked() >= lookahead or len(scheduler) >= 2 * lookahead:
         await asyncio.sleep(FEED_POLL_S)
 
 
@@ -64,9 +67,8 @@ async def wait_for_feed_room(crawler: Crawler) -> None:
             # while the current request is out, so it can follow at once,
             # and keep one line per host waiting for its turn (up to one
             # interval's worth); a second line for a waiting host means
-            # the list is host-bound here: take no more until one goes.
-            # (Lines waiting aside for their document's next try do not
-            # count: they hold no host's turn.)
+            # the list is host-bound here: take no more until one goes
+            # (lines parked for their document's next try hold no turn).
             queued = len(scheduler) - scheduler.parked()
             busy = (
                 scheduler.has_ready_request()

@@ -83,9 +83,9 @@ WALSH_ROBOTS_TTL = 86400.0
 WALSH_POLICY_RETRY_DELAY = 60.0
 #: how long a target waits for a policy document (robots.txt, tdmrep.json, a
 #: blocklist not yet in force) that a transient failure left unknown, counted
-#: from the first failure this run met: a host that heals within a few minutes
-#: is caught (tries at about 0, 1 and 3 min), one that never answers costs the
-#: run about 4 min once nothing else is left to do
+#: from the first failure this run met: a host that heals within it is caught
+#: (tries at about 0, 1, 3 and 5 min), one that never answers costs the run
+#: about 5 min once nothing else is left to do
 WALSH_POLICY_WAIT = 300.0
 
 # -- R4 pacing and R5 backoff -----------------------------------------------------

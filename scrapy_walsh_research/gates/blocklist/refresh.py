@@ -37,6 +37,7 @@ from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES, Bl
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.gates.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
+from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
@@ -296,8 +297,11 @@ class Refresher:
         passing = (status is not None and (status == 429 or status >= 500)) or (
             status is None and not isinstance(exc, (BlocklistError, IgnoreRequest))
         )
+        waits = DocumentWaits.for_crawler(self.crawler)
         if (held.adopted is not None and held.lost is None) or not (passing or held.lost):
-            held.outage = None
+            if held.outage is not None:  # an answer that decides: the wait is over
+                held.outage = None
+                await waits.known("blocklist", self.url, read=False)
             self._failed_log(exc, self.retry_delay)
             return
         if status is not None:
@@ -314,7 +318,10 @@ class Refresher:
             since=before.since if before is not None else now, last=now, retry_at=now + delay,
             mixed=before is not None and (before.mixed or before.why != why), status=status,
         )  # fmt: skip
-        self._failed_log(exc, delay, waiting=True)
+        # a last try just before the wait's bound rather than none within it
+        retry_at = waits.last_try(held.outage, self.first_retry_delay)
+        held.outage = dataclasses.replace(held.outage, retry_at=retry_at)
+        self._failed_log(exc, retry_at - now, waiting=True)
 
     def unknown(self) -> Outage | None:
         """Why no list is in force and targets must wait for one, or None:
