@@ -257,9 +257,10 @@ def test_the_child_process_imports_only_the_pure_core():
     assert CHILD_MODULE in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("scrapy", "twisted")}
     ours = {m for m in loaded if m.startswith("scrapy_walsh_research.")}
-    # the package's own __init__ brings the identity constants, nothing else
+    # the package's own __init__ brings the identity constants and the finder
+    # that serves 0.2.0 module paths (the standard library alone), nothing else
     outside_core = {m for m in ours if not m.startswith("scrapy_walsh_research.core")}
-    assert outside_core == set()
+    assert outside_core <= {"scrapy_walsh_research._moved"}
 
 
 # -- the index file a large list is read into ---------------------------------------
