@@ -36,7 +36,7 @@ from twisted.internet import reactor
 from twisted.web import resource, server
 
 SCHEMA = (
-    Path(__file__).parent.parent / "scrapy_walsh_research/schemas/blocklist.schema.json"
+    Path(__file__).parent.parent / "scrapy_walsh_research/core/blocklist/blocklist.schema.json"
 ).read_text()
 BLOCKLIST = {
     "contract": "walsh-research-blocklist/v1",

@@ -312,8 +312,9 @@ def multi(a: argparse.Namespace) -> int:
     """N worker processes sharing one Redis against one worker."""
     from scrapy.settings import Settings
 
-    from scrapy_walsh_research.sandbox.redis_server import RedisServer
+    sys.path.insert(0, str(HERE.parent))  # the real redis-server the tests start
     from scrapy_walsh_research.state.redis.connection import lost_history_wait, young_redis_s
+    from tests.support.redis_server import RedisServer
 
     redis = RedisServer(Path(tempfile.mkdtemp(prefix="bench-redis-")), persist=False).start()
     url = redis.url

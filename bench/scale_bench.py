@@ -65,7 +65,7 @@ def serve(port_file: str, latency: float, log: str) -> int:
     from twisted.web import resource as web_resource
     from twisted.web import server
 
-    schema = (HERE.parent / "scrapy_walsh_research/schemas/blocklist.schema.json").read_bytes()
+    schema = (HERE.parent / "scrapy_walsh_research/core/blocklist/blocklist.schema.json").read_bytes()
     blocklist = json.dumps(BLOCKLIST).encode()
     robots = b"User-agent: *\nAllow: /\n"
     st = {

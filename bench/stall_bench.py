@@ -81,8 +81,8 @@ def lookups() -> dict:
     """Blocklist lookup cost (µs per host) at 10^2 and 10^6 entries, each
     held as the crawl holds it: a small list in memory, a large one (past
     INLINE_PARSE_BYTES) in the index file its child process wrote."""
-    from scrapy_walsh_research.core.blocklist_entries import DomainSet
-    from scrapy_walsh_research.core.blocklist_index import IndexFile, write_index
+    from scrapy_walsh_research.core.blocklist.entries import DomainSet
+    from scrapy_walsh_research.core.blocklist.index import IndexFile, write_index
 
     out = {}
     hosts = [f"www.site{i}.example.com" for i in range(20000)]

@@ -2,7 +2,7 @@
 
 It supplies defaults at add-on priority, wires the gate chain and the
 start-up-check extension, then runs the start-up check
-(:mod:`scrapy_walsh_research.preflight`) itself: a project that disables
+(:mod:`scrapy_walsh_research.settings.check`) itself: a project that disables
 every gate component and the extension is still refused, before any request.
 The extension repeats the check once every add-on has run.
 """
@@ -18,6 +18,10 @@ from scrapy.utils.misc import load_object
 from scrapy_walsh_research.components import (
     DOWNLOADER_MIDDLEWARES,
     FRONTIER,
+    HEAP_EXTENSION,
+    HEAP_ORDER,
+    PROGRESS_EXTENSION,
+    PROGRESS_ORDER,
     RECORD_PIPELINE,
     RECORD_PIPELINE_ORDER,
     SPIDER_MIDDLEWARES,
@@ -26,7 +30,7 @@ from scrapy_walsh_research.components import (
     WIRE_HANDLER,
 )
 from scrapy_walsh_research.core.contract import USER_AGENT
-from scrapy_walsh_research.preflight import check_settings
+from scrapy_walsh_research.settings.check import check_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -55,14 +59,6 @@ DEFAULTS: dict[str, object] = {
     "DOWNLOAD_WARNSIZE": 4 * 1024 * 1024,
 }
 
-
-#: the progress log of long crawls (done/total, outcomes, ETA)
-PROGRESS_EXTENSION = "scrapy_walsh_research.extensions.progress.Progress"
-PROGRESS_ORDER = 600
-
-#: the start-up heap out of the garbage collector's full passes (heap.py)
-HEAP_EXTENSION = "scrapy_walsh_research.extensions.heap.HeapFreeze"
-HEAP_ORDER = 610
 
 #: the bundle's spiders (``targets``), listed for ``scrapy crawl`` in any project
 SPIDERS_MODULE = "scrapy_walsh_research.spiders"

@@ -1,14 +1,16 @@
 """The bundle's components by the paths users write in settings, and how
 each is looked up in the settings Scrapy will build from.
 
-These paths are the public API (README, docs, a project's settings.py):
-internal modules may move, these do not. The add-on installs the gates at
-the orders below; the start-up check (:mod:`~scrapy_walsh_research.preflight`)
-and the attestation name components by these paths.
+These paths are the public API (README, docs, a project's settings.py),
+each exported from the package root: internal modules may move, these do
+not. The add-on installs the gates at the orders below; the start-up check
+(:mod:`~scrapy_walsh_research.settings.check`) and the attestation name
+components by these paths, whichever path a project wrote.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
@@ -18,23 +20,23 @@ if TYPE_CHECKING:
 
 PACKAGE = "scrapy_walsh_research"
 #: The gate chain, in the spec's order (§5), as downloader middlewares.
-SCOPE_MW = f"{PACKAGE}.scope.ScopeDownloaderMiddleware"
-SCOPE_SPIDER_MW = f"{PACKAGE}.scope.ScopeSpiderMiddleware"
-CADENCE_MW = f"{PACKAGE}.cadence.CadenceMiddleware"
-VALIDATORS_MW = f"{PACKAGE}.validators.ConditionalRequestMiddleware"
-NEGOTIATION_MW = f"{PACKAGE}.structured.NegotiationMiddleware"
-BLOCKLIST_MW = f"{PACKAGE}.blocklist.BlocklistMiddleware"
-ROBOTS_MW = f"{PACKAGE}.robots.RobotsTxtMiddleware"
-USAGE_MW = f"{PACKAGE}.usage.UsagePreferencesMiddleware"
-RETRY_MW = f"{PACKAGE}.retry.RetryMiddleware"
-PACING_MW = f"{PACKAGE}.pacing.PacingMiddleware"
-USERAGENT_MW = f"{PACKAGE}.useragent.UserAgentMiddleware"
+SCOPE_MW = f"{PACKAGE}.ScopeDownloaderMiddleware"
+SCOPE_SPIDER_MW = f"{PACKAGE}.ScopeSpiderMiddleware"
+CADENCE_MW = f"{PACKAGE}.CadenceMiddleware"
+VALIDATORS_MW = f"{PACKAGE}.ConditionalRequestMiddleware"
+NEGOTIATION_MW = f"{PACKAGE}.NegotiationMiddleware"
+BLOCKLIST_MW = f"{PACKAGE}.BlocklistMiddleware"
+ROBOTS_MW = f"{PACKAGE}.RobotsTxtMiddleware"
+PREFERENCES_MW = f"{PACKAGE}.PreferencesMiddleware"
+RETRY_MW = f"{PACKAGE}.RetryMiddleware"
+PACING_MW = f"{PACKAGE}.PacingMiddleware"
+USERAGENT_MW = f"{PACKAGE}.UserAgentMiddleware"
 DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     SCOPE_MW: 55,  # R6: only declared targets and the bundle's own requests go on
     CADENCE_MW: 60,  # R8: a target fetched too recently is skipped, no request at all
     BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
     ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
-    USAGE_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
+    PREFERENCES_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
     VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
     NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
     RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware
@@ -45,18 +47,18 @@ DOWNLOADER_MIDDLEWARES: dict[str, int] = {
 SPIDER_MIDDLEWARES: dict[str, int] = {SCOPE_SPIDER_MW: 5}
 SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 SCRAPY_RETRY_MW = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
-FRONTIER = f"{PACKAGE}.frontier.FrontierScheduler"
-WIRE_HANDLER = f"{PACKAGE}.wire.WireTimedHTTP11DownloadHandler"
+FRONTIER = f"{PACKAGE}.FrontierScheduler"
+WIRE_HANDLER = f"{PACKAGE}.WireTimedHTTP11DownloadHandler"
 ADDON = f"{PACKAGE}.Addon"
-#: where the class ADDON names is defined
+#: where the class ADDON names is defined (known without importing the add-on)
 ADDON_CLASS = f"{PACKAGE}.addon.Addon"
 #: The start-up check as an extension, built after every add-on has run.
-STARTUP_CHECK = f"{PACKAGE}.preflight.StartupCheck"
+STARTUP_CHECK = f"{PACKAGE}.StartupCheck"
 #: Its order in EXTENSIONS: late, so extensions built before it are seen too.
 STARTUP_CHECK_ORDER = 1000
 SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
 #: Commits each record (cadence with it; a fed line's acknowledgement).
-RECORD_PIPELINE = f"{PACKAGE}.records.RecordPipeline"
+RECORD_PIPELINE = f"{PACKAGE}.RecordPipeline"
 RECORD_PIPELINE_ORDER = 100
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
 #: drops a request whose URL is longer than URLLENGTH_LIMIT, with no record
@@ -98,15 +100,38 @@ def url_length_limit(settings: BaseSettings) -> int:
     return 0
 
 
-#: the gates whose class lives in an internal module and is exported at the
-#: path users write (the blocklist gate is defined in blocklist.middleware)
-_EXPORTED = (BLOCKLIST_MW,)
+#: the progress log of long crawls (done/total, outcomes, ETA)
+PROGRESS_EXTENSION = f"{PACKAGE}.Progress"
+PROGRESS_ORDER = 600
+#: the start-up heap out of the garbage collector's full passes
+HEAP_EXTENSION = f"{PACKAGE}.HeapFreeze"
+HEAP_ORDER = 610
+
+#: every component path users write in settings (each exported from the root)
+PUBLIC = (
+    ADDON,
+    *DOWNLOADER_MIDDLEWARES,
+    *SPIDER_MIDDLEWARES,
+    FRONTIER,
+    WIRE_HANDLER,
+    STARTUP_CHECK,
+    RECORD_PIPELINE,
+    PROGRESS_EXTENSION,
+    HEAP_EXTENSION,
+)
+
+
+@functools.cache
+def _public() -> dict[Any, str]:
+    return {load_object(path): path for path in PUBLIC}
 
 
 def name_of(cls: Any) -> str:
     """The path a component is known by: the one users write in settings for
-    a bundle component, else its module and qualified name."""
-    for path in _EXPORTED:
-        if cls is load_object(path):
-            return path
-    return f"{cls.__module__}.{cls.__qualname__}"
+    a bundle component (whichever path named it), else its module and
+    qualified name."""
+    try:
+        public = _public().get(cls)
+    except TypeError:  # not hashable: no component of ours
+        public = None
+    return public or f"{cls.__module__}.{cls.__qualname__}"

@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from OpenSSL import SSL
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import IgnoreRequest, ScrapyDeprecationWarning
 from twisted.python.failure import Failure
 from twisted.web.client import (
     RequestGenerationFailed,
@@ -61,6 +61,14 @@ class WalshConfigurationError(RuntimeError):
     """
 
 
+class WalshDeprecationWarning(ScrapyDeprecationWarning):
+    """A path or setting name of an older release, still honoured for now.
+
+    A :class:`~scrapy.exceptions.ScrapyDeprecationWarning`, so it is shown
+    (Python hides a plain ``DeprecationWarning`` outside ``__main__``) and a
+    project that filters Scrapy's deprecations filters these too."""
+
+
 class WalshUsageError(ValueError):
     """A user's slip the crawl cannot start with (a missing list file, a
     spider argument missing): :func:`refuse_start` reports it in one line."""
@@ -75,7 +83,7 @@ def refuse_start(log: logging.Logger, message: str) -> NoReturn:
     it there, so asyncio prints "Task exception was never retrieved" and the
     traceback at exit; having said it in one line, the error is retrieved
     here. Scrapy still sets ``bootstrap_failed``, hence the exit code
-    (``tests/test_targets_spider.py`` runs the command).
+    (``tests/test_records_targets_spider.py`` runs the command).
     """
     log.error(message)
     try:

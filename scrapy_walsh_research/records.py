@@ -1,102 +1,33 @@
-"""The output record: exactly one per list line, metadata only (R6).
+"""The record pipeline: each record of the ``targets`` spider committed
+before any exporter sees it.
 
-The body is hashed and measured, never kept. :class:`RecordPipeline` commits
-each record before the exporters see it: the target's cadence (R8) is
-written with its record, and a line fed through Redis is acknowledged only
-once its record is stored, atomically, as that line's one record.
+The target's cadence (R8) is written with its record (the R8 gate stamps
+it), and a line fed through Redis is acknowledged only once its record is
+stored, atomically, as that line's one record. The record itself (fields,
+outcomes, what a response gives it) is :mod:`scrapy_walsh_research.core.records`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import DropItem
 
-from scrapy_walsh_research.cadence import cadence_of
-from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.core.records import SENT_OUTCOMES, TICKET_KEY
 from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.gates.cadence import cadence_of
 from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.http import Response
     from typing_extensions import Self
 
     from scrapy_walsh_research.state.redis.target_queue import RecordCopies
 
 logger = logging.getLogger(__name__)
-
-#: key of a record's feed ticket on its way to :class:`RecordPipeline` (never exported)
-TICKET_KEY = "_walsh_ticket"
-OUTCOMES = (
-    "fetched", "not_modified", "denied", "failed", "duplicate", "skipped", "invalid", "withheld"
-)  # fmt: skip
-RULES = ("R2", "R3", "R4", "R5", "R6", "R8", "PREF")
-#: outcomes of a request that reached the target (its cadence is stamped)
-SENT_OUTCOMES = ("fetched", "not_modified", "withheld")
-#: request meta: the usage preferences that applied to the URL, as record
-#: dicts (set by the PREF gate, read into the record)
-PREFERENCES_META = "walsh_preferences"
-
-
-def new_record(
-    *, line: int, url: str, canonical_url: str | None, outcome: str, **extra: Any
-) -> dict[str, Any]:
-    if outcome not in OUTCOMES:
-        raise ValueError(f"unknown outcome {outcome!r}")
-    rule = extra.pop("rule", None)
-    if rule is not None and rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}")
-    record: dict[str, Any] = {
-        "url": url,
-        "line": line,
-        "canonical_url": canonical_url,
-        "outcome": outcome,
-        "rule": rule,
-        "reason": None,
-        "status": None,
-        "final_url": None,
-        "content_type": None,
-        "content_length": None,
-        "sha256": None,
-        "etag": None,
-        "last_modified": None,
-        "fetched_at": None,
-        "preferences": None,
-    }
-    record.update(extra)
-    return record
-
-
-def _header(response: Response, name: bytes) -> str | None:
-    value = response.headers.get(name)
-    return value.decode("latin-1") if value is not None else None
-
-
-def response_validators(response: Response) -> dict[str, Any]:
-    """Status and validators only: what a ``withheld`` record keeps."""
-    return {
-        "status": response.status,
-        "final_url": response.url,
-        "etag": _header(response, b"ETag"),
-        "last_modified": _header(response, b"Last-Modified"),
-        "fetched_at": utc_iso(),
-    }
-
-
-def response_metadata(response: Response) -> dict[str, Any]:
-    """HTTP metadata of a response; the body only as its length and digest."""
-    body = response.body
-    return {
-        **response_validators(response),
-        "content_type": _header(response, b"Content-Type"),
-        "content_length": len(body),
-        "sha256": hashlib.sha256(body).hexdigest(),
-    }
 
 
 class RecordPipeline:
@@ -131,9 +62,11 @@ class RecordPipeline:
         fetched = bool(key) and item["outcome"] in SENT_OUTCOMES
         cadence = cadence_of(self.crawler)
         if ticket is None:
-            if fetched and cadence is not None:
-                await cadence.stamp(key)
-            await self._release_claim(key)
+            if cadence is not None:
+                if fetched:
+                    await cadence.stamp(key)
+                if key:
+                    await cadence.release(key)
             await self.audit.decision(item)
             return item
         # a fed line: Redis in use (the optional [redis] extra, imported only then)
@@ -151,17 +84,3 @@ class RecordPipeline:
             raise DropItem(f"line {item['line']} already has its record (delivered again)")
         await self.audit.decision(item)
         return item
-
-    async def _release_claim(self, key: str) -> None:
-        if not key or not redis_url(self.crawler):
-            return
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
-
-        conn = RedisConnection.for_crawler(self.crawler)
-        claims = conn.key("state", "cadence_claims")
-
-        async def release(r: Any) -> None:
-            if await r.hget(claims, key) == conn.worker:
-                await r.hdel(claims, key)
-
-        await conn.call("release claim", release)

@@ -18,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 "$root/.venv/bin/twine" check --strict "$work"/dist/*
 wheel="$(ls "$work"/dist/*.whl)"
 # what the wheel must carry besides the code
-for member in scrapy_walsh_research/py.typed scrapy_walsh_research/schemas/blocklist.schema.json; do
+for member in scrapy_walsh_research/py.typed scrapy_walsh_research/core/blocklist/blocklist.schema.json; do
   python3 -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' \
     "$wheel" "$member" || { echo "the wheel lacks $member" >&2; exit 1; }
 done

@@ -13,7 +13,7 @@ from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.components import USERAGENT_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import base_settings, crawl
+from tests.support.crawling import base_settings, crawl
 
 
 class SpoofingSpider(TargetsSpider):
@@ -103,7 +103,7 @@ async def test_a_projects_own_user_agent_is_replaced_with_one_warning_naming_the
 ):
     urls = serve_mixed_site(server)
     settings = base_settings(server, tmp_path / "state", **project)
-    with caplog.at_level(logging.WARNING, logger="scrapy_walsh_research.useragent"):
+    with caplog.at_level(logging.WARNING, logger="scrapy_walsh_research.gates.useragent"):
         await crawl(settings, urls[:1], tmp_path)
     said = [r.getMessage() for r in caplog.records if "is not sent" in r.getMessage()]
     if warned is None:

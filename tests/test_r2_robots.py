@@ -19,7 +19,7 @@ from scrapy_walsh_research.components import ROBOTS_MW
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     TDMREP,
@@ -568,7 +568,7 @@ async def test_a_large_robots_txt_is_parsed_in_a_worker_process():
 
     from scrapy.utils.defer import deferred_from_coro
 
-    from scrapy_walsh_research import robots
+    from scrapy_walsh_research.gates import robots
 
     text = large_robots()
     policy, digest = await deferred_from_coro(robots._parse(text))
@@ -583,7 +583,7 @@ async def test_a_large_robots_txt_is_parsed_in_a_worker_process():
 
 @pytest_twisted.ensureDeferred
 async def test_without_a_worker_process_a_large_robots_txt_is_parsed_in_a_thread(monkeypatch):
-    from scrapy_walsh_research import robots
+    from scrapy_walsh_research.gates import robots
 
     def no_pool() -> Any:
         raise OSError("no processes here")

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scrapy_walsh_research.components import BLOCKLIST_MW
-from scrapy_walsh_research.core.blocklist_document import BlocklistError, refresh_seconds
-from scrapy_walsh_research.core.blocklist_entries import DomainSet, normalize_entry
+from scrapy_walsh_research.core.blocklist.document import BlocklistError, refresh_seconds
+from scrapy_walsh_research.core.blocklist.entries import DomainSet, normalize_entry
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import (
+from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     SCHEMA_PATH,
@@ -58,7 +58,7 @@ MATCH_TABLE = [
     ("blocked.test:8080", "blocked.test", True),
     ("192.0.2.7", "192.0.2.7", True),
     ("2.7", "192.0.2.7", False),
-    # every spelling of an address is that address (more in tests/test_hosts.py)
+    # every spelling of an address is that address (more in tests/test_chain_one_host.py)
     ("127.0.0.1", "2130706433", True),
     ("2130706433", "[::ffff:7f00:1]", True),
     ("faß.test", "fass.test", True),  # what Scrapy contacts for http://faß.test/
@@ -209,7 +209,7 @@ async def test_first_ever_failure_crawls_with_an_empty_list_logged_at_error(
     server, tmp_path, caplog
 ):
     """Spec §5.2: a first-ever failure yields an empty list. (The crawl
-    first waits for the list, WALSH_POLICY_WAIT, here 0: tests/test_unknown_waits.py.)"""
+    first waits for the list, WALSH_POLICY_WAIT, here 0: tests/test_chain_unknown_documents.py.)"""
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
     serve_hosts(server, "fine.test")
     settings = base_settings(server, tmp_path / "state", WALSH_POLICY_WAIT=0)
@@ -356,7 +356,7 @@ async def test_a_fetched_schema_never_weakens_the_published_one(server, tmp_path
 
 @pytest_twisted.ensureDeferred
 async def test_a_published_schema_that_differs_can_only_add_constraints(server, tmp_path):
-    from scrapy_walsh_research.schemas import bundled_schema
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 
     stricter = bundled_schema()
     stricter["properties"]["operator"]["const"] = "Someone Else"
@@ -543,7 +543,7 @@ def near_documents(draw: Any) -> Any:
 def gate(tmp_path_factory: Any) -> Any:
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.blocklist import BlocklistMiddleware
+    from scrapy_walsh_research.gates.blocklist import BlocklistMiddleware
 
     state = tmp_path_factory.mktemp("state")
     return BlocklistMiddleware(get_crawler(settings_dict={"WALSH_STATE_DIR": str(state)}))
@@ -552,7 +552,7 @@ def gate(tmp_path_factory: Any) -> Any:
 def reference_valid(doc: Any) -> bool:
     from jsonschema import Draft202012Validator
 
-    from scrapy_walsh_research.schemas import bundled_schema
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 
     validator = Draft202012Validator(
         bundled_schema(), format_checker=Draft202012Validator.FORMAT_CHECKER
@@ -612,7 +612,7 @@ def test_a_schema_format_that_cannot_be_checked_stops_the_crawl_at_start_up(tmp_
     script = (
         "import sys; sys.modules['rfc3339_validator'] = None\n"  # as if not installed
         "from scrapy.utils.test import get_crawler\n"
-        "from scrapy_walsh_research.blocklist import BlocklistMiddleware\n"
+        "from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware\n"
         f"crawler = get_crawler(settings_dict={{'WALSH_STATE_DIR': {str(tmp_path)!r}}})\n"
         "BlocklistMiddleware(crawler)\n"
     )
@@ -623,8 +623,8 @@ def test_a_schema_format_that_cannot_be_checked_stops_the_crawl_at_start_up(tmp_
     # and with it installed, every format the bundled schema names has a checker
     from jsonschema.validators import validator_for
 
-    from scrapy_walsh_research.core.blocklist_document import REQUIRED_FORMATS
-    from scrapy_walsh_research.schemas import bundled_schema, bundled_schema_text
+    from scrapy_walsh_research.core.blocklist.document import REQUIRED_FORMATS
+    from scrapy_walsh_research.core.blocklist.schema import bundled_schema, bundled_schema_text
 
     schema = bundled_schema()
     named = {m.group(1) for m in re.finditer(r'"format":\s*"([^"]+)"', bundled_schema_text())}

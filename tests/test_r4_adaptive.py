@@ -13,7 +13,7 @@ import pytest
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import TDMREP, base_settings, crawl, gaps
+from tests.support.crawling import TDMREP, base_settings, crawl, gaps
 
 ALLOW = "User-agent: *\nAllow: /\n"
 
@@ -231,7 +231,7 @@ async def test_distress_on_any_origin_of_a_host_slows_the_whole_host(server, tmp
 async def test_distress_on_the_operators_blocklist_slows_the_operators_host(server, tmp_path):
     """The blocklist is never retried, yet its 500 raises its host's interval:
     the next request to the operator's host waits for it."""
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH
 
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(500, "oops"))
     server.origin.route(BLOCKLIST_HOST, "/robots.txt", Reply(200, ALLOW))

@@ -13,7 +13,7 @@ import pytest_twisted
 from scrapy_walsh_research.components import PACING_MW
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import TDMREP, base_settings, crawl, gaps
+from tests.support.crawling import TDMREP, base_settings, crawl, gaps
 
 
 def pages(
@@ -287,7 +287,8 @@ async def test_robots_of_a_held_host_does_not_hold_the_download_slot(server, tmp
 async def test_a_reservation_is_kept_when_the_crawler_is_killed_mid_request(server, tmp_path):
     """SIGKILL while a slow request is in flight, restart at once: the next
     request to that host still comes a Crawl-delay after the killed one."""
-    from tests.conftest import sleep, spawn_targets_crawl, write_list
+    from tests.support.crawling import sleep, write_list
+    from tests.support.processes import spawn_targets_crawl
 
     state = tmp_path / "s"
     robots = "User-agent: *\nCrawl-delay: 5\n"
@@ -367,8 +368,9 @@ async def test_what_an_answer_writes_before_its_commit_still_covers_the_request(
     after a restart by one 0.5 s after it.)"""
     import time
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
     from scrapy_walsh_research.state.hostclock import PersistentHostClock
+    from scrapy_walsh_research.state.hostload import Answer
     from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
     store = SQLiteStateStore(tmp_path / "state.sqlite3")

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research.components import RETRY_MW
 from scrapy_walsh_research.core.retry_after import MAX_RETRY_AFTER
-from scrapy_walsh_research.retry import parse_retry_after
+from scrapy_walsh_research.gates.retry import parse_retry_after
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import TDMREP, base_settings, crawl
+from tests.support.crawling import TDMREP, base_settings, crawl
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -183,11 +183,12 @@ async def test_retry_after_binds_the_host_whichever_middleware_retries(
 
 @pytest_twisted.ensureDeferred
 async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
-    """Without Retry-After, retry n waits uniform(0, base * 2**n): spread, not a fixed step."""
+    """Without Retry-After, retry n waits uniform(0, base * 2**n): spread, not a fixed step.
+    (The R5 gate decides the hold once per answer; the pacing gate puts it on the host.)"""
+    from scrapy.http import Response
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.pacing import Pacer
-    from scrapy_walsh_research.retry import RetryMiddleware
+    from scrapy_walsh_research.gates.retry import RetryMiddleware
     from scrapy_walsh_research.spiders.targets import TargetsSpider
 
     crawler = get_crawler(
@@ -198,18 +199,16 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     crawler.spider = TargetsSpider.from_crawler(crawler, list=str(tmp_path / "urls.txt"))
     mw = RetryMiddleware(crawler)
     holds: list[float] = []
-    pacer = Pacer.for_crawler(crawler)
-
-    async def record_hold(host: str, until: float, *how: Any) -> None:
-        holds.append(until - time.monotonic())
-
-    pacer.hold = record_hold  # type: ignore[method-assign]
     import scrapy
 
     for attempt in (0, 2):
         for _ in range(40):
             request = scrapy.Request("http://j.test/x", meta={"retry_times": attempt})
-            assert await mw._retry(request, "HTTP 503", None) is not None
+            answer = Response(request.url, status=503, request=request)
+            hold = mw.backoff.after(request, response=answer)
+            assert mw._retry(request, "HTTP 503", hold) is not None
+            assert hold.seconds is not None and hold.by == "backoff"
+            holds.append(hold.seconds)
     first, third = holds[:40], holds[40:]
     assert all(0 <= d <= 1.0 + 0.01 for d in first) and all(0 <= d <= 4.0 + 0.01 for d in third)
     assert max(third) - min(third) > 1.0  # jitter spreads the waits
@@ -253,7 +252,7 @@ async def test_a_retry_after_on_robots_txt_holds_the_host(server, tmp_path):
     server.origin.route("rb.test", "/a", Reply(200, "ok"))
     # the failed fetch's own backoff (1 s) is shorter than the site's Retry-After
     # (the first run does not wait for robots.txt: WALSH_POLICY_WAIT=0)
-    settings = base_settings(server, state, WALSH_ROBOTS_RETRY_DELAY=1)
+    settings = base_settings(server, state, WALSH_POLICY_RETRY_DELAY=1)
     first = await crawl({**settings, "WALSH_POLICY_WAIT": 0}, [server.url("rb.test", "/a")],
                         tmp_path)  # fmt: skip
     second = await crawl(settings, [server.url("rb.test", "/a")], tmp_path)
@@ -267,7 +266,7 @@ async def test_a_retry_after_on_robots_txt_holds_the_host(server, tmp_path):
 async def test_a_429_that_is_not_retried_still_holds_the_host(server, tmp_path):
     """The blocklist fetch is never retried (dont_retry); its 429's
     Retry-After still binds the operator's host."""
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH
 
     server.origin.route(
         BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(429, "slow down", {"Retry-After": "4"})

@@ -13,7 +13,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy_walsh_research.components import SCOPE_MW, SCOPE_SPIDER_MW
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders.targets import TargetsSpider
-from tests.conftest import TDMREP, base_settings, crawl
+from tests.support.crawling import TDMREP, base_settings, crawl
 
 LINKY_HTML = """<html><head>
 <link rel="stylesheet" href="/style.css"><script src="/app.js"></script>
@@ -57,7 +57,7 @@ def assert_only_declared(server: Any) -> None:
 async def test_followed_links_and_sub_resources_are_never_requested(
     server, tmp_path, without_preflight
 ):
-    # The start-up check refuses a media pipeline (tests/test_preflight.py);
+    # The start-up check refuses a media pipeline (tests/test_startup_check.py);
     # with the check off, the R6 gate still denies the pipeline's download.
     url = linky_site(server)
     settings = base_settings(
@@ -168,7 +168,7 @@ FORGERIES = [
 
 def forbidden_site(server: Any) -> tuple[str, str]:
     """A blocked host and a host whose robots.txt disallows /private."""
-    from tests.conftest import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
+    from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH, blocklist_doc, json_reply
 
     o = server.origin
     o.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))

@@ -11,7 +11,8 @@ import pytest_twisted
 from twisted.internet import reactor, task
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.conftest import BLOCKLIST_HOST, base_settings, crawl, spawn_targets_crawl, write_list
+from tests.support.crawling import BLOCKLIST_HOST, base_settings, crawl, write_list
+from tests.support.processes import spawn_targets_crawl
 
 ETAG = '"v1"'
 MODIFIED = "Sat, 21 Nov 2026 00:00:00 GMT"

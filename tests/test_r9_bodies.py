@@ -19,7 +19,7 @@ import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.spiders import targets
-from tests.conftest import base_settings, crawl
+from tests.support.crawling import base_settings, crawl
 from tests.test_r9_structured import host, record_for
 
 VERSION = "https://jsonfeed.org/version/1.1"

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scrapy.http import Response
 
-from scrapy_walsh_research.structured import (
+from scrapy_walsh_research.spiders.structured import (
     FEED_TYPES,
     HTML_TYPES,
     MARKDOWN_TYPES,

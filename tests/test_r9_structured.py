@@ -10,8 +10,8 @@ from typing import Any
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.structured import HTML_NOTE
-from tests.conftest import TDMREP, base_settings, crawl
+from scrapy_walsh_research.spiders.structured import HTML_NOTE
+from tests.support.crawling import TDMREP, base_settings, crawl
 
 MARKDOWN = """# Docs home
 

@@ -17,7 +17,7 @@ from scrapy_walsh_research.commands._runner import (
     run_conformance_blocking,
 )
 from scrapy_walsh_research.evidence.attestation import attest, holds
-from scrapy_walsh_research.preflight import apply_addons
+from scrapy_walsh_research.settings.check import apply_addons
 
 if TYPE_CHECKING:
     import argparse

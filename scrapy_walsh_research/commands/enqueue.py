@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.target_list import unreadable
+from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.redis.target_queue import enqueue
 
 if TYPE_CHECKING:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity.signing import (
     directory_response,
@@ -28,6 +27,7 @@ from scrapy_walsh_research.identity.signing import (
     load_key,
     public_jwk,
 )
+from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse

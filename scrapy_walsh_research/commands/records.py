@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research import defaults
+from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse

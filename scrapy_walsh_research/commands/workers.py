@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy.commands import BaseRunSpiderCommand
 from scrapy.exceptions import UsageError
 
-from scrapy_walsh_research import defaults
+from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse
@@ -96,7 +96,7 @@ _ALWAYS = (
     "scrapy_walsh_research.state.redis.hostclock",
     "scrapy_walsh_research.state.sqlite",
     "scrapy_walsh_research.state.redis.target_queue",
-    "scrapy_walsh_research.blocklist",
+    "scrapy_walsh_research.gates.blocklist.middleware",
     "scrapy_walsh_research.evidence.audit",
     "scrapy_walsh_research.evidence.purge",
 )
@@ -191,7 +191,7 @@ def preload(settings: Settings) -> type:
 
     from scrapy_walsh_research.commands._runner import project_targets_spider
     from scrapy_walsh_research.errors import WalshConfigurationError
-    from scrapy_walsh_research.preflight import addon_installed
+    from scrapy_walsh_research.settings.check import addon_installed
 
     hook = install_reactor_import_hook()
     skipped: list[str] = []
@@ -234,8 +234,8 @@ def preload(settings: Settings) -> type:
                 for component, value in merged.getdict(key).items():
                     load(component)
                     load(value)
-        from scrapy_walsh_research.blocklist.schema import load_validator
-        from scrapy_walsh_research.schemas import bundled_schema
+        from scrapy_walsh_research.core.blocklist.schema import bundled_schema
+        from scrapy_walsh_research.gates.blocklist.schema import load_validator
 
         load_validator(bundled_schema())  # jsonschema's meta-schemas and format checkers
     finally:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.identity.signing import Signer, generate_key, public_jwk
 from scrapy_walsh_research.sandbox.verify import Verifier
+from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -41,7 +42,7 @@ class Identity:
         if not base.get("WALSH_SIGNING_KEY"):
             return None
         try:
-            Signer.from_settings(base)
+            request_signer(base)
         except Exception:
             return None
         work.mkdir(parents=True, exist_ok=True)
@@ -49,7 +50,7 @@ class Identity:
         key = generate_key(key_path)
         settings = base.copy()
         settings.set("WALSH_SIGNING_KEY", str(key_path), priority="cmdline")
-        signer = Signer.from_settings(settings)
+        signer = request_signer(settings)
         assert signer is not None
         jwk = public_jwk(key)
         server.origin.verifier = Verifier({jwk["kid"]: jwk["x"]})

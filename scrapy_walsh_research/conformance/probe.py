@@ -89,7 +89,7 @@ class Probe:
             "WALSH_BLOCKLIST_MIN_REFRESH": BLOCKLIST_REFRESH_S,
             # the sandbox's outages last seconds: a robots.txt is tried again
             # after one, and waited for ten (the defaults: a minute, five)
-            "WALSH_ROBOTS_RETRY_DELAY": ROBOTS_RETRY_S,
+            "WALSH_POLICY_RETRY_DELAY": ROBOTS_RETRY_S,
             "WALSH_POLICY_WAIT": POLICY_WAIT_S,
             "WALSH_STATE_DIR": str(state),
             **extra,

@@ -17,9 +17,10 @@ import json
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research._runtime.meta import INTERNAL_META, TARGET_META
+from scrapy_walsh_research.core.blocklist.schema import bundled_schema_text
+from scrapy_walsh_research.gates.preferences import TDMREP_PATH
 from scrapy_walsh_research.sandbox.origin import Reply
-from scrapy_walsh_research.schemas import bundled_schema_text
-from scrapy_walsh_research.usage import TDMREP_PATH
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.sandbox.origin import Hit, SandboxServer
@@ -52,9 +53,9 @@ GATEWAY_ERROR = json.dumps({"error": "Bad Gateway", "status": 502})
 #: requests another component injects with a marker it copied from the
 #: bundle's documentation: they get no exemption from any gate
 FORGED: list[tuple[str, str, dict[str, Any]]] = [
-    ("blocked.test", "/forged", {"walsh_internal": "blocklist"}),
-    ("named.test", "/private/forged", {"walsh_internal": "robots"}),
-    ("links.test", "/forged", {"walsh_target": {"line": 1, "url": "x", "canonical_url": "x"},
+    ("blocked.test", "/forged", {INTERNAL_META: "blocklist"}),
+    ("named.test", "/private/forged", {INTERNAL_META: "robots"}),
+    ("links.test", "/forged", {TARGET_META: {"line": 1, "url": "x", "canonical_url": "x"},
                                "is_start_request": True}),
 ]  # fmt: skip
 

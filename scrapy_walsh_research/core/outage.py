@@ -5,7 +5,7 @@ lookup says nothing about what a site allows; it says the document could
 not be read *this time*. An :class:`Outage` is that state of one document
 (robots.txt, tdmrep.json, the operator's blocklist): since when, how many
 tries, the latest answer, and when it is tried next. The gates make the
-targets that need it wait (:mod:`scrapy_walsh_research.waits`); only the
+targets that need it wait (:mod:`scrapy_walsh_research.gates.waits`); only the
 bound on that wait turns it into a record, and the record says what
 happened, never what the site did not say.
 """
@@ -34,7 +34,8 @@ def retry_delay(base: float, failures: int, cap: float, rand: float) -> float:
 class Outage:
     """One document that could not be read, and its tries so far."""
 
-    #: ``robots``, ``tdmrep`` or ``blocklist``: the stats under ``walsh/wait/<kind>/``
+    #: ``robots``, ``preferences`` (tdmrep.json) or ``blocklist``: the stats
+    #: under ``walsh/wait/<kind>/``
     kind: str
     #: ``robots.txt``: its name in messages
     document: str

@@ -20,8 +20,8 @@ from urllib.parse import urlparse, urlsplit, urlunsplit
 
 from protego import Protego
 
-from scrapy_walsh_research.core.preferences import Preference
-from scrapy_walsh_research.core.usage_statements import (
+from scrapy_walsh_research.core.preferences.model import Preference
+from scrapy_walsh_research.core.preferences.statements import (
     ROBOTS_FIELDS,
     RobotsStatement,
     robots_preferences,

@@ -14,11 +14,12 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research import __version__, components, defaults, preflight
+from scrapy_walsh_research import __version__, components
 from scrapy_walsh_research.core.contract import SPEC_VERSION, USER_AGENT
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.identity.signing import Signer
-from scrapy_walsh_research.options import declared_purposes, operator_urls
+from scrapy_walsh_research.settings import check, defaults
+from scrapy_walsh_research.settings.options import declared_purposes, operator_urls
+from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -44,7 +45,7 @@ REQUIREMENTS: dict[str, tuple[str, list[str], set[str]]] = {
     "R7_conditional_fetch_dedup": ("R7", [components.VALIDATORS_MW], {"R7", "R7b"}),
     "R8_infrequent_runs": ("R8", [components.CADENCE_MW], {"R8"}),
     "R9_no_html_scrape": ("R9", [components.NEGOTIATION_MW], {"R9"}),
-    "PREF_usage_preferences": ("PREF", [components.USAGE_MW], {"PREF"}),
+    "PREF_usage_preferences": ("PREF", [components.PREFERENCES_MW], {"PREF"}),
 }
 #: Problems that are not about one rule's gate but break the named ones.
 _SHARED = {
@@ -90,7 +91,7 @@ def _enabled(settings: BaseSettings) -> dict[str, int]:
 
 def attest(settings: BaseSettings, result: ConformanceResult | None = None) -> dict[str, Any]:
     enabled = _enabled(settings)
-    problems = preflight.problems(settings)
+    problems = check.problems(settings)
     blocklist, unprotected = _blocklist(settings)
     requirements: dict[str, bool] = {}
     evidence: dict[str, Any] = {}
@@ -197,7 +198,7 @@ def _identity(settings: BaseSettings) -> dict[str, Any]:
     if not settings.get("WALSH_SIGNING_KEY"):
         return {"signed": False, "reason": "WALSH_SIGNING_KEY is not set: requests are unsigned"}
     try:
-        signer = Signer.from_settings(settings)
+        signer = request_signer(settings)
     except Exception as exc:  # reported, not raised: the attestation describes a refusal
         return {"signed": False, "reason": str(exc)}
     assert signer is not None

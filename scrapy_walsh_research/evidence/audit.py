@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from scrapy import signals
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import host_variants, in_domain, is_http_url, url_host
+from scrapy_walsh_research.state.namespaces import PER_TARGET
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: what is stored per target URL (keys start with the target's URL)
-NAMESPACES = ("validators", "seen", "cadence")
+NAMESPACES = PER_TARGET
 
 
 def stored_host(key: str) -> str | None:

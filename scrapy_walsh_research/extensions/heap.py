@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_walsh_research import defaults
+from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

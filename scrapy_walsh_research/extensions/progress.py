@@ -9,7 +9,7 @@ one, times the interval in force for it now: a slow or distressed host's
 adapted one, named in the line; a host being skipped has none): no schedule
 can beat either at today's pace, so it is an honest "at least". A host
 whose robots.txt or tdmrep.json is unknown for now waits for the document's
-next try (:mod:`scrapy_walsh_research.waits`): the line counts those hosts,
+next try (:mod:`scrapy_walsh_research.gates.waits`): the line counts those hosts,
 and their chains start at that try.
 """
 
@@ -24,8 +24,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from scrapy_walsh_research.core.timestamps import duration_text
-from scrapy_walsh_research.pacing import Pacer
-from scrapy_walsh_research.waits import DocumentWaits
+from scrapy_walsh_research.gates.waits import DocumentWaits
+from scrapy_walsh_research.scheduling.pacer import Pacer
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

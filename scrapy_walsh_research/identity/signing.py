@@ -31,14 +31,16 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from http_message_signatures import HTTPMessageSigner, HTTPSignatureKeyResolver, algorithms
 
-from scrapy_walsh_research import defaults
+from scrapy_walsh_research.core.contract import (
+    SIGNATURE_AGENT,
+    SIGNATURE_AGENT_FORM,
+    SIGNATURE_TTL,
+)
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.options import list_setting
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-    from scrapy.settings import BaseSettings
 
 LABEL = "sig1"
 TAG = "web-bot-auth"
@@ -211,9 +213,9 @@ class Signer:
         self,
         key: Ed25519PrivateKey,
         *,
-        agent: str = defaults.WALSH_SIGNATURE_AGENT,
-        form: str = defaults.WALSH_SIGNATURE_AGENT_FORM,
-        ttl: float = defaults.WALSH_SIGNATURE_TTL,
+        agent: str = SIGNATURE_AGENT,
+        form: str = SIGNATURE_AGENT_FORM,
+        ttl: float = SIGNATURE_TTL,
         extra: tuple[str, ...] = (),
         label: str = LABEL,
         agent_key: str | None = None,
@@ -252,49 +254,6 @@ class Signer:
         )
         #: whether the template signs (decided on first use, against the library)
         self._fast: bool | None = None
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings) -> Signer | None:
-        """The signer the settings ask for, or None (signing off); a
-        :class:`WalshConfigurationError` naming the setting to change."""
-        path = settings.get("WALSH_SIGNING_KEY")
-        if not path:
-            return None
-        key = load_key(path)
-        agent = settings.get("WALSH_SIGNATURE_AGENT") or defaults.WALSH_SIGNATURE_AGENT
-        parts = urlsplit(agent)
-        if parts.scheme != "https" or not parts.hostname or '"' in agent or "\\" in agent:
-            raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_AGENT={agent!r}: the key directory must be an https URL "
-                "(verifiers fetch it over TLS)"
-            )
-        form = settings.get("WALSH_SIGNATURE_AGENT_FORM") or defaults.WALSH_SIGNATURE_AGENT_FORM
-        if form not in FORMS:
-            raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_AGENT_FORM={form!r}: use one of {', '.join(FORMS)}"
-            )
-        raw_ttl = settings.get("WALSH_SIGNATURE_TTL")
-        try:
-            unset = raw_ttl is None or raw_ttl == ""
-            ttl = float(defaults.WALSH_SIGNATURE_TTL if unset else raw_ttl)
-        except (TypeError, ValueError) as exc:
-            raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_TTL={raw_ttl!r}: whole seconds, e.g. 60"
-            ) from exc
-        if ttl != int(ttl) or not MIN_TTL_S <= ttl <= 86400:
-            raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_TTL={raw_ttl!r}: whole seconds between {MIN_TTL_S} and 86400 "
-                "(the protocol recommends expiry within 24 hours; shorter limits replay, but "
-                "the signature must outlive a TLS handshake)"
-            )
-        extra = tuple(list_setting(settings, "WALSH_SIGNATURE_COMPONENTS"))
-        unknown = [c for c in extra if c not in EXTRA_COMPONENTS]
-        if unknown:
-            raise WalshConfigurationError(
-                f"WALSH_SIGNATURE_COMPONENTS: {', '.join(unknown)} not allowed; choose from "
-                f"{', '.join(EXTRA_COMPONENTS)}"
-            )
-        return cls(key, agent=agent, form=form, ttl=ttl, extra=tuple(dict.fromkeys(extra)))
 
     def sign_request(
         self,

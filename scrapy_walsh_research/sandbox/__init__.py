@@ -1,9 +1,11 @@
-"""Loopback sandbox used by the tests and the conformance check."""
+"""The loopback sandbox the conformance check crawls: an origin with
+virtual hosts that logs what it receives, a resolver that sends ``*.test``
+to it, and a verifier of the requests' signatures. (The tests use it too;
+what only they use is in ``tests/support/``.)"""
 
 from scrapy_walsh_research.sandbox.origin import (
     Hit,
     Origin,
-    RecordingProxy,
     Reply,
     SandboxResolver,
     SandboxServer,
@@ -13,7 +15,6 @@ from scrapy_walsh_research.sandbox.origin import (
 __all__ = [
     "Hit",
     "Origin",
-    "RecordingProxy",
     "Reply",
     "SandboxResolver",
     "SandboxServer",

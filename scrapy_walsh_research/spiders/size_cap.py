@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import DownloadCancelledError, IgnoreRequest
 
+from scrapy_walsh_research._runtime.meta import ANNOUNCED_META, RECEIVED_META
 from scrapy_walsh_research.errors import WalshDenied
 
 if TYPE_CHECKING:
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Content-Length the server announced, and body bytes received so far, of a
-#: watched response: they tell a size-cap cancellation from others.
-ANNOUNCED_META = "walsh_announced_length"
-RECEIVED_META = "walsh_received_bytes"
 
 
 class SizeCap:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,27 +25,33 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research import defaults
-from scrapy_walsh_research._engine import scheduler_of
-from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research._runtime.marks import LLMS, Marks
+from scrapy_walsh_research._runtime.meta import (
+    FEED_META,
+    GAVE_UP_META,
+    INTERNAL_META,
+    LLMS_RECORD_META,
+    PREFERENCES_META,
+    TARGET_META,
+)
 from scrapy_walsh_research.components import url_length_limit
+from scrapy_walsh_research.core.records import TICKET_KEY, new_record, response_metadata
 from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
-from scrapy_walsh_research.frontier import FrontierScheduler
-from scrapy_walsh_research.internal import INTERNAL_META, LLMS, TARGET_META, Marks
-from scrapy_walsh_research.pacing import IN_PLACE_LIMIT, Pacer
-from scrapy_walsh_research.records import (
-    PREFERENCES_META,
-    TICKET_KEY,
-    new_record,
-    response_metadata,
-)
-from scrapy_walsh_research.retry import GAVE_UP_META
+from scrapy_walsh_research.scheduling.intake import wait_for_feed_room, wait_for_list_room
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.spiders.size_cap import SizeCap
+from scrapy_walsh_research.spiders.structured import (
+    HTML_TYPES,
+    extract,
+    markdown_metadata,
+    media_type,
+)
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.structured import HTML_TYPES, extract, markdown_metadata, media_type
+from scrapy_walsh_research.state.namespaces import SEEN
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -63,20 +68,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SEEN_NAMESPACE = "seen"
-FEED_POLL_S = 0.02  #: how often a worker looks whether it has room for a line
-LLMS_RECORD_META = "walsh_llms_record"
-#: the feed ticket of a fed line (see :meth:`RedisFeed.ticket`)
-FEED_META = "walsh_feed_ticket"
 #: how often a worker with an empty feed looks again while other workers
 #: still hold lines in flight (one small script each time; at the end of a
 #: list every idle worker waits for the last line, then exits this soon)
 FEED_WAIT_S = 0.2
-#: lines a worker may hold waiting for their hosts (the frontier serves other
-#: hosts meanwhile): at least this many, more when requests are quick (one
-#: interval's worth of requests), never more than the maximum
-FEED_LOOKAHEAD = 4
-FEED_LOOKAHEAD_MAX = 32
 #: bodies up to this size are read on the reactor: at about 5 s per MiB in
 #: the worst case (junk read leniently), 8 KiB stays near 40 ms
 INLINE_PARSE_BYTES = 8 * 1024
@@ -171,7 +166,7 @@ class TargetsSpider(scrapy.Spider):
         acknowledges it once its record is stored."""
         if self._feed is not None:
             while True:
-                await self._wait_for_room()
+                await wait_for_feed_room(self.crawler)
                 raw, pending, wait = await self._feed.take()
                 if wait > 0:
                     # Redis lost or rolled back history: the fleet recovers
@@ -201,67 +196,8 @@ class TargetsSpider(scrapy.Spider):
                 yield line, source, batch, self._feed.ticket(raw, batch)
         assert self.list_path is not None
         for line in read_list(self.list_path):
-            await self._wait_for_list_room()
+            await wait_for_list_room(self.crawler, self.list_lookahead)
             yield line, str(self.list_path), str(self.list_path), None
-
-    async def _wait_for_list_room(self) -> None:
-        """Read the list only while fewer than ``WALSH_LIST_LOOKAHEAD`` of its
-        targets wait in the scheduler. Scrapy takes start requests as fast as
-        start() yields them, so a list of 10^5 lines would otherwise sit in
-        memory as 10^5 requests; the frontier needs only enough of them to
-        keep the download slot busy while hosts wait for their intervals.
-        Targets parked for their document's next try count only against
-        twice the lookahead (memory): they hold no host's turn."""
-        scheduler = scheduler_of(self.crawler)
-        parked = scheduler.parked if isinstance(scheduler, FrontierScheduler) else lambda: 0
-        while scheduler is not None and (
-            len(scheduler) - parked() >= self.list_lookahead
-            or len(scheduler) >= 2 * self.list_lookahead
-        ):
-            await asyncio.sleep(FEED_POLL_S)
-
-    async def _wait_for_room(self) -> None:
-        """Take a line from a shared feed only when this worker is about to
-        send it: nothing in flight and nothing ready in its queue. Scrapy
-        reads start() eagerly, and lines a worker hoarded would wait for it
-        while the other workers idle."""
-        while True:
-            scheduler = scheduler_of(self.crawler)
-            engine = self.crawler.engine
-            if scheduler is None or engine is None:
-                return
-            pacer = Pacer.for_crawler(self.crawler)
-            ready = getattr(scheduler, "has_ready_request", None)
-            if ready is not None:
-                # The frontier knows which hosts are ready: take the next line
-                # while the current request is out, so it can follow at once,
-                # and keep one line per host waiting for its turn (up to one
-                # interval's worth); a second line for a waiting host means
-                # the list is host-bound here: take no more until one goes
-                # (lines parked for their document's next try hold no turn).
-                queued = len(scheduler) - scheduler.parked()
-                busy = (
-                    ready()
-                    or queued > scheduler.hosts_waiting()
-                    or queued >= self._lookahead(pacer)
-                )
-            else:
-                # A shared queue (scrapy-redis) may hold only requests for a
-                # host another worker holds: once they keep coming back
-                # unready, take a line for some other host.
-                waiting = time.monotonic() - pacer.last_requeue
-                sending = len(engine.downloader.active) - pacer.waiting_in_place
-                busy = sending > 0 or (len(scheduler) > 0 and waiting > 2 * IN_PLACE_LIMIT)
-            if not busy:
-                return
-            await asyncio.sleep(FEED_POLL_S)
-
-    @staticmethod
-    def _lookahead(pacer: Pacer) -> int:
-        """How many lines may wait for their hosts: enough to keep the slot busy
-        for one interval (interval / time per request), within bounds."""
-        per_request = pacer.mean_duration or 0.1
-        return int(min(FEED_LOOKAHEAD_MAX, max(FEED_LOOKAHEAD, pacer.min_delay / per_request + 1)))
 
     async def _claim(self, seen: dict[str, int], scope: str, canon: str, lineno: int) -> int | None:
         """The line in *scope* that already declared *canon* (in any worker),
@@ -455,9 +391,9 @@ class TargetsSpider(scrapy.Spider):
             if not items:
                 continue
             keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
-            known = await self.store.get_many(SEEN_NAMESPACE, keys)
+            known = await self.store.get_many(SEEN, keys)
             now = utc_iso()
-            await self.store.put_many(SEEN_NAMESPACE, {k: now for k in keys if k not in known})
+            await self.store.put_many(SEEN, {k: now for k in keys if k not in known})
             for item, k in zip(items, keys, strict=True):
                 item["first_seen"] = known.get(k, now)
                 item["new"] = k not in known

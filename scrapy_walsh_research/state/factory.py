@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from scrapy import signals
 
-from scrapy_walsh_research import defaults
-from scrapy_walsh_research.bounds import cache_size
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore

@@ -1,6 +1,6 @@
 """The embedded host clock (R4, R5): when each host may next receive a request,
 the interval its robots.txt files ask for, and what its answers say about
-it (load and distress, :mod:`scrapy_walsh_research.adaptive`).
+it (load and distress, :mod:`scrapy_walsh_research.state.hostload`).
 
 One owner, a small interface (:class:`~scrapy_walsh_research.state.protocols.HostClock`):
 the embedded backend is a few dicts, persisted in the state store; the shared
@@ -15,14 +15,15 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research import defaults
-from scrapy_walsh_research.adaptive import IDLE, HostLoad
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.state.hostload import IDLE, HostLoad
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.state.hostload import Answer
     from scrapy_walsh_research.state.protocols import StateStore
 
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer, HostLoad
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.state.hostload import Answer, HostLoad
 
 
 class FlightBusy(Exception):
@@ -129,7 +130,7 @@ class StateStore(Protocol):
 class HostClock(Protocol):
     """Per-host timing state (R4, R5): when each host may next receive a
     request, the interval its robots.txt files ask for, and what its answers
-    say about it (load and distress, :mod:`scrapy_walsh_research.adaptive`).
+    say about it (load and distress, :mod:`scrapy_walsh_research.state.hostload`).
 
     Times are this process's :func:`time.monotonic`; a shared backend maps
     them onto its own clock. Only :meth:`ready_at` is synchronous: the
@@ -191,7 +192,7 @@ class HostClock(Protocol):
         self, host: str, answer: Answer, policy: AdaptivePolicy, floor: float
     ) -> str:
         """Fold one answer from *host* into its load and distress
-        (:meth:`HostLoad.observe <scrapy_walsh_research.adaptive.HostLoad.observe>`;
+        (:meth:`HostLoad.observe <scrapy_walsh_research.state.hostload.HostLoad.observe>`;
         *floor* is the host's interval without it) and return what happened.
 
         Atomic: answers of several workers to one host each count once. Called

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from scrapy_walsh_research.conformance.scenario import OPERATOR
 from scrapy_walsh_research.evidence.verdicts import Check
-from scrapy_walsh_research.usage import TDMREP_PATH
+from scrapy_walsh_research.gates.preferences import TDMREP_PATH
 
 #: the bundle's own per-origin documents, fetched before a host's targets
 OWN_PATHS = ("/robots.txt", TDMREP_PATH)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.conformance.scenario import OPERATOR
-from scrapy_walsh_research.usage import TDMREP_PATH
+from scrapy_walsh_research.gates.preferences import TDMREP_PATH
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.conformance.checks.base import Judgement, Observed

@@ -44,9 +44,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.hostclock import pause_on_loss
 from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
 

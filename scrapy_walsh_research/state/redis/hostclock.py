@@ -34,11 +34,11 @@ from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
-from scrapy_walsh_research import defaults
-from scrapy_walsh_research.adaptive import ALPHA, IDLE, JITTER, HostLoad
-from scrapy_walsh_research.bounds import cache_size
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
+from scrapy_walsh_research.state.hostload import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.state.redis.connection import (
     RENEWALS_PER_LEASE,
     UNAVAILABLE,
@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from typing_extensions import Self
 
-    from scrapy_walsh_research.adaptive import AdaptivePolicy, Answer
+    from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.state.hostload import Answer
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,8 @@
 """The Lua scripts of the Redis backend's components: a script is data
 (a string sent to Redis, run there atomically), so they live together here,
 each with its KEYS and ARGV, and the Python that calls it lives with its
-component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`). The
+component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`, and the
+R8 gate, :mod:`scrapy_walsh_research.gates.cadence`). The
 fleet's guard, which every deciding script runs first, is in
 :mod:`.guard_scripts`.
 
@@ -45,7 +46,7 @@ local function strictest(key)
 end
 """
 
-# What a host's answers said (scrapy_walsh_research.adaptive), kept in its
+# What a host's answers said (scrapy_walsh_research.state.hostload), kept in its
 # hash: 'ad' the adaptive interval (factor x load, or distress), 'la'/'ll'
 # the average and last response time, 'dd' the distress interval, 'ds' the
 # answers in a row without a signal, 'dg' when a host given up may be
@@ -364,6 +365,27 @@ return 0
 RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+
+# -- R8 cadence (gates.cadence) ------------------------------------------------------
+
+#: only one worker of a fleet fetches a target at a time: same URL, other batch
+CADENCE_CLAIM = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+-- KEYS[1] cadence hash, KEYS[2] claims hash
+-- ARGV[1] target, ARGV[2] interval s, ARGV[3] worker id, ARGV[4] heartbeat prefix
+local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
+if last and now - last < tonumber(ARGV[2]) and last <= now then
+  return {'recent', string.format('%.6f', last)}
+end
+local owner = redis.call('HGET', KEYS[2], ARGV[1])
+if owner and owner ~= ARGV[3] and redis.call('EXISTS', ARGV[4] .. owner) == 1 then
+  return {'taken', owner}
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+return {'ok', ''}
 """
 
 

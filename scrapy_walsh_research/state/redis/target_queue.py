@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research import defaults
 from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.core.urls import is_http_url, url_host
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
 from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
 
 if TYPE_CHECKING:
@@ -155,8 +156,8 @@ async def finish(
     keys = [
         ticket["records"],
         ticket["inflight"],
-        conn.key("state", "cadence"),
-        conn.key("state", "cadence_claims"),
+        conn.key("state", CADENCE),
+        conn.key("state", CADENCE_CLAIMS),
         index,
     ]
     args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,

@@ -1,0 +1,228 @@
+"""R3: the gate that denies every request to a host the operator blocklist
+names, before anything else.
+
+The gate owns correctness: a request goes on only once the list is fresh
+(:mod:`~scrapy_walsh_research.gates.blocklist.refresh`) and its host is under no
+entry of the list in force (:mod:`~scrapy_walsh_research.gates.blocklist.store`).
+While no list is in force because fetches failed (none adopted yet, or the
+one adopted lost), the list is unknown: nothing is sent, and targets wait
+for its next try, within ``WALSH_POLICY_WAIT``. At that bound a lost list's
+targets get a record (``skipped``, R3, what happened); a list never adopted
+lets the crawl go on with ``WALSH_BLOCKLIST_EXTRA`` only, as spec §5.2 says
+for a first-ever failure.
+The pacer only asks it, through a denial check, so that a blocked request
+does not wait out a host's delay first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
+from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
+from scrapy_walsh_research.core.urls import url_host
+from scrapy_walsh_research.errors import WalshConfigurationError, deny
+from scrapy_walsh_research.gates.blocklist.build import ListBuilder
+from scrapy_walsh_research.gates.blocklist.refresh import Refresher
+from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
+from scrapy_walsh_research.gates.blocklist.store import HeldList
+from scrapy_walsh_research.gates.waits import DocumentWaits
+from scrapy_walsh_research.scheduling.pacer import Pacer
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.check import check_configuration
+from scrapy_walsh_research.settings.options import (
+    list_setting,
+    operator_hosts,
+    operator_urls,
+    policy_retry_delay,
+)
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from typing_extensions import Self
+
+    from scrapy_walsh_research.core.outage import Outage
+
+logger = logging.getLogger(__name__)
+
+
+class BlocklistMiddleware:
+    """Downloader middleware: deny every request to a blocked host (R3).
+
+    It must sit before the robots.txt gate so that a blocked host receives no
+    request at all, not even for ``/robots.txt``; the start-up check enforces
+    that order.
+    """
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.marks = Marks.for_crawler(crawler)
+        self.url, self.schema_url = operator_urls(settings)
+        retry_delay = settings.getfloat(
+            "WALSH_BLOCKLIST_RETRY_DELAY", defaults.WALSH_BLOCKLIST_RETRY_DELAY
+        )
+        min_refresh = settings.getfloat(
+            "WALSH_BLOCKLIST_MIN_REFRESH", defaults.WALSH_BLOCKLIST_MIN_REFRESH
+        )
+        max_refresh = settings.getfloat(
+            "WALSH_BLOCKLIST_MAX_REFRESH", defaults.WALSH_BLOCKLIST_MAX_REFRESH
+        )
+        # 0 < MIN <= MAX <= a day: refused by the start-up check (from_crawler)
+        max_bytes = settings.getint("WALSH_BLOCKLIST_MAX_BYTES", defaults.WALSH_BLOCKLIST_MAX_BYTES)
+        self.allow_http = settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP")
+        for name, value in (
+            ("WALSH_BLOCKLIST_URL", self.url),
+            ("WALSH_BLOCKLIST_SCHEMA_URL", self.schema_url),
+        ):
+            if not self._transport_ok(value):
+                raise WalshConfigurationError(
+                    f"{name}={value!r} is not an https URL. The blocklist must come over "
+                    "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
+                )
+        self._operator_hosts = operator_hosts(settings)
+        extra = self._extra(settings)
+        schema = BlocklistSchema(crawler, self.schema_url)
+        self.builder = ListBuilder(
+            crawler.stats, schema, extra, min_refresh=min_refresh, max_refresh=max_refresh
+        )
+        #: the list in force: what this gate checks
+        self.held = HeldList(crawler, url=self.url, extra=extra, builder=self.builder)
+        pacer = Pacer.for_crawler(crawler)
+        first_retry_delay = policy_retry_delay(settings)
+        self.refresher = Refresher(
+            crawler, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
+            retry_delay=retry_delay, first_retry_delay=first_retry_delay, max_bytes=max_bytes,
+        )  # fmt: skip
+        self.waits = DocumentWaits.for_crawler(crawler)
+        #: the first-ever outage whose wait ended in the spec's fail-open (logged once)
+        self._failed_open: float | None = None
+        pacer.add_denial_check(
+            lambda r: (
+                self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
+                and self.held.domains.match(url_host(r.url)) is not None
+            )
+        )
+
+    @staticmethod
+    def _extra(settings: BaseSettings) -> DomainSet:
+        """WALSH_BLOCKLIST_EXTRA, the project's own opt-out list: an entry
+        that names no host is refused, not logged and dropped."""
+        extra = list_setting(settings, "WALSH_BLOCKLIST_EXTRA")
+        unusable = [d for d in extra if not all(map(names_host, entry_hosts(d) or {""}))]
+        if unusable:
+            raise WalshConfigurationError(
+                f"WALSH_BLOCKLIST_EXTRA: {unusable[0]!r} names no host, so it would block "
+                "nothing. Give host names or URLs (e.g. -s WALSH_BLOCKLIST_EXTRA=a.test,b.test "
+                "or -s 'WALSH_BLOCKLIST_EXTRA=[\"a.test\"]')."
+            )
+        return DomainSet.from_entries(
+            [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in extra],
+            source="WALSH_BLOCKLIST_EXTRA",
+        )
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    def _transport_ok(self, url: str) -> bool:
+        scheme = urlsplit(url).scheme.lower()
+        return scheme == "https" or (self.allow_http and scheme == "http")
+
+    async def process_request(self, request: Request) -> Request | None:
+        if self.marks.purpose(request) in (BLOCKLIST, SCHEMA):
+            # The operator's documents do not wait for themselves, but every
+            # redirect hop of theirs is checked: https only, and no hop into
+            # a host the list in force blocks.
+            self._check_operator_request(request)
+            return None
+        await self.refresher.ensure_fresh()
+        held = self.held
+        while held.lost is not None and time.monotonic() < held.recover_until:
+            # Another worker may hold the list Redis lost and publish it again
+            # within a heartbeat: worth waiting for, rather than deny now.
+            await self.refresher.look_for_shared(force=True)
+            if held.lost is not None:
+                await asyncio.sleep(0.5)
+        unknown = self.refresher.unknown()
+        host = url_host(request.url)
+        # a host an entry in force blocks (WALSH_BLOCKLIST_EXTRA) is decided now
+        if (
+            unknown is not None
+            and host not in self._operator_hosts
+            and self.held.domains.match(host) is None
+        ):
+            waiting = await self._wait_for_list(request, unknown)
+            if waiting is not None:
+                return waiting
+        self._deny_if_blocked(request)
+        return None
+
+    async def _wait_for_list(self, request: Request, unknown: Outage) -> Request | None:
+        """*request* given back to wait for the list's next try; else, once
+        the wait is over, denied (a lost list) or let on (none was ever
+        adopted: spec §5.2's fail-open). The bundle's own requests, fetched
+        inside another request's chain, cannot wait: they are refused."""
+        if self.held.lost is None and self.waits.gave_up(unknown):
+            return None  # the first list's wait ended: spec §5.2's fail-open
+        if self.marks.is_direct(request):
+            reason = f"{unknown.describe()}: nothing is sent while no blocklist is in force"
+            deny(self.crawler, logger, request, "R3", reason, lasting=False)
+        waiting = await self.waits.hold(request, unknown, self.held.next_check)
+        if waiting is not None:
+            return waiting
+        if self.held.lost is not None:
+            reason = self.waits.reason(unknown, self.held.lost)
+            deny(self.crawler, logger, request, "R3", reason, outcome="skipped",
+                 record={"unknown": unknown.as_record()}, lasting=False)  # fmt: skip
+        if self._failed_open != unknown.since:
+            self._failed_open = unknown.since
+            self.crawler.stats.inc_value("walsh/blocklist/failed_open")
+            logger.error(
+                "%(what)s and no list was ever adopted: the wait for it ended "
+                "(WALSH_POLICY_WAIT), so the crawl goes on with only WALSH_BLOCKLIST_EXTRA "
+                "(%(n)d entries), as spec §5.2 says for a first-ever failure; the list is "
+                "tried again in the background",
+                {"what": unknown.describe(), "n": len(self.held.extra)},
+            )
+        return None
+
+    def _deny_if_blocked(self, request: Request) -> None:
+        host = url_host(request.url)
+        hit = self.held.domains.match(host)
+        if hit is None:
+            if self.held.lost is not None and host not in self._operator_hosts:
+                deny(self.crawler, logger, request, "R3", self.held.lost, lasting=False)
+            return
+        domain, entry = hit
+        reason = (
+            f"host {host} is blocked by operator blocklist entry {domain!r}"
+            f" (added {entry.get('added', '?')}, reason: {entry.get('reason') or 'none given'},"
+            f" source: {entry.get('source')})"
+        )
+        deny(self.crawler, logger, request, "R3", reason)
+
+    def _check_operator_request(self, request: Request) -> None:
+        if not self._transport_ok(request.url):
+            reason = (
+                f"the blocklist or schema fetch was redirected to {request.url}, which is not "
+                "https: not followed (set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a sandbox)"
+            )
+            deny(self.crawler, logger, request, "R3", reason)
+        if url_host(request.url) not in self._operator_hosts:
+            # The opt-out list comes from the operator's hosts; a redirect
+            # elsewhere (a hijacked URL, a third party's private path) is not
+            # followed: the fetch fails and the list in force stays.
+            self._deny_if_blocked(request)
+            reason = (
+                f"the blocklist or schema fetch was redirected off the operator's hosts to "
+                f"{request.url}: not followed"
+            )
+            deny(self.crawler, logger, request, "R3", reason)

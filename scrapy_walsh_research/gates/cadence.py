@@ -1,0 +1,190 @@
+"""R8: run infrequently. A target fetched (or answered 304) less than
+``WALSH_RUN_INTERVAL`` seconds ago is skipped with no request at all.
+
+Cadence has one home, here: the gate, each target's last fetch (persisted
+in the state store, by canonical URL, so the rule holds across runs, which
+is where it matters), and with a fleet the claim a worker holds on a target
+while it fetches it, and its release. The claim's Lua is
+:data:`~scrapy_walsh_research.state.redis.scripts.CADENCE_CLAIM`, beside the
+Redis backend's other scripts; the namespaces are named once in
+:mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
+target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
+:meth:`CadenceMiddleware.release`), finding the gate with :func:`cadence_of`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from scrapy_walsh_research._runtime.marks import Marks, target_key
+from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.errors import deny
+from scrapy_walsh_research.per_crawler import register, registered
+from scrapy_walsh_research.scheduling.pacer import Pacer
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import cache_size
+from scrapy_walsh_research.state import redis_url, state_for
+from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+
+
+def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
+    """The crawler's R8 gate, once built (the record pipeline stamps with it)."""
+    return registered(crawler, CadenceMiddleware)
+
+
+class CadenceMiddleware:
+    """R8. With the ``targets`` spider, a target's fetch time is written with
+    its record (:class:`~scrapy_walsh_research.records.RecordPipeline`), so
+    a crash between the two never leaves a line skipped without a record;
+    other spiders have no records, and it is written when the response
+    arrives. With ``WALSH_REDIS_URL`` a target is also *claimed* while it is
+    fetched, so two workers never fetch one URL at once (the same list
+    enqueued twice)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
+        self.store = state_for(crawler)
+        self.marks = Marks.for_crawler(crawler)
+        # Last fetch per target, read once from the store: the frontier asks
+        # on every scheduling decision (from this cache only, no I/O), and
+        # this middleware is the only writer. Bounded: oldest first out, and
+        # read back from the store by process_request (the gate never
+        # answers from a missing entry).
+        self._last: OrderedDict[str, float | None] = OrderedDict()
+        self.cache_size = cache_size(
+            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", defaults.WALSH_CADENCE_CACHE_SIZE
+        )
+        pacer = Pacer.for_crawler(crawler)
+        pacer.add_denial_check(lambda r: self._due_at(r) is not None)
+        pacer.add_warmer(self._load)
+        self._redis: Any = None
+        if redis_url(crawler):
+            # redis is the optional [redis] extra: imported only when in use
+            from scrapy_walsh_research.state.redis.connection import RedisConnection
+            from scrapy_walsh_research.state.redis.scripts import CADENCE_CLAIM
+
+            self._redis = RedisConnection.for_crawler(crawler)
+            self._claim = self._redis.client.register_script(CADENCE_CLAIM)
+        register(crawler, CadenceMiddleware, self)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        return cls(crawler)
+
+    def _due_at(self, request: Request) -> tuple[float, float] | None:
+        """(last fetch, due time) when the target is not due yet, else None.
+
+        Every attempt is checked, hops and retries too: a target's own fetch
+        writes its time only on its final 2xx/304, after which nothing of it
+        is sent again, so no ``retry_times``/``redirect_urls`` meta (which a
+        project could set) is needed to tell a first attempt apart.
+        """
+        if self.interval <= 0 or not self.marks.is_target(request):
+            return None
+        last = self._last.get(target_key(request))
+        if last is None or self.store.time() - last >= self.interval:
+            return None
+        return last, last + self.interval
+
+    async def _load(self, request: Request) -> None:
+        if self.interval > 0 and self.marks.is_target(request):
+            key = target_key(request)
+            if key not in self._last:
+                last = await self.store.get(CADENCE, key)
+                if key not in self._last:
+                    self._remember(key, float(last) if isinstance(last, (int, float)) else None)
+
+    def _remember(self, key: str, last: float | None) -> None:
+        self._last[key] = last
+        while len(self._last) > self.cache_size:
+            self._last.popitem(last=False)
+            self.stats.inc_value("walsh/cadence/cache_evicted")
+
+    async def process_request(self, request: Request) -> None:
+        await self._load(request)
+        due = self._due_at(request)
+        if due is None:
+            if (
+                self._redis is not None
+                and self.interval > 0
+                and self.marks.is_target(request)
+                and self._commits_with_records()
+            ):
+                await self._claim_for_fleet(request)
+            return
+        last, due_at = due
+        reason = (
+            f"fetched {utc_iso(last)}, less than WALSH_RUN_INTERVAL={self.interval:g} s ago; "
+            f"due again {utc_iso(due_at)}. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0"
+        )
+        deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
+
+    def _commits_with_records(self) -> bool:
+        return bool(getattr(self.crawler.spider, "commits_cadence", False))
+
+    async def _claim_for_fleet(self, request: Request) -> None:
+        """Claim *request*'s target for this worker (its hops and retries claim
+        it again: a claim this worker holds is granted again)."""
+        key = target_key(request)
+        await self._redis.announce()
+        keys = [
+            self._redis.key("state", CADENCE),
+            self._redis.key("state", CADENCE_CLAIMS),
+        ]
+        args = [key, self.interval, self._redis.worker, self._redis.key("alive", "")]
+        status, value = await self._redis.call(
+            "claim cadence", lambda r: self._claim(keys=keys, args=args, client=r)
+        )
+        if status == "recent":
+            self._remember(key, float(value))
+            await self.process_request(request)  # denies, with the reason
+        if status == "taken":
+            reason = (
+                f"being fetched now by another worker ({value}) for another list line; "
+                "one fetch per WALSH_RUN_INTERVAL"
+            )
+            deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
+
+    async def stamp(self, key: str, at: float | None = None) -> None:
+        """The target *key* was fetched (or answered 304) now; with *at*, the
+        record pipeline already wrote it (in Redis, with the record)."""
+        if at is None:
+            at = self.store.time()
+            await self.store.put(CADENCE, key, at)
+        self._remember(key, at)
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        if (
+            not self._commits_with_records()
+            and self.marks.is_target(request)
+            and (200 <= response.status < 300 or response.status == 304)
+        ):
+            await self.stamp(target_key(request))
+        return response
+
+    async def release(self, key: str) -> None:
+        """This worker no longer fetches the target *key* (its record is
+        written): with a fleet, its claim goes, if it is still this worker's."""
+        if self._redis is None:
+            return
+        conn = self._redis
+        claims = conn.key("state", CADENCE_CLAIMS)
+
+        async def release(r: Any) -> None:
+            if await r.hget(claims, key) == conn.worker:
+                await r.hdel(claims, key)
+
+        await conn.call("release claim", release)

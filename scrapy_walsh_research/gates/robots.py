@@ -1,0 +1,330 @@
+"""R2: robots.txt per RFC 9309, replacing Scrapy's ``RobotsTxtMiddleware``.
+
+Status handling (RFC 9309 §2.3.1), stricter than the spec's "SHOULD fail
+open" where the RFC says "MUST disallow":
+
+* 2xx: parse at most 500 KiB;
+* redirects: followed by Scrapy, at most ``REDIRECT_MAX_TIMES`` (5) hops,
+  each hop through the blocklist gate;
+* 4xx other than 429: no rules apply (allow all);
+* 429, 5xx, timeouts, connection errors, too many redirects: robots.txt is
+  unknown, and nothing is sent to the host until it can be fetched. A last
+  good copy younger than 30 days is used instead when there is one; else
+  the host's targets wait for its next try (exponential backoff with jitter,
+  not on every request), within ``WALSH_POLICY_WAIT``, and only then get a
+  record (``skipped``, rule R2, with what happened): an unreachable
+  robots.txt is not a site's "no".
+
+There is no ``dont_obey_robotstxt`` bypass.
+
+Fetching robots.txt is itself a request to the host: it is never sent to a
+host that is skipped (an interval beyond ``WALSH_MAX_CRAWL_DELAY``, a
+Retry-After hold beyond ``WALSH_RETRY_MAX_DELAY``), and when the host is not
+ready yet the target goes back to the frontier instead of holding the only
+download slot while robots.txt waits for its turn.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy import Request
+from scrapy.http import Response
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThread
+
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, ROBOTS, SCHEMA
+from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
+from scrapy_walsh_research.core.outage import Outage
+from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
+from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.errors import deny
+from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.evidence.purge import is_host, purge
+from scrapy_walsh_research.gates.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
+from scrapy_walsh_research.per_crawler import register, registered
+from scrapy_walsh_research.settings.check import check_configuration
+from scrapy_walsh_research.settings.options import operator_hosts
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: the last 2xx robots.txt per origin: reused within WALSH_ROBOTS_TTL by every
+#: run and worker (RFC 9309 §2.4 allows caching up to 24 h), and as the last
+#: good copy for 30 days when robots.txt is unreachable
+STATE_NAMESPACE = "robots"
+#: the last 4xx answer per origin (no rules apply), reused the same way
+ABSENT_NAMESPACE = "robots_4xx"
+#: the last failed fetch per origin and when to try again, so a restart or
+#: another worker keeps the backoff instead of fetching at once
+UNREACHABLE_NAMESPACE = "robots_unreachable"
+
+
+@dataclass
+class RobotsEntry:
+    policy: RobotsPolicy
+    expires: float
+    #: HTTP status of the last fetch, or None for a network failure.
+    status: int | None
+    failures: int = 0
+    #: sha256 of the robots.txt text in force (None: no text, status rules)
+    sha256: str | None = None
+    #: robots.txt unknown for now (a transient failure, no last good copy):
+    #: complete disallow, and its targets wait for the next try
+    outage: Outage | None = None
+
+
+class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
+    """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
+
+    kind = "robots"
+    document = "robots.txt"
+    answer_namespaces = (STATE_NAMESPACE, ABSENT_NAMESPACE)
+    unreachable_namespace = UNREACHABLE_NAMESPACE
+    log = logger
+    rule = "R2"
+    while_unknown = (
+        "nothing is sent to the host while its robots.txt is unknown (RFC 9309 §2.3.1.4)"
+    )
+    path = "/robots.txt"
+    purpose = ROBOTS
+    max_bytes = MAX_ROBOTS_BYTES
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        register(crawler, RobotsTxtMiddleware, self)
+        super().__init__(crawler)
+        AuditTrail.for_crawler(crawler).robots = self.sha256_for
+        self._operator_hosts = operator_hosts(settings)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> RobotsTxtMiddleware | None:
+        """The crawler's R2 gate, once built (the PREF gate reads the
+        selected group's usage preferences from it)."""
+        return registered(crawler, RobotsTxtMiddleware)
+
+    def cached_policy(self, url: str) -> RobotsPolicy | None:
+        """The policy in force for *url*'s origin, when one is cached."""
+        entry = self._fresh(origin_of(url))
+        return entry.policy if entry is not None else None
+
+    def _exempt(self, request: Request) -> bool:
+        """The bundle's own fetches of robots.txt (any origin's /robots.txt,
+        where a robots.txt redirect may lead) and of the operator's documents
+        (on the operator's hosts). A redirect hop of one of them anywhere else
+        is an ordinary request to that origin: its robots.txt applies (a
+        hostile robots.txt or blocklist URL must not redirect us into another
+        site's disallowed path)."""
+        purpose = self.marks.purpose(request, quiet=True)
+        if purpose == ROBOTS:
+            return urlsplit(request.url).path == "/robots.txt" or self._same_origin(request)
+        if purpose in (BLOCKLIST, SCHEMA):
+            return url_host(request.url) in self._operator_hosts
+        return False
+
+    @staticmethod
+    def _same_origin(request: Request) -> bool:
+        first = (request.meta.get("redirect_urls") or [request.url])[0]
+        return origin_of(first) == origin_of(request.url)
+
+    async def process_request(self, request: Request) -> Request | None:
+        if self.marks.purpose(request, quiet=True) == ROBOTS and not self._exempt(request):
+            # A robots.txt fetch redirected to another origin's other path:
+            # not followed (that origin's rules are unknown, and waiting for
+            # them could wait on this very fetch). The origin's robots.txt is
+            # then unreachable: disallowed, the stricter reading.
+            reason = f"robots.txt redirected to {request.url}, another origin's page"
+            deny(self.crawler, logger, request, "R2", reason)
+        if self._exempt(request):
+            return None  # robots.txt itself, the blocklist and its schema
+        entry = await self.entry_or_requeue(request)
+        if isinstance(entry, Request):
+            return entry  # back to the frontier until its host is ready
+        policy = entry.policy
+        if policy.allows(request.url):
+            return None
+        reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
+        # "disallow-all" is robots.txt unreachable: it passes when it answers
+        deny(self.crawler, logger, request, "R2", reason, lasting=policy.group != "disallow-all")
+
+    def sha256_for(self, url: str) -> str | None:
+        """The sha256 of the robots.txt in force for *url*'s origin."""
+        entry = self._cache.get(origin_of(url))
+        return entry.sha256 if entry is not None else None
+
+    def _cached_denial(self, request: Request) -> bool:
+        if self._exempt(request):
+            return False
+        entry = self._fresh(origin_of(request.url))
+        if entry is None or (entry.outage is not None and not self._waited_out(entry)):
+            return False  # not known yet, or waiting for it: not decided
+        return not entry.policy.allows(request.url)
+
+    def _read(self, entry: RobotsEntry) -> bool:
+        return entry.policy.group != "disallow-all"
+
+    async def _noted(self, origin: str, entry: RobotsEntry) -> None:
+        await self.pacer.note_robots(origin, entry.policy, entry.expires)
+
+    async def _from_saved(self, saved: dict[str, Any], expires: float) -> RobotsEntry:
+        status = saved.get("status")
+        digest = None
+        if saved.get("text") is not None:
+            policy, digest = await _parse(str(saved["text"]))
+        else:
+            policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
+        return RobotsEntry(policy, expires, status, sha256=digest)
+
+    async def _fetch(
+        self, origin: str, previous: RobotsEntry | None, max_wait: float | None
+    ) -> RobotsEntry:
+        url = f"{origin}/robots.txt"
+        # one byte past the parse limit is fetched, so truncation is
+        # detectable; a larger file is still read up to the limit, never refused
+        response = await self._get(origin, previous, max_wait)
+        if not isinstance(response, Response):
+            return response  # could not be fetched
+        status, now = response.status, self.store.time()
+        if 200 <= status < 300:
+            text, truncated = decode_robots(response.body)
+            if truncated:
+                self.stats.inc_value("walsh/robots/truncated")
+                logger.warning(
+                    "robots.txt at %(url)s exceeds 500 KiB; parsed the first 500 KiB only",
+                    {"url": url},
+                )
+            policy, digest = await _parse(text)
+            if not policy.allows(f"{origin}/"):
+                # before the copy is stored: a crash in between must leave
+                # the next run to fetch (and purge) again, not a stored copy
+                # that restarts and other workers adopt without purging
+                await self._purge(origin, digest)
+            copy = {"text": text, "fetched_at": now, "status": status}
+            await self.store.put(STATE_NAMESPACE, origin, copy)
+            return RobotsEntry(policy, now + self.ttl, status, sha256=digest)
+        if 400 <= status < 500 and status != 429:
+            await self.store.put(ABSENT_NAMESPACE, origin, {"fetched_at": now, "status": status})
+            policy = RobotsPolicy.allow_all(f"robots.txt answered {status}: no rules apply")
+            return RobotsEntry(policy, now + self.ttl, status)
+        return await self._unreachable(origin, previous, status, f"answered {status}")
+
+    async def _purge(self, origin: str, digest: str) -> None:
+        """The host opted out by robots.txt (``/`` disallowed for our token):
+        what was stored about it goes (purge on opt-out)."""
+        host = url_host(origin)
+        await purge(
+            self.store, is_host(host), only=host,
+            cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
+            f"(sha256 {digest[:12]})",
+            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
+        )  # fmt: skip
+
+    async def _failed_entry(self, origin: str, outage: Outage) -> RobotsEntry:
+        """RFC 9309 §2.3.1.4: complete disallow while robots.txt is
+        unreachable, unless a recent good copy exists."""
+        now = self.store.time()
+        saved = await self.store.get(STATE_NAMESPACE, origin)
+        if saved and now - float(saved["fetched_at"]) < LAST_GOOD_MAX_AGE:
+            age_h = (now - float(saved["fetched_at"])) / 3600
+            logger.warning(
+                "%(what)s for %(origin)s; using the last good copy (%(age).1f h old); "
+                "next try in %(d).0f s",
+                {"what": outage.describe(), "origin": origin, "age": age_h,
+                 "d": outage.retry_at - now},
+            )  # fmt: skip
+            self.stats.inc_value("walsh/robots/last_good_used")
+            policy, _ = await _parse(str(saved["text"]))
+            return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries)
+        if not outage.passing:  # the site's own setup: decided now, disallowed
+            reason = f"{outage.describe()}: host disallowed (RFC 9309 §2.3.1.4)"
+            policy = RobotsPolicy.disallow_all(reason)
+            return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries)
+        policy = RobotsPolicy.disallow_all(f"{outage.describe()}: {self.while_unknown}")
+        return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries, outage=outage)
+
+
+#: a robots.txt up to this size is parsed inline; a larger one (up to the
+#: 500 KiB read) in a worker process: a 500 KiB file takes 0.05-0.2 s to
+#: parse, and in a thread that pure-Python work held the GIL often enough to
+#: stall the reactor 0.1-0.15 s while 20 such files were parsed. The parsed
+#: policy comes back pickled (~70 KB, 3-4 ms to load for a 500 KiB file).
+INLINE_PARSE_CHARS = 32 * 1024
+
+_pool: Any = None
+
+
+def _parse_here(text: str) -> tuple[RobotsPolicy, str]:
+    return RobotsPolicy.parse(text, PRODUCT_TOKEN), _sha256(text)
+
+
+def _parse_pickled(text: str) -> bytes:
+    """:func:`_parse_here`, pickled in the worker: the executor's thread then
+    passes bytes along, and the reactor thread loads them (3-4 ms). Loaded in
+    that thread, the GIL was held there, and a thread preempted by the OS
+    while it holds the GIL blocks the reactor for as long."""
+    import pickle
+
+    return pickle.dumps(_parse_here(text), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _parser_pool() -> Any:
+    """One worker process per crawl process, started at the first large
+    robots.txt (spawned, not forked: the reactor process has threads)."""
+    global _pool
+    if _pool is None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        atexit.register(_pool.shutdown, wait=False, cancel_futures=True)
+    return _pool
+
+
+async def _parse(text: str) -> tuple[RobotsPolicy, str]:
+    """The policy for our product token in *text*, and the text's sha256."""
+    global _pool
+    if len(text) <= INLINE_PARSE_CHARS:
+        return _parse_here(text)
+    import pickle
+    from concurrent.futures.process import BrokenProcessPool
+
+    from twisted.internet import reactor
+
+    done: Deferred[bytes] = Deferred()
+
+    def finished(future: Any) -> None:
+        exc = future.exception()
+        if exc is None:
+            reactor.callFromThread(done.callback, future.result())
+        else:
+            reactor.callFromThread(done.errback, exc)
+
+    try:
+        _parser_pool().submit(_parse_pickled, text).add_done_callback(finished)
+        data = await maybe_deferred_to_future(done)
+        loaded: tuple[RobotsPolicy, str] = pickle.loads(data)
+        return loaded
+    except (BrokenProcessPool, OSError, RuntimeError) as exc:
+        # no worker process (it died, or cannot start): parse in a thread
+        logger.warning("robots.txt parser process unavailable (%(exc)s); parsing in a thread",
+                       {"exc": exc})  # fmt: skip
+        _pool = None
+        return await maybe_deferred_to_future(deferToThread(_parse_here, text))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

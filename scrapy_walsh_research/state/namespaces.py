@@ -1,0 +1,23 @@
+"""The state-store namespaces more than one component names, each written once.
+
+A namespace is where one kind of state lives in the store (a SQLite
+``namespace`` column, a Redis hash ``<prefix>:state:<namespace>``). These are
+kept per target URL and read or written by several components: the gate
+that owns each, the Redis script that writes a fed line's record with its
+cadence (:mod:`.redis.target_queue`), and the purge on opt-out
+(:mod:`scrapy_walsh_research.evidence.purge`). Renaming one loses what is
+stored under it.
+"""
+
+from __future__ import annotations
+
+#: R8: each target's last fetch (gates.cadence)
+CADENCE = "cadence"
+#: R8 with a fleet: which worker is fetching a target now (gates.cadence)
+CADENCE_CLAIMS = "cadence_claims"
+#: R7: each target's ETag and Last-Modified (gates.validators)
+VALIDATORS = "validators"
+#: when each feed entry and markdown link was first seen, per target (the targets spider)
+SEEN = "seen"
+#: what is stored per target URL (keys start with the target's URL): what a purge deletes
+PER_TARGET = (VALIDATORS, SEEN, CADENCE)

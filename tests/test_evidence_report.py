@@ -1,0 +1,244 @@
+"""The evidence report (``scrapy walsh-report``): built from the audit log of
+a real crawl, it shows the site owner what the origin saw — every request,
+its User-Agent and keyid, every denial and why, the robots.txt and blocklist
+in force, and the gaps against the interval that applied — in one static page
+that a real browser (headless Chromium) renders from disk."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+
+from scrapy_walsh_research.evidence.host_evidence import collect
+from scrapy_walsh_research.evidence.pages import host_page
+from scrapy_walsh_research.gates.useragent import USER_AGENT
+from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
+from scrapy_walsh_research.sandbox import Reply
+from tests.support.crawling import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    base_settings,
+    blocklist_doc,
+    crawl,
+    gaps,
+    json_reply,
+)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def walsh_report(state: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command as an operator runs it, in its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "scrapy", "walsh-report", "-s", f"WALSH_STATE_DIR={state}", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+
+
+def render(page: Path, shot: Path) -> str:
+    """The DOM Chromium builds from *page* (opened from disk, network off),
+    and a screenshot of it."""
+    assert CHROMIUM is not None, "chromium is not installed: bash scripts/install-chromium.sh"
+    flags = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--no-first-run", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+    ]  # fmt: skip
+    uri = page.resolve().as_uri()
+    dom = subprocess.run(
+        [*flags, "--dump-dom", uri], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1280,2000", uri],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    return dom
+
+
+def text_of(dom: str, element_id: str) -> str:
+    found = re.search(rf'id="{element_id}"[^>]*>(.*?)</', dom, re.S)
+    assert found, f"#{element_id} is not in the rendered page"
+    return re.sub(r"<[^>]+>", "", found.group(1)).strip()
+
+
+def world(server: Any) -> list[str]:
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("no.test")))
+    server.origin.route(
+        "r.test", "/robots.txt", Reply(200, "User-agent: *\nCrawl-delay: 1.5\nDisallow: /private\n")
+    )
+    for path in ("/a", "/b"):
+        server.origin.route("r.test", path, Reply(200, "ok"))
+    answers = iter([Reply(429, "slow down", {"Retry-After": "3"}), Reply(200, "ok")])
+    server.origin.route("r.test", "/busy", lambda hit: next(answers))
+    return [
+        server.url("r.test", "/a"), server.url("r.test", "/busy"), server.url("r.test", "/b"),
+        server.url("r.test", "/private"), server.url("no.test", "/x"),
+    ]  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_report_shows_in_a_browser_what_the_origin_saw(server, tmp_path):
+    key = tmp_path / "walsh.pem"
+    generate_key(key)
+    state = tmp_path / "state"
+    await crawl(base_settings(server, state, WALSH_SIGNING_KEY=str(key)), world(server), tmp_path)
+    seen = server.origin.hits_for("r.test")
+    assert len(seen) == 6  # robots.txt, tdmrep.json, /a, /busy (429), /busy again, /b
+
+    out = tmp_path / "report.html"
+    printed = walsh_report(state, "--host", "r.test", "--out", str(out), cwd=tmp_path).stdout
+    assert "6 requests to r.test" in printed
+    dom = render(out, tmp_path / "report.png")
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+
+    # what the origin saw, as the rendered page shows it
+    assert text_of(dom, "request-count") == str(len(seen))
+    smallest = float(text_of(dom, "smallest-gap").split(" s")[0])
+    assert abs(smallest - min(gaps(seen))) < 0.05, (smallest, gaps(seen))
+    assert smallest >= 1.5  # the Crawl-delay held ...
+    assert text_of(dom, "under-count") == "0"
+    rows = re.findall(r'<tr class="request[^"]*">(.*?)</tr>', dom, re.S)
+    assert len(rows) == 6
+    assert all(USER_AGENT in row for row in rows)
+    keyid = Signer(load_key(key)).keyid
+    assert all(keyid in row for row in rows)
+    # ... and the interval after the 429 is its Retry-After, not the Crawl-delay
+    after_429 = rows[next(i for i, r in enumerate(rows) if "429" in r) + 1]
+    cells = re.findall(r'<td class="n">([^<]*)</td>', after_429)
+    gap, interval = (float(c.split(" s")[0]) for c in cells)
+    assert interval >= 2.9 and gap >= interval - 0.001, cells
+    # the denial, with its reason; the robots.txt version in force
+    (denial,) = re.findall(r'<tr class="denied">(.*?)</tr>', dom, re.S)
+    assert "/private" in denial and ">R2<" in denial and "robots.txt" in denial
+    robots = server.origin.hits_for("r.test", "/robots.txt")
+    assert len(robots) == 1 and re.search(r"<td class=\"mono\">[0-9a-f]{64}</td>", dom)
+    # self-contained: nothing to fetch
+    html = out.read_text()
+    assert not re.search(r'(src|href)="?https?:', html) and "<script" not in html
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_report_names_the_blocklist_entry_that_denied_a_host(server, tmp_path):
+    state = tmp_path / "state"
+    await crawl(base_settings(server, state), world(server), tmp_path)
+    data = json.loads(walsh_report(state, "--host", "no.test", "--json", cwd=tmp_path).stdout)
+    assert data["requests"] == []  # not one request reached no.test ...
+    assert [d["rule"] for d in data["not_fetched"]] == ["R3"]  # ... and why
+    assert data["blocklist_entries"] == ["no.test"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_summary_links_every_host_to_its_page(server, tmp_path):
+    state = tmp_path / "state"
+    await crawl(base_settings(server, state), world(server), tmp_path)
+    out = tmp_path / "all.html"
+    walsh_report(state, "--out", str(out), cwd=tmp_path)
+    dom = render(out, tmp_path / "all.png")
+    links = re.findall(r'<a href="([^"]+)">([^<]+)</a>', dom)
+    assert {host for _, host in links} >= {"r.test", "no.test", BLOCKLIST_HOST}
+    for href, host in links:
+        page = (out.parent / href).read_text()
+        assert f'<span id="host">{host}</span>' in page
+    r_test = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", dom, re.S) if ">r.test<" in r)
+    # requests, targets denied, skipped or failed
+    assert re.findall(r'<td class="n">([^<]*)</td>', r_test)[:3] == ["6", "1", "0"]
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_report_counts_denials_apart_from_404s_and_r8_skips(server, tmp_path):
+    """A 404 and a target not due (R8) are not denials: the report names
+    what each count counts."""
+    server.origin.route("c.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /private\n"))
+    server.origin.route("c.test", "/a", Reply(200, "ok"))
+    server.origin.route("c.test", "/gone", Reply(404, "no"))
+    state = tmp_path / "state"
+    first = [server.url("c.test", p) for p in ("/a", "/gone", "/private")]
+    settings = base_settings(server, state, WALSH_RUN_INTERVAL=86400)
+    await crawl(settings, first, tmp_path / "1")
+    await crawl(settings, first[:1], tmp_path / "2")  # /a is not due again: skipped, R8
+    printed = walsh_report(state, "--host", "c.test", "--out", "c.html", cwd=tmp_path).stdout
+    assert "targets not fetched: 1 denied, 2 skipped or failed" in printed
+    data = json.loads(walsh_report(state, "--host", "c.test", "--json", cwd=tmp_path).stdout)
+    assert data["not_fetched_by_outcome"] == {"denied (R2)": 1, "failed": 1, "skipped (R8)": 1}
+    page = (tmp_path / "c.html").read_text()
+    assert text_of(page, "denied-count") == "1"
+    assert text_of(page, "not-fetched-count") == "denied (R2) 1, failed 1, skipped (R8) 1"
+    walsh_report(state, "--out", "all.html", cwd=tmp_path)
+    summary = (tmp_path / "all.html").read_text()
+    assert '<th class="n">targets denied</th><th class="n">skipped or failed</th>' in summary
+    row = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", summary, re.S) if ">c.test<" in r)
+    assert re.findall(r'<td class="n">([^<]*)</td>', row)[:3] == ["4", "1", "2"]
+
+
+def entry(event: str, t: float, **fields: Any) -> dict[str, Any]:
+    return {"event": event, "t": t, "ts": f"t+{t}", "host": "h.test", **fields}
+
+
+def test_a_request_inside_a_retry_after_hold_is_marked_under_the_interval():
+    """The marking can fail: 1.2 s after a 429 with Retry-After 5 is under
+    the interval that applied, though over the 1 s floor."""
+    log = [
+        entry("request", 100.0, id="1", url="http://h.test/a", interval=1.0),
+        entry("response", 100.1, id="1", status=429, hold=5.0, hold_until=105.1),
+        entry("request", 101.2, id="2", url="http://h.test/a", interval=1.0),
+        entry("request", 106.3, id="3", url="http://h.test/b", interval=1.0),
+        entry("request", 107.4, id="4", url="http://h.test/c", interval=1.0),
+    ]
+    ev = collect(log, "h.test")
+    assert [r.under for r in ev.requests] == [False, True, False, False]
+    assert ev.requests[1].required == pytest.approx(5.1)
+    assert ev.requests[2].required == pytest.approx(3.9)  # the hold ran till 105.1
+    assert ev.requests[3].required == pytest.approx(1.0)  # it was over
+
+
+def test_a_gap_under_the_crawl_delay_is_marked():
+    log = [
+        entry("request", 10.0, id="1", url="http://h.test/robots.txt", interval=1.0),
+        entry("request", 11.0, id="2", url="http://h.test/a", interval=4.0),
+    ]
+    assert [r.under for r in collect(log, "h.test").requests] == [False, True]
+
+
+def test_what_a_hostile_server_put_in_the_log_is_shown_as_text_never_run(tmp_path):
+    evil = '<img src=x onerror="document.title=1"><script>document.title=2</script>'
+    log = [
+        entry("request", 1.0, id="1", url=f"http://h.test/{evil}", user_agent=evil, interval=1.0),
+        entry("response", 1.1, id="1", error=evil),
+        entry("decision", 2.0, url="http://h.test/x", outcome="failed", rule="R5", reason=evil),
+    ]
+    out = tmp_path / "h.html"
+    out.write_text(host_page(collect(log, "h.test")))
+    dom = render(out, tmp_path / "h.png")
+    assert "<img" not in dom and "<script" not in dom
+    assert "Walsh-Research evidence: h.test" in dom  # the title was not rewritten
+    assert "onerror" in dom  # shown, as text
+
+
+def test_without_an_audit_log_the_command_says_where_it_looked(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "walsh-report", "-s", f"WALSH_STATE_DIR={tmp_path / 'x'}",
+         "--host", "a.test"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "no audit log at" in done.stderr and "WALSH_STATE_DIR" in done.stderr
+    assert not (tmp_path / "x" / "audit.sqlite3").exists()  # nothing created in passing
+
+
+def test_a_gap_across_the_since_cut_is_still_measured():
+    """Found by review: --since between two requests 0.3 s apart listed the
+    second with no gap, and reported nothing under the interval."""
+    log = [
+        entry("request", 100.0, id="1", url="http://h.test/a", interval=1.0),
+        entry("request", 100.3, id="2", url="http://h.test/b", interval=1.0),
+    ]
+    ev = collect(log, "h.test", since=100.1)
+    assert [r.path for r in ev.requests] == ["/b"]
+    assert ev.requests[0].gap == pytest.approx(0.3) and len(ev.under) == 1

@@ -1,0 +1,573 @@
+"""Many workers, one promise, when Redis itself fails: no worker
+sends a request its fleet's history forbids, also when it cannot see that
+history (Redis came back empty or from an older snapshot, or its clock
+stepped), and a worker with no blocklist of its own never fails open while
+the fleet's list may have been lost.
+
+Every worker is a real ``scrapy crawl targets -a redis_key=...`` process;
+they share a real redis-server on loopback, killed, wiped, restored from an
+older RDB file, or with its wall clock stepped while it runs; the sandbox
+origin judges them. Intervals are short and WALSH_MAX_CRAWL_DELAY (how long
+lost history makes every host wait) is set just above them, to keep the
+waits honest and lean.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
+
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
+from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
+from tests.support.crawling import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    blocklist_doc,
+    gaps,
+    json_reply,
+    sleep,
+)
+from tests.support.fleet import redis_settings
+from tests.support.processes import spawn_worker
+from tests.support.redis_server import RedisServer
+from tests.test_fleet_workers import durable_records, ended, push, site, workers
+
+
+def own_redis(tmp: Path, persist: bool | str = True, **kwargs: Any) -> RedisServer:
+    return RedisServer(tmp / "redis", persist=persist, **kwargs).start()
+
+
+def pages(server: Any, host: str) -> list[str]:
+    return [h.path for h in server.origin.hits_for(host) if h.path.startswith("/p/")]
+
+
+async def until(predicate: Any, timeout: float = 60.0) -> None:
+    waited = 0.0
+    while not predicate():
+        assert waited < timeout, "timed out"
+        await sleep(0.05)
+        waited += 0.05
+
+
+# -- case 1: Redis restarted empty, a worker that never ran joins ------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server, tmp_path):
+    """The fleet's last request to a Crawl-delay-10 host is in a Redis that
+    then restarts empty (its volume lost, no AOF any more). A worker that
+    never ran, with its own state dir, sees no trace of the fleet: only
+    Redis's restart says its history is gone, and every host waits
+    WALSH_MAX_CRAWL_DELAY from it. (Before: robots.txt went out ~4 s after
+    the fleet's page.)"""
+    redis = own_redis(tmp_path)  # AOF: the first run pays no restart wait
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        push(redis, shared, urls[:1], tmp_path)
+        first = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await first.ended
+        assert pages(server, "cd.test") == ["/p/0"], first.err.decode()[-2000:]
+        redis.lose_volume()
+        redis.start()  # empty, and no persistence that could vouch for it
+        push(redis, shared, urls[1:], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
+        await new.ended
+        hits = server.origin.hits_for("cd.test")
+        assert [h.path for h in hits][-3:] == [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/p/1",
+        ], new.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 10.0, [round(g, 2) for g in gaps(hits)]
+        assert "history in Redis" in new.err.decode()
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_path):
+    """AOF with appendfsync always keeps every acknowledged write: a restart
+    that comes back whole is not lost history, and the next request goes
+    out at once (the fleet's own spacing still holds). A new fleet on a
+    Redis that has been up a while pays nothing either."""
+    redis = own_redis(tmp_path).age(young_redis_s(20))
+    try:
+        urls = site(server, "a.test", 1) + site(server, "b.test", 1)
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=20)
+        push(redis, shared, urls[:1], tmp_path)
+        first = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await first.ended
+        assert "history in Redis" not in first.err.decode(), first.err.decode()[-2000:]
+        redis.kill()
+        redis.start()  # from its AOF: everything is there
+        push(redis, shared, urls[1:], tmp_path)
+        started = server.origin.hits[-1].t
+        worker = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await worker.ended
+        b = server.origin.hits_for("b.test")
+        assert pages(server, "b.test") == ["/p/0"], worker.err.decode()[-2000:]
+        assert b[0].t - started < 15.0, "waited as if history were lost"
+        assert "history in Redis" not in worker.err.decode()
+    finally:
+        redis.kill()
+
+
+async def fleet_then_fresh_volume(
+    server: Any, redis: RedisServer, tmp_path: Path, shared: dict[str, Any], lines: list[str]
+) -> None:
+    """Three workers crawl *lines*; once cd.test's page is out, Redis is
+    killed and comes back 3 s later on a fresh volume, configured as before
+    (AOF, appendfsync always) but empty, as a container restarted without its
+    volume does. The fleet's workers find the queue gone and end."""
+    push(redis, shared, lines, tmp_path)
+    fleet = workers(server, shared, tmp_path, 3)
+    await until(lambda: pages(server, "cd.test") == ["/p/0"])
+    redis.fresh_volume()
+    await sleep(3.0)
+    redis.start()
+    await ended(*fleet)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_redis_back_empty_on_a_fresh_volume_is_lost_history_whatever_its_aof(
+    server, tmp_path
+):
+    """Redis runs AOF with appendfsync always before and after its restart,
+    but its data directory is gone: the restart lost the fleet's history,
+    whatever the config says. A worker that never ran joins as Redis comes
+    back and must keep cd.test's Crawl-delay (10 s) from the fleet's last
+    request there. (Before: its robots.txt went out 5.4 s after the fleet's
+    page.)"""
+    redis = own_redis(tmp_path)
+    try:
+        urls = site(server, "cd.test", 2, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        await fleet_then_fresh_volume(
+            server, redis, tmp_path, shared, [urls[0], *site(server, "o.test", 3)]
+        )
+        push(redis, shared, urls[1:], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await new.ended
+        hits = server.origin.hits_for("cd.test")
+        assert [h.path for h in hits][-3:] == [
+            "/robots.txt",
+            "/.well-known/tdmrep.json",
+            "/p/1",
+        ], new.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 10.0, [round(g, 2) for g in gaps(hits)]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_opt_out_holds_after_redis_came_back_empty_on_a_fresh_volume_with_aof(
+    server, tmp_path
+):
+    """The same loss, with optout.test on the list the fleet adopted and the
+    blocklist URL answering 503 after the restart: the new worker must not
+    contact it (R3), whatever the persistence config says. (Before: optout.test got
+    robots.txt, tdmrep.json and a page, recorded as fetched.)"""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("optout.test"))
+        )
+        site(server, "optout.test", 1)
+        urls = site(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 10\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        await fleet_then_fresh_volume(
+            server, redis, tmp_path, shared, [urls[0], *site(server, "o.test", 3)]
+        )
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        push(redis, shared, [server.url("optout.test", "/p/0")], tmp_path)
+        # the list is unknown until a worker that held it publishes it again
+        # (then: denied by its entry) or the wait ends (briefly here: skipped)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl",
+                           **shared, WALSH_POLICY_WAIT=3)  # fmt: skip
+        await new.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] in (
+            [("skipped", "R3")], [("denied", "R3")]
+        ), new.err.decode()[-2000:]
+        if got[0]["outcome"] == "denied":
+            assert "blocked by operator blocklist entry 'optout.test'" in got[0]["reason"]
+        assert server.origin.hits_for("optout.test") == []
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_flushall_is_seen_at_the_heartbeat_of_a_worker_that_ran_before(tmp_path):
+    """FLUSHALL on a Redis that has been up a while, and a new worker writes
+    the fleet's record again before anyone else calls: it cannot tell this
+    from a new fleet's Redis (docs/redis.rst). A worker that ran before sees
+    at its next heartbeat that the record it saw was made again by someone
+    else, and every host waits, also for a worker that joins after. (Before:
+    the heartbeat saw the run id it expected, and the host the old worker
+    had just contacted was free at once.)"""
+    redis = own_redis(tmp_path)
+
+    def worker() -> RedisHostClock:
+        conn = RedisConnection(redis.url, "flush", max_backoff=0.25)
+        return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0)
+
+    def reserve(clock: RedisHostClock, host: str) -> Any:
+        return deferred_from_coro(clock.reserve(host, 0.0, 5.0))
+
+    old = worker()
+    redis.age(old.conn.guard.young)
+    others: list[RedisHostClock] = []
+    try:
+        assert await reserve(old, "seen.test") == 0.0
+        await deferred_from_coro(old.commit("seen.test", time.monotonic(), 5.0))
+        await deferred_from_coro(old.conn.guard.check())  # its heartbeat
+        flusher = redis.client()
+        flusher.flushall()
+        flusher.close()
+        others.append(worker())
+        await reserve(others[0], "other.test")  # writes the fleet's record again
+        await deferred_from_coro(old.conn.guard.check())  # its next heartbeat
+        others.append(worker())
+        assert await reserve(others[1], "seen.test") > 5.0
+    finally:
+        for clock in [old, *others]:
+            await deferred_from_coro(clock.conn.close())
+        redis.kill()
+
+
+# -- case 2: the same, with an opt-out ----------------------------------------------
+
+
+async def list_adopted_then_lost(
+    server: Any, redis: RedisServer, tmp_path: Path, pages: int
+) -> dict[str, Any]:
+    """A fleet adopted a list blocking blocked.test (*pages* pages), then its
+    Redis came back empty: the settings its workers share."""
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    site(server, "blocked.test", pages)
+    shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3)
+    push(redis, shared, site(server, "fine.test", 1), tmp_path)
+    await spawn_worker(server, "targets", tmp_path / "a", **shared).ended
+    redis.lose_volume()
+    redis.start()
+    return shared
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_with_no_list_does_not_fail_open_after_redis_lost_the_fleets(
+    server, tmp_path
+):
+    """The fleet adopted a list blocking blocked.test; Redis comes back empty
+    and the blocklist URL answers 503. A worker on another machine (its own
+    state dir, no list) cannot tell this from a first-ever failure: it must
+    not fail open. (Before: blocked.test got robots.txt and a page.)"""
+    redis = own_redis(tmp_path)
+    try:
+        shared = await list_adopted_then_lost(server, redis, tmp_path, pages=1)
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
+        # the list stays unknown: its targets wait (briefly here), then are skipped
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl",
+                           **shared, WALSH_POLICY_WAIT=3)  # fmt: skip
+        await new.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("skipped", "R3")], new.err.decode()[
+            -2000:
+        ]
+        assert "history in Redis is incomplete" in got[0]["reason"]
+        assert server.origin.hits_for("blocked.test") == []
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_waited_on_anothers_failed_fetch_does_not_fail_open_either(
+    server, tmp_path
+):
+    """The same loss, with two new workers starting together: one fetches
+    the list (slowly, and it fails) while the other waits for it. The one
+    that waited learns of the failure from the fleet's record of it, and must
+    deny every host just as the one that fetched does. (Before: it took the
+    failure for a first-ever one and crawled blocked.test with no list.)"""
+    redis = own_redis(tmp_path)
+    try:
+        shared = await list_adopted_then_lost(server, redis, tmp_path, pages=4)
+        # slow enough that the second worker is still waiting when it fails
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down", delay=4.0))
+        push(redis, shared, [server.url("blocked.test", f"/p/{i}") for i in range(4)], tmp_path)
+        workers = [
+            spawn_worker(
+                server, "targets", tmp_path / n, log=tmp_path / f"{n}.jl", **shared,
+                WALSH_POLICY_WAIT=3,
+            )
+            for n in ("b", "c")
+        ]
+        for worker in workers:
+            await worker.ended
+        errs = [w.err.decode() for w in workers]
+        got = [
+            json.loads(x)
+            for n in ("b", "c")
+            if (tmp_path / f"{n}.jl").exists()
+            for x in (tmp_path / f"{n}.jl").read_text().splitlines()
+        ]
+        assert server.origin.hits_for("blocked.test") == [], errs[0][-2000:] + errs[1][-2000:]
+        assert sorted((r["outcome"], r["rule"]) for r in got) == [("skipped", "R3")] * 4
+        assert "another worker failed" in errs[0] + errs[1], "neither worker waited"
+        for err in errs:
+            assert "history in Redis is incomplete" in err, err[-2000:]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_holding_the_list_publishes_it_again_for_one_that_has_none(server, tmp_path):
+    """While a worker that holds the adopted list is running, Redis comes
+    back empty and the blocklist URL fails: that worker publishes its copy
+    again, and a new worker adopts it rather than deny everything."""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test"))
+        )
+        site(server, "blocked.test", 1)
+        # enough pages that the holder is still crawling when the new worker ends
+        slow = [server.url("slow.test", f"/p/{i}") for i in range(30)]
+        site(server, "slow.test", 30)
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3, WALSH_REDIS_MAX_BACKOFF=0.5)
+        push(redis, shared, slow, tmp_path, key="long")
+        holder = spawn_worker(server, "long", tmp_path / "a", **shared)
+        await until(lambda: len(pages(server, "slow.test")) >= 2)
+        redis.lose_volume()
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(503, "down"))
+        redis.start()
+        push(redis, shared, [server.url("blocked.test", "/p/0")], tmp_path)
+        new = spawn_worker(server, "targets", tmp_path / "new", log=tmp_path / "n.jl", **shared)
+        await new.ended
+        if holder.transport.pid is not None:  # a loaded machine may let it finish
+            holder.transport.signalProcess("TERM")
+        await holder.ended
+        got = [json.loads(x) for x in (tmp_path / "n.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("denied", "R3")], new.err.decode()[
+            -2000:
+        ]
+        assert "blocked by operator blocklist entry 'blocked.test'" in got[0]["reason"]
+        assert server.origin.hits_for("blocked.test") == []
+        assert "published this worker's again" in holder.err.decode()
+    finally:
+        redis.kill()
+
+
+# -- case 2b: a Redis that will not show the fleet a restart -----------------------
+
+#: setups that keep the guard from reading INFO inside its scripts: redis-server
+#: arguments, and the ACL rules of the user the workers log in as (None: default)
+REFUSING = {
+    "INFO renamed away": (["--rename-command", "INFO", ""], None),
+    "ACL user denied INFO": ([], "+@all -info"),
+    "ACL user denied @dangerous": ([], "+@all -@dangerous"),
+    "ACL user denied scripts": ([], "+@all -@scripting"),
+}
+
+
+@pytest.mark.parametrize("setup", list(REFUSING))
+@pytest_twisted.ensureDeferred
+async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_request(
+    server, tmp_path, setup
+):
+    """Managed Redis services restrict INFO, or what scripts may run. Without
+    INFO the guard cannot see a restart; it must not guess there was none:
+    the worker sends nothing, says what to allow, and stops (without showing
+    the ACL user's password)."""
+    config, rules = REFUSING[setup]
+    redis = own_redis(tmp_path, config=config)
+    try:
+        url = redis.url
+        if rules is not None:
+            admin = redis.client()
+            admin.execute_command(
+                "ACL", "SETUSER", "walsh", "on", ">s3cret", "~*", "&*", *rules.split()
+            )
+            admin.close()
+            url = f"redis://walsh:s3cret@127.0.0.1:{redis.port}/0"
+        shared = redis_settings(redis, WALSH_REDIS_URL=url)
+        push(redis, shared, site(server, "a.test", 1), tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await worker.ended
+        err = worker.err.decode()
+        assert server.origin.hits == [], err[-2000:]
+        assert "cannot run the fleet's guard" in err, err[-2000:]
+        assert "ACL SETUSER <user> +info" in err
+        assert "'finish_reason': 'walsh_redis_guard_refused'" in err
+        assert "s3cret" not in err
+    finally:
+        redis.kill()
+
+
+# -- case 3: Redis rolled back to an older snapshot ---------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_after_a_rollback_no_host_is_contacted_early_and_no_recorded_line_again(
+    server, tmp_path
+):
+    """The fleet crawls a list enqueued before Redis's last snapshot; Redis
+    is then restored from that snapshot: the queue holds every line again,
+    and no record, robots.txt copy or host clock. A worker of the machine
+    that ran the fleet comes back with its copy of the records, and a new one
+    joins. Nothing
+    reaches the Crawl-delay-10 host within 10 s of the fleet's last request,
+    and no page is fetched twice. (Before: robots.txt ~4 s after the page,
+    and every page again.)"""
+    redis = own_redis(tmp_path, persist="rdb")
+    try:
+        urls = site(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 10\n")
+        urls += [u for i in range(3) for u in site(server, f"f{i}.test", 2)]
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12)
+        push(redis, shared, urls, tmp_path)
+        redis.snapshot("before")
+        # two workers on one machine (one state dir, as `scrapy walsh-workers 2`)
+        machine = tmp_path / "machine"
+        procs = [spawn_worker(server, "targets", machine, **shared) for _ in (0, 1)]
+        for proc in procs:
+            await proc.ended
+        assert len(durable_records(redis, shared)) == len(urls), procs[0].err.decode()[-2000:]
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        again = spawn_worker(server, "targets", machine, **shared)
+        new = spawn_worker(server, "targets", tmp_path / "new", **shared)
+        await again.ended
+        await new.ended
+        err = again.err.decode()[-2000:] + new.err.decode()[-2000:]
+        for host in ["cd.test", *(f"f{i}.test" for i in range(3))]:
+            got = pages(server, host)
+            assert sorted(got) == sorted(set(got)), (host, got, err)
+        assert min(gaps(server.origin.hits_for("cd.test"))) >= 10.0, err
+        lines = sorted(r["line"] for r in durable_records(redis, shared))
+        assert lines == list(range(1, len(urls) + 1)), err
+    finally:
+        redis.kill()
+
+
+# -- case 4: Redis's wall clock steps --------------------------------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(server, tmp_path):
+    """Worker A has just sent a request to a Crawl-delay-6 host when Redis's
+    wall clock steps 5 s forward (an NTP correction on the Redis host):
+    every stored time now looks 5 s older than it is. Worker B, started just
+    after, wants the same host. A checks Redis's TIME against its monotonic
+    clock on its next answer and records the step; B waits it out.
+    (Before: B's request arrived ~2 s after A's.)"""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
+        # o.test keeps A answering after the step: sd.test's page only goes
+        # out after robots.txt and tdmrep.json, 6 s apart each
+        push(redis, shared, [sd[0], *site(server, "o.test", 18)], tmp_path, key="a")
+        push(redis, shared, sd[1:], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await until(lambda: len(pages(server, "sd.test")) >= 1)
+        redis.step_clock(5.0)
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await a.ended
+        await b.ended
+        err = [p.err.decode()[-1500:] for p in (a, b)]
+        assert len(pages(server, "sd.test")) == 2, err
+        assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, err
+        assert "jumped 5." in a.err.decode(), err
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_joins_after_a_clock_step_no_one_saw_does_not_trust_it(
+    server, tmp_path
+):
+    """The same step, but the worker that saw the old clock has exited: no
+    one is left to notice it. The worker that joins cannot tell the step from
+    idle time since the fleet last checked the clock, so it judges the
+    records written before it joined as if all of that time were a step."""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
+        push(redis, shared, sd[:1], tmp_path, key="a")
+        push(redis, shared, sd[1:], tmp_path, key="b")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await a.ended
+        redis.step_clock(5.0)
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await b.ended
+        assert len(pages(server, "sd.test")) == 2, b.err.decode()[-2000:]
+        assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, b.err.decode()[-2000:]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, tmp_path):
+    """A step back makes stored times look later: politeness holds, and the
+    wait it adds is capped at one interval, not the step (here 60 s)."""
+    redis = own_redis(tmp_path, steppable_clock=True)
+    try:
+        urls = site(server, "sb.test", 3, "User-agent: *\nCrawl-delay: 2\n")
+        # a 6 s lease is renewed every 2 s: the wait after a loss stays 3 s
+        shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=3, WALSH_REDIS_LEASE=6)
+        push(redis, shared, urls, tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await until(lambda: len(pages(server, "sb.test")) >= 1)
+        redis.step_clock(-60.0)
+        await worker.ended
+        hits = server.origin.hits_for("sb.test")
+        assert len(pages(server, "sb.test")) == 3, worker.err.decode()[-2000:]
+        assert min(gaps(hits)) >= 2.0
+        assert max(gaps(hits)) < 2.0 + 3.0 + 2.0, [round(g, 2) for g in gaps(hits)]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_lease_redis_lost_while_its_request_is_out_is_put_back(server, tmp_path):
+    """Worker A's request to slow.test is out (answered after 14 s) when Redis
+    restarts empty: A's lease is gone with it. A's renewal puts it back, so
+    worker B, whose line is for the same host, sends nothing there until A's
+    response has come (the fleet never has two requests out to one host).
+    The wait after the loss (WALSH_MAX_CRAWL_DELAY, 2 s here) is stretched
+    to a renewal period (30 s / 3) and a second: before, B's request went out
+    ~5 s into A's."""
+    redis = own_redis(tmp_path)
+    try:
+        server.origin.route("slow.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+        server.origin.route("slow.test", "/p/0", Reply(200, "late", delay=14.0))
+        server.origin.route("slow.test", "/p/1", Reply(200, "ok"))
+        # a 14 s answer slows the host to the adaptive cap: the lowest allowed
+        shared = redis_settings(
+            redis, WALSH_MAX_CRAWL_DELAY=2, WALSH_REDIS_MAX_BACKOFF=0.25, WALSH_REDIS_LEASE=30,
+            WALSH_ADAPTIVE_MAX_DELAY=30,
+        )  # fmt: skip
+        push(redis, shared, [server.url("slow.test", "/p/0")], tmp_path, key="a")
+        a = spawn_worker(server, "a", tmp_path / "a", **shared)
+        await until(lambda: pages(server, "slow.test") == ["/p/0"])
+        redis.lose_volume()
+        redis.start()
+        push(redis, shared, [server.url("slow.test", "/p/1")], tmp_path, key="b")
+        b = spawn_worker(server, "b", tmp_path / "b", **shared)
+        await a.ended
+        await b.ended
+        hits = {h.path: h.t for h in server.origin.hits_for("slow.test")}
+        assert "/p/1" in hits, b.err.decode()[-2000:]
+        assert hits["/p/1"] - hits["/p/0"] >= 14.0, (a.err.decode()[-1500:], b.err.decode()[-1500:])
+    finally:
+        redis.kill()
