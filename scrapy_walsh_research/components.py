@@ -10,10 +10,11 @@ components by these paths, whichever path a project wrote.
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import load_object
+
+from scrapy_walsh_research import EXPORTS
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -82,8 +83,14 @@ def enabled(settings: BaseSettings, name: str) -> dict[Any, int]:
 
 
 def is_subclass(cls: Any, path: str) -> bool:
-    """Whether *cls* is the component at *path* or a subclass of it."""
-    return isinstance(cls, type) and issubclass(cls, load_object(path))
+    """Whether *cls* is the component at *path* or a subclass of it. A
+    bundle component is told by name along the class's MRO, so that asking
+    imports no component (see :func:`name_of`)."""
+    if not isinstance(cls, type):
+        return False
+    if path.startswith(f"{PACKAGE}."):
+        return any(name_of(base) == path for base in cls.__mro__)
+    return issubclass(cls, load_object(path))
 
 
 def uses_frontier(settings: BaseSettings) -> bool:
@@ -121,17 +128,15 @@ PUBLIC = (
 )
 
 
-@functools.cache
-def _public() -> dict[Any, str]:
-    return {load_object(path): path for path in PUBLIC}
-
-
 def name_of(cls: Any) -> str:
     """The path a component is known by: the one users write in settings for
     a bundle component (whichever path named it), else its module and
-    qualified name."""
-    try:
-        public = _public().get(cls)
-    except TypeError:  # not hashable: no component of ours
-        public = None
-    return public or f"{cls.__module__}.{cls.__qualname__}"
+    qualified name. Told from the export table, not by importing the
+    components: every layer names components, and only the top one may
+    import them all."""
+    name = getattr(cls, "__name__", None)
+    home = EXPORTS.get(name) if isinstance(name, str) else None
+    module = getattr(cls, "__module__", None) or ""
+    if home is not None and (module == home or module.startswith(home + ".")):
+        return f"{PACKAGE}.{name}"
+    return f"{module}.{getattr(cls, '__qualname__', name)}"

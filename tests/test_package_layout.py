@@ -157,7 +157,7 @@ def test_no_module_grows_past_the_size_a_reader_takes_in():
         str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")
     }
     # about 500 lines; the largest today are the targets spider (530), the
-    # start-up check (527) and the Redis scripts (Lua text, 526)
+    # start-up check (539) and the Redis scripts (Lua text, 526)
     assert {p: n for p, n in sizes.items() if n > 540} == {}
 
 

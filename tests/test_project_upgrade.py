@@ -121,6 +121,10 @@ def test_the_0_2_0_retry_delay_setting_is_read_until_the_new_one_is_set():
     assert policy_retry_delay(Settings({"WALSH_ROBOTS_RETRY_DELAY": 7})) == 7.0
     both = Settings({"WALSH_ROBOTS_RETRY_DELAY": 7, "WALSH_POLICY_RETRY_DELAY": 9})
     assert policy_retry_delay(both) == 9.0
+    # as for any setting, the higher priority wins: -s OLD=... beats the project
+    ranked = Settings({"WALSH_POLICY_RETRY_DELAY": 9}, priority="project")
+    ranked.set("WALSH_ROBOTS_RETRY_DELAY", 5, priority="cmdline")
+    assert policy_retry_delay(ranked) == 5.0
     assert policy_retry_delay(Settings()) == 60.0
     (line,) = deprecated_names(Settings({"WALSH_ROBOTS_RETRY_DELAY": 7}))
     assert "WALSH_POLICY_RETRY_DELAY" in line

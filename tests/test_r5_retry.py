@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research.components import RETRY_MW
 from scrapy_walsh_research.core.retry_after import MAX_RETRY_AFTER
+from scrapy_walsh_research.gates import retry as retry_gate
 from scrapy_walsh_research.gates.retry import parse_retry_after
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import TDMREP, base_settings, crawl
@@ -213,6 +214,22 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     assert all(0 <= d <= 1.0 + 0.01 for d in first) and all(0 <= d <= 4.0 + 0.01 for d in third)
     assert max(third) - min(third) > 1.0  # jitter spreads the waits
     assert sum(third) / 40 > sum(first) / 40  # and they grow with the attempt
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_backoff_holds_the_host_for_the_step_drawn(server, tmp_path, monkeypatch):
+    """A 503 without Retry-After holds its host for the drawn backoff step, at
+    the origin: the retry and the host's next target wait it out. (The step is
+    drawn at its top, 6 s, so the wait is longer than the 1 s interval.)"""
+    monkeypatch.setattr(retry_gate.random, "uniform", lambda low, high: high)
+    url = target(server, "bo.test", "/x", once_then_ok(503, {}))
+    other = target(server, "bo.test", "/y", Reply(200, "ok"))
+    settings = base_settings(server, tmp_path / "s", WALSH_RETRY_BASE_DELAY=6.0)
+    res = await crawl(settings, [url, other], tmp_path)
+    first = server.origin.hits_for("bo.test", "/x")[0]
+    after = [h for h in server.origin.hits_for("bo.test") if h.t > first.t]
+    assert after and min(h.t for h in after) - first.t >= 6.0 - 0.05, [h.t - first.t for h in after]
+    assert sorted(i["outcome"] for i in res.items) == ["fetched", "fetched"]
 
 
 # -- Retry-After is a promise to the site ---------------------------------------------

@@ -160,9 +160,15 @@ def renamed_in_use(settings: BaseSettings) -> list[tuple[str, str]]:
 
 
 def name_in_use(settings: BaseSettings, name: str) -> str:
-    """*name*, or its 0.2.0 name while only that one is set."""
+    """*name*, or its 0.2.0 name when only that one is set, or when it is set
+    with a higher priority (``-s OLD=...`` on the command line beats the new
+    name in a project's settings, as it would any setting)."""
     for old, new in RENAMED.items():
-        if new == name and settings.get(name) is None and settings.get(old) is not None:
+        if new != name or settings.get(old) is None:
+            continue
+        if settings.get(name) is None or (settings.getpriority(old) or 0) > (
+            settings.getpriority(name) or 0
+        ):
             return old
     return name
 
