@@ -138,10 +138,11 @@ async def test_a_local_entry_purges_even_when_swapped_for_another_or_no_list_is_
     # a list never adopted (its URL down from the start): the local entry still purges
     fresh = tmp_path / "fresh"
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(500, "down"))
-    await crawl(base_settings(server, fresh), [also], tmp_path / "3")
+    # (the list is waited for, then the crawl goes on without it: spec §5.2)
+    await crawl(base_settings(server, fresh, WALSH_POLICY_WAIT=3), [also], tmp_path / "3")
     assert about(fresh, "also.test")
-    res = await crawl(base_settings(server, fresh, WALSH_BLOCKLIST_EXTRA=["also.test"]),
-                      [also], tmp_path / "4")  # fmt: skip
+    res = await crawl(base_settings(server, fresh, WALSH_BLOCKLIST_EXTRA=["also.test"],
+                                    WALSH_POLICY_WAIT=3), [also], tmp_path / "4")  # fmt: skip
     assert res.items[0]["outcome"] == "denied"
     assert about(fresh, "also.test") == []
     purges = [e for e in entries(fresh) if e["event"] == "purge"]
