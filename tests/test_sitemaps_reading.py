@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research.core import sitemaps
 from scrapy_walsh_research.core.lastmod import parse_lastmod
+from scrapy_walsh_research.core.sitemap_claims import SitemapClaims, sitemap_covers
 from scrapy_walsh_research.core.sitemaps import (
     MAX_SITEMAP_BYTES,
     MAX_SITEMAP_ENTRIES,
@@ -739,3 +740,107 @@ def test_a_well_formed_sitemap_reads_the_same_in_any_chunks(urls, size, compress
         (f"https://a.test/{path}", None if when is None else when.replace(tzinfo=timezone.utc))
         for path, when, _ in urls
     ]
+
+
+# -- matching entries to list targets -------------------------------------------------
+
+
+def entry(loc: str, lastmod: str | None = None) -> SitemapEntry:
+    parsed = parse_lastmod(lastmod) if lastmod else None
+    return SitemapEntry(loc, *parsed) if parsed else SitemapEntry(loc)
+
+
+MATCHES = [
+    # (id, target on the list, <loc> in the sitemap, matched)
+    ("same URL", "https://a.test/page", "https://a.test/page", True),
+    ("host case", "https://a.test/page", "https://A.TEST/page", True),
+    ("default port", "https://a.test/page", "https://a.test:443/page", True),
+    ("trailing slash", "https://a.test/dir", "https://a.test/dir/", True),
+    ("fragment", "https://a.test/page", "https://a.test/page#top", True),
+    ("an &amp; decoded", "https://a.test/p?a=1&b=2", "https://a.test/p?a=1&b=2", True),
+    ("IDN host", "https://xn--caf-dma.test/", "https://café.test/", True),
+    ("another scheme", "https://a.test/page", "http://a.test/page", False),
+    ("query reordered", "https://a.test/p?a=1&b=2", "https://a.test/p?b=2&a=1", False),
+    ("path case", "https://a.test/Page", "https://a.test/page", False),
+]
+
+
+@pytest.mark.parametrize(("target", "loc", "matched"), [m[1:] for m in MATCHES], ids=[m[0] for m in MATCHES])
+def test_a_loc_matches_its_list_target_by_canonical_url(target, loc, matched):
+    claims = SitemapClaims([target], "https://a.test/sitemap.xml", declared_by=["https://xn--caf-dma.test/robots.txt"])
+    claims.add([entry(loc, "2024-01-01")])
+    found = claims.claim(target)
+    assert (found is not None) == matched
+    if matched:
+        assert found.loc == loc and claims.claims() == {target: found}
+
+
+# sitemaps.org's "Sitemap file location" examples (as crawler-commons tests them)
+LOCATION = [
+    ("http://example.com/catalog/sitemap.xml", "http://example.com/catalog/show?item=233&user=3453", True),
+    ("http://example.com/catalog/sitemap.xml", "http://example.com/catalog/", True),
+    ("http://example.com/catalog/sitemap.xml", "http://example.com/image/show?item=233&user=3453", False),
+    ("http://example.com/catalog/sitemap.xml", "https://example.com/catalog/page1.php", False),
+    ("http://example.com/catalog/sitemap.xml", "http://example.com:8080/catalog/page1.php", False),
+    ("http://example.com/catalog/sitemap.xml", "http://www.example.com/catalog/page1.php", False),
+    ("https://example.com/index.php?route=path/sitemap", "https://example.com/catalog/page1.php", True),
+    ("https://example.com/sitemap.xml", "https://EXAMPLE.com:443/any/where", True),
+]
+
+
+@pytest.mark.parametrize(("sitemap", "loc", "covered"), LOCATION)
+def test_a_sitemap_speaks_only_for_urls_under_its_own_directory(sitemap, loc, covered):
+    assert sitemap_covers(sitemap, loc) is covered
+
+
+def test_a_sitemap_a_hosts_robots_txt_declares_speaks_for_that_host():
+    # sitemaps.org "Sitemaps & Cross Submits": the sitemap may live anywhere
+    sitemap = "https://cdn.test/sitemaps/a.xml"
+    assert not sitemap_covers(sitemap, "https://a.test/page")
+    assert sitemap_covers(sitemap, "https://a.test/page", declared_by=["https://a.test/robots.txt"])
+    assert not sitemap_covers(sitemap, "https://b.test/page", declared_by=["https://a.test/robots.txt"])
+
+
+def test_entries_a_sitemap_may_not_speak_for_claim_nothing():
+    claims = SitemapClaims(["https://a.test/x", "https://b.test/x"], "https://a.test/sitemap.xml")
+    claims.add([entry("https://a.test/x", "2024-01-01"), entry("https://b.test/x", "2024-01-01")])
+    assert list(claims.claims()) == ["https://a.test/x"]
+    assert claims.claim("https://b.test/x") is None and claims.outside == 1
+
+
+def test_entries_for_urls_not_on_the_list_are_not_kept():
+    claims = SitemapClaims(["https://a.test/x"], "https://a.test/sitemap.xml")
+    claims.add([entry(f"https://a.test/other/{n}", "2024-01-01") for n in range(1000)])
+    assert claims.claims() == {} and claims.listed == 0 and claims.outside == 0
+
+
+def test_a_target_listed_twice_keeps_the_later_lastmod():
+    claims = SitemapClaims(["https://a.test/x"], "https://a.test/sitemap.xml")
+    claims.add([entry("https://a.test/x", "2024-05-01"), entry("https://a.test/x/", "2024-01-01")])
+    found = claims.claim("https://a.test/x")
+    assert found is not None and found.lastmod == datetime(2024, 5, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("order", ["without first", "without last"])
+def test_a_target_also_listed_without_a_lastmod_has_no_claim(order):
+    listed = [entry("https://a.test/x", "2024-05-01"), entry("https://a.test/x")]
+    if order == "without first":
+        listed.reverse()
+    claims = SitemapClaims(["https://a.test/x"], "https://a.test/sitemap.xml")
+    claims.add(listed)
+    assert claims.claim("https://a.test/x") is None and claims.claims() == {}
+    assert claims.listed == 1
+
+
+def test_claims_can_be_gathered_while_the_sitemap_streams():
+    targets = [f"{EXAMPLE}/catalog?desc=vacation_usa&item=83", f"{EXAMPLE}/", f"{EXAMPLE}/unlisted"]
+    claims = SitemapClaims(targets, f"{EXAMPLE}/sitemap.xml.gz")
+    reader = SitemapReader()
+    for chunk in pieces((DATA / "cc-urlset.xml.gz").read_bytes(), 16):
+        claims.add(reader.feed(chunk))
+    assert reader.close().complete
+    claims.add(reader.drain())
+    assert {t: e.lastmod.isoformat() for t, e in claims.claims().items() if e.lastmod} == {
+        targets[0]: "2004-11-23T00:00:00+00:00",
+        targets[1]: "2005-01-01T00:00:00+00:00",
+    }
