@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import pickle
 import resource
 import threading
 import tracemalloc
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research.core import sitemaps
 from scrapy_walsh_research.core.lastmod import parse_lastmod
+from scrapy_walsh_research.core.robots_policy import RobotsPolicy, declared_sitemaps
 from scrapy_walsh_research.core.sitemap_claims import SitemapClaims, sitemap_covers
 from scrapy_walsh_research.core.sitemaps import (
     MAX_SITEMAP_BYTES,
@@ -844,3 +846,91 @@ def test_claims_can_be_gathered_while_the_sitemap_streams():
         targets[0]: "2004-11-23T00:00:00+00:00",
         targets[1]: "2005-01-01T00:00:00+00:00",
     }
+
+
+# -- the sitemaps a robots.txt declares -----------------------------------------------
+
+# crawler-commons' robots/sitemap-robots.txt, relative-sitemap-robots.txt and
+# sitemap-robots-dedup.txt, transcribed
+CC_ROBOTS = """# Sitemap can occur anywhere
+sitemap: http://domain.com/sitemap.xml
+
+User-agent: *
+Disallow:
+
+# And sitemap directive that forgot "sitemap:"
+http://domain.com/dir/my-sitemap.xml
+
+# And a mixed case URL which we want to preserve as such
+sitemap: http://domain.com/dir/MixedCased-sitemap.xml
+"""
+
+
+def test_sitemap_lines_are_read_wherever_they_stand_and_keep_their_case():
+    policy = RobotsPolicy.parse(CC_ROBOTS, TOKEN)
+    assert policy.sitemap_urls("http://domain.com/robots.txt") == (
+        "http://domain.com/sitemap.xml",
+        "http://domain.com/dir/MixedCased-sitemap.xml",
+    )
+
+
+def test_a_bare_url_line_declares_no_sitemap():
+    # crawler-commons reads one as a Sitemap line; a request the site did not
+    # clearly ask for is not made (the stricter reading protects the site)
+    assert "http://domain.com/dir/my-sitemap.xml" not in declared_sitemaps(CC_ROBOTS)
+
+
+def test_a_relative_sitemap_is_resolved_against_the_robots_url():
+    policy = RobotsPolicy.parse("Sitemap: /sitemap.xml\n\nUser-agent: *\nDisallow: /cache/\n", TOKEN)
+    assert policy.sitemaps == ("/sitemap.xml",)
+    assert policy.sitemap_urls("https://a.test/robots.txt") == ("https://a.test/sitemap.xml",)
+
+
+def test_one_sitemap_declared_twice_is_given_once():
+    text = "User-agent: *\nDisallow: \n\nsitemap: http://example.org/sitemap.xml\nSitemap: http://example.org/sitemap.xml\nSite-map: http://EXAMPLE.org:80/sitemap.xml\n"
+    assert RobotsPolicy.parse(text, TOKEN).sitemap_urls("http://example.org/robots.txt") == (
+        "http://example.org/sitemap.xml",
+    )
+
+
+SPELLINGS = [
+    ("Sitemap: https://a.test/s.xml", ("https://a.test/s.xml",)),
+    ("SITEMAP:https://a.test/s.xml", ("https://a.test/s.xml",)),
+    ("Sitemaps: https://a.test/s.xml", ("https://a.test/s.xml",)),
+    ("Site-map: https://a.test/s.xml", ("https://a.test/s.xml",)),
+    ("Sitemap https://a.test/s.xml", ("https://a.test/s.xml",)),
+    ("Sitemap: https://a.test/s.xml # the main one", ("https://a.test/s.xml",)),
+    ("\ufeffSitemap: https://a.test/s.xml", ("https://a.test/s.xml",)),
+    ("Sitemap: https://cdn.test/a.test/s.xml", ("https://cdn.test/a.test/s.xml",)),  # any host
+    ("Sitemap:", ()),
+    ("Sitemap: ftp://a.test/s.xml", ()),
+    ("Sitemap: mailto:x@a.test", ()),
+    ("Sitemap: https://", ()),
+    ("Sitemapx: https://a.test/s.xml", ()),
+    ("# Sitemap: https://a.test/s.xml", ()),
+]
+
+
+@pytest.mark.parametrize(("text", "urls"), SPELLINGS)
+def test_sitemap_line_spellings(text, urls):
+    assert RobotsPolicy.parse(text + "\n", TOKEN).sitemap_urls("https://a.test/robots.txt") == urls
+
+
+def test_sitemap_lines_do_not_end_or_join_a_group():
+    text = "User-agent: Walsh-Research\nSitemap: https://a.test/s.xml\nDisallow: /private\n"
+    policy = RobotsPolicy.parse(text, TOKEN)
+    assert policy.group == "named" and not policy.allows("https://a.test/private/x")
+    assert policy.sitemaps == ("https://a.test/s.xml",)
+
+
+def test_sitemaps_are_the_files_whatever_group_applies():
+    text = "User-agent: other\nDisallow: /\nSitemap: https://a.test/s.xml\n"
+    policy = RobotsPolicy.parse(text, TOKEN)
+    assert policy.group == "none" and policy.sitemaps == ("https://a.test/s.xml",)
+    assert RobotsPolicy.allow_all("404").sitemaps == ()
+
+
+def test_a_policy_keeps_its_sitemaps_through_pickling():
+    # robots.txt is parsed in a worker process and sent back pickled
+    policy = RobotsPolicy.parse("Sitemap: https://a.test/s.xml\nUser-agent: *\nDisallow: /x\n", TOKEN)
+    assert pickle.loads(pickle.dumps(policy)).sitemaps == ("https://a.test/s.xml",)
