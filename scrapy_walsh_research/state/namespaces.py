@@ -19,5 +19,8 @@ CADENCE_CLAIMS = "cadence_claims"
 VALIDATORS = "validators"
 #: when each feed entry and markdown link was first seen, per target (the targets spider)
 SEEN = "seen"
+#: when each target last answered 2xx or 304 (gates.sitemaps): what a
+#: sitemap's <lastmod> is compared with
+ANSWERED = "answered"
 #: what is stored per target URL (keys start with the target's URL): what a purge deletes
-PER_TARGET = (VALIDATORS, SEEN, CADENCE)
+PER_TARGET = (VALIDATORS, SEEN, CADENCE, ANSWERED)
