@@ -12,7 +12,8 @@ whose robots.txt declares sitemaps (``Sitemap:`` lines, read by the R2 gate):
   two of those targets (an index's children count), each a conditional GET
   (:mod:`~scrapy_walsh_research.gates.sitemap_documents`);
 * **trust is earned**: before any target is skipped, one the sitemap calls
-  unchanged is sent as usual (a conditional GET: the *probe*). A 304, or a
+  unchanged, with stored validators, is sent as usual (a conditional GET:
+  the *probe*). A 304, or a
   200 with the validators stored before it, earns the sitemap this run's
   trust; a 200 with other validators contradicts it: the sitemap is dropped
   for this run and for ``WALSH_SITEMAP_DISTRUST`` after (kept in the state
@@ -138,14 +139,17 @@ class SitemapsMiddleware:
     async def process_request(self, request: Request) -> Request | None:
         if not self.enabled or not self.marks.is_target(request):
             return None
+        if request.meta.get("redirect_times") or request.meta.get("retry_times"):
+            return None  # a hop or a retry: its target was not skipped
         key = target_key(request)
         answered = await self.store.get(ANSWERED, key)
         if not isinstance(answered, (int, float)):
             return None  # never answered: nothing to compare a lastmod with
-        origin = origin_of(request.url)
+        origin = origin_of(key)
         site = self._origins.get(origin)
         if site is None:
-            site = self._origins[origin] = await self._decide(origin, request)
+            decided = await self._decide(origin, request)
+            site = self._origins.setdefault(origin, decided)
         if site.state == "loading":
             waiting = await self._load(origin, site, request)
             if waiting is not None:
@@ -166,9 +170,12 @@ class SitemapsMiddleware:
             self._inconclusive(origin, site, "no answer in time")
             if site.trust == "dropped":
                 return None
-        # untested: this target is the probe, sent as usual (a conditional GET)
-        site.trust, site.probe, site.probe_since = "probing", key, time.monotonic()
-        site.probe_validators = await self.store.get(VALIDATORS, key)
+        # untested: this target is the probe, sent as usual (a conditional GET);
+        # one without stored validators could not tell "unchanged" from a 200
+        validators = await self.store.get(VALIDATORS, key)
+        if isinstance(validators, dict) and site.trust == "untested":
+            site.trust, site.probe, site.probe_since = "probing", key, time.monotonic()
+            site.probe_validators = validators
         return None
 
     def _aside(self, request: Request, seconds: float) -> Request:
