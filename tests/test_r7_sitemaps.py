@@ -10,6 +10,10 @@ by side (each is paced on its own), so three runs cost seconds, not minutes.
 from __future__ import annotations
 
 import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,6 +150,15 @@ async def test_a_rerun_skips_what_a_checked_sitemap_says_is_unchanged(server, tm
     assert second.stats["walsh/sitemaps/claims_checked"] == 2  # the probe and the change
     # a host with few due targets: no sitemap, every page revalidated
     assert not few.sitemap_hits() and len(few.page_hits(mark)) == 2
+    # the evidence report, from the audit log: the sitemap request, the claim
+    # checked, and the three targets not requested
+    report = subprocess.run(
+        [sys.executable, "-m", "scrapy", "walsh-report", "-s", f"WALSH_STATE_DIR={state}",
+         "--host", "sm.test", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    facts = json.loads(report.stdout)["sitemap_facts"]
+    assert facts == {"fetched": 1, "claims_checked": 1, "contradicted": 0, "requests_saved": 3}
 
     mark = len(server.origin.hits)
     third = await crawl(settings, urls, tmp_path)
@@ -205,6 +218,11 @@ async def test_a_sitemap_passes_every_gate_and_a_contradiction_or_bad_sitemap_is
     assert len(liar.sitemap_hits()) == 1  # not fetched again: distrusted
     assert len(liar.page_hits(mark)) == 4
     assert third.stats["walsh/sitemaps/contradicted"] == 1  # the stored verdict, counted
+    db = sqlite3.connect(state / "audit.sqlite3")
+    audit = [json.loads(entry) for (entry,) in db.execute("SELECT entry FROM audit")]
+    db.close()
+    verdicts = {(e["host"], e["state"]) for e in audit if e["event"] == "sitemap"}
+    assert {("liar.test", "contradicted"), ("bad.test", "ignored")} <= verdicts
 
 
 @pytest_twisted.ensureDeferred

@@ -39,6 +39,7 @@ from scrapy_walsh_research.core.sitemaps import (
 )
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, failure_reason
+from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import FlightBusy, state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED
@@ -83,6 +84,7 @@ class SitemapDocuments:
         self.crawler = crawler
         self.stats = crawler.stats
         self.store = state_for(crawler)
+        self.audit = AuditTrail.for_crawler(crawler)
         self.ttl = settings.getfloat("WALSH_SITEMAP_TTL", defaults.WALSH_SITEMAP_TTL)
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
         #: a document read since this run started is fresh whatever the TTL:
@@ -141,9 +143,9 @@ class SitemapDocuments:
         except HostBusy:
             raise
         except WalshDenied as exc:
-            return self._failed(url, f"not fetched: {exc.rule}: {exc.reason}", "denied")
+            return await self._failed(url, f"not fetched: {exc.rule}: {exc.reason}", "denied")
         except Exception as exc:
-            return self._failed(url, f"not fetched: {failure_reason(exc)}", "failed")
+            return await self._failed(url, f"not fetched: {failure_reason(exc)}", "failed")
         now = self.store.time()
         if response.status == 304 and headers and isinstance(saved, dict):
             self.stats.inc_value("walsh/sitemaps/not_modified")
@@ -151,13 +153,13 @@ class SitemapDocuments:
             await self.store.put(DOCUMENTS, key, kept)
             return _document(url, kept, "not_modified")
         if not 200 <= response.status < 300:
-            return self._failed(url, f"answered {response.status}", "failed")
+            return await self._failed(url, f"answered {response.status}", "failed")
         self.stats.inc_value("walsh/sitemaps/fetched")
         entries, status = await read_cooperatively(response.body)
         if not status.complete:
             # kept without its validators: the next fetch is a full one
             await self.store.put(DOCUMENTS, key, {"read_at": now, "error": status.describe()})
-            return self._failed(url, status.describe(), "malformed")
+            return await self._failed(url, status.describe(), "malformed")
         logger.info("Sitemap %(url)s: %(what)s", {"url": url, "what": status.describe()})
         doc = await self._table(origin, url, entries, status)
         etag, modified = response.headers.get(b"ETag"), response.headers.get(b"Last-Modified")
@@ -171,10 +173,11 @@ class SitemapDocuments:
         })  # fmt: skip
         return doc
 
-    def _failed(self, url: str, why: str, stat: str) -> SitemapDocument:
+    async def _failed(self, url: str, why: str, stat: str) -> SitemapDocument:
         """A sitemap that could not be read: ignored, with one log line; its
         targets are revalidated as usual."""
         self.stats.inc_value(f"walsh/sitemaps/{stat}")
+        await self.audit.sitemap(url, state="ignored", why=why)
         logger.warning("Sitemap %(url)s ignored (%(why)s): its targets are revalidated as usual",
                        {"url": url, "why": why})  # fmt: skip
         return SitemapDocument(url, error=why, how="failed")

@@ -46,6 +46,7 @@ from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
+from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.scheduling.frontier import FrontierScheduler
@@ -123,6 +124,7 @@ class SitemapsMiddleware:
         self.marks = Marks.for_crawler(crawler)
         self.pacer = Pacer.for_crawler(crawler)
         self.documents = SitemapDocuments(crawler)
+        self.audit = AuditTrail.for_crawler(crawler)
         self.requeue = uses_frontier(settings)
         self._origins: dict[str, OriginSitemaps] = {}
         if self.enabled:
@@ -324,8 +326,10 @@ class SitemapsMiddleware:
             not saved.get("etag") and bool(saved.get("last_modified")) and modified is not None
             and modified.decode("latin-1") == saved["last_modified"]
         )  # fmt: skip
+        sitemaps = sorted({claim[2] for claim in site.claims.values()})
         if same:
             site.trust = "trusted"
+            await self.audit.sitemap(str(site.probe), state="trusted", sitemaps=sitemaps)
             logger.info("Sitemaps of %(origin)s checked out on %(probe)s: trusted in this run",
                         {"origin": origin, "probe": site.probe})  # fmt: skip
             return
@@ -334,6 +338,8 @@ class SitemapsMiddleware:
         until = self.store.time() + self.distrust
         verdict = {"until": until, "why": "contradicted", "probe": site.probe}
         await self.store.put(TRUST, origin, {**verdict, "at": self.store.time()})
+        await self.audit.sitemap(str(site.probe), state="contradicted", sitemaps=sitemaps,
+                                 why=f"answered {status} with new validators")  # fmt: skip
         logger.warning(
             "Sitemaps of %(origin)s contradicted: %(probe)s, claimed unchanged, answered %(s)d "
             "with new validators; not used until %(until)s (WALSH_SITEMAP_DISTRUST), its "
@@ -358,8 +364,10 @@ class SitemapsMiddleware:
             if site.change_304 >= STALE_MIN_CLAIMS and not site.change_200:
                 self.stats.inc_value("walsh/sitemaps/stale")
                 until = self.store.time() + self.stale
-                await self.store.put(TRUST, origin, {"until": until, "why": "stale",
-                                                     "at": self.store.time()})  # fmt: skip
+                verdict = {"until": until, "why": "stale", "at": self.store.time()}
+                await self.store.put(TRUST, origin, verdict)
+                why = f"{site.change_304} claims of change, each answered 304"
+                await self.audit.sitemap(origin + "/", state="stale", why=why)
                 logger.warning(
                     "Sitemaps of %(origin)s claimed %(n)d changes and every one answered 304: "
                     "not fetched until %(until)s (WALSH_SITEMAP_STALE)",
