@@ -54,6 +54,8 @@ class Site:
     versions: dict[str, int] = field(default_factory=dict)
     lastmods: dict[str, str] = field(default_factory=dict)
     broken: bool = False
+    #: every <lastmod> is the moment the sitemap is served
+    always_now: bool = False
 
     def __post_init__(self) -> None:
         sitemap_url = self.server.url(self.sitemap_host or self.host, self.sitemap_path)
@@ -84,7 +86,8 @@ class Site:
 
     def _sitemap(self, hit: Any) -> Reply:
         entries = "".join(
-            f"<url><loc>{self.server.url(self.host, p)}</loc><lastmod>{self.lastmods[p]}</lastmod></url>"
+            f"<url><loc>{self.server.url(self.host, p)}</loc>"
+            f"<lastmod>{utc_iso() if self.always_now else self.lastmods[p]}</lastmod></url>"
             for p in self.paths
         )
         body = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
@@ -187,7 +190,8 @@ async def test_a_sitemap_passes_every_gate_and_a_contradiction_or_bad_sitemap_is
     elsewhere = Site(server, "own.test", 3, sitemap_host="blocked.test")
     liar = Site(server, "liar.test", 4)
     bad = Site(server, "bad.test", 3)
-    sites = (paced, hidden, elsewhere, liar, bad)
+    now = Site(server, "now.test", 3, always_now=True)
+    sites = (paced, hidden, elsewhere, liar, bad, now)
     urls = [u for s in sites for u in s.urls]
     settings = base_settings(server, state, **SETTINGS)
     server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
@@ -212,17 +216,22 @@ async def test_a_sitemap_passes_every_gate_and_a_contradiction_or_bad_sitemap_is
     assert outcomes(second, liar)["p0"] == "fetched"
     assert second.stats["walsh/sitemaps/contradicted"] == 1
     assert second.stats["walsh/sitemaps/requests_saved"] == 2  # paced.test's two
+    # a lastmod always "now": every page claimed changed, each answered 304
+    assert len(now.sitemap_hits()) == 1 and len(now.page_hits(mark)) == 3
+    assert second.stats["walsh/sitemaps/stale"] == 1
 
     mark = len(server.origin.hits)
-    third = await crawl(settings, liar.urls, tmp_path)
+    third = await crawl(settings, liar.urls + now.urls, tmp_path)
     assert len(liar.sitemap_hits()) == 1  # not fetched again: distrusted
     assert len(liar.page_hits(mark)) == 4
+    assert len(now.sitemap_hits()) == 1  # nor the sitemap that says "changed" of everything
+    assert len(now.page_hits(mark)) == 3
     assert third.stats["walsh/sitemaps/contradicted"] == 1  # the stored verdict, counted
     db = sqlite3.connect(state / "audit.sqlite3")
     audit = [json.loads(entry) for (entry,) in db.execute("SELECT entry FROM audit")]
     db.close()
     verdicts = {(e["host"], e["state"]) for e in audit if e["event"] == "sitemap"}
-    assert {("liar.test", "contradicted"), ("bad.test", "ignored")} <= verdicts
+    assert {("liar.test", "contradicted"), ("bad.test", "ignored"), ("now.test", "stale")} <= verdicts
 
 
 @pytest_twisted.ensureDeferred

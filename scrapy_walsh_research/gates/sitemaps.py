@@ -69,7 +69,9 @@ TRUST = "sitemap_trust"
 #: read or checked; then the origin's targets are revalidated as usual
 LOAD_LIMIT = 120.0
 #: how long a target claimed unchanged is kept aside while the probe is out
-PROBE_PARK = 0.25
+#: (or while another target fetches a sitemap): the R4 floor, so a slow
+#: probe costs each waiting target at most one pass of the chain per second
+PROBE_PARK = 1.0
 #: a probe that answers nothing conclusive (a 404, a failure) is tried again
 #: on another target at most this many times in a run
 PROBE_TRIES = 3
