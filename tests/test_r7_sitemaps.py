@@ -23,17 +23,18 @@ from twisted.internet import defer
 
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
     base_settings,
     blocklist_doc,
     crawl,
-    crawl_task,
     gaps,
     json_reply,
+    write_list,
 )
-from tests.support.fleet import redis_settings
+from tests.support.fleet import crawl_feed, redis_settings
 
 #: before any run: what the sitemaps claim for pages that do not change
 OLD = "2020-01-01T00:00:00+00:00"
@@ -236,21 +237,29 @@ async def test_a_sitemap_passes_every_gate_and_a_contradiction_or_bad_sitemap_is
 
 @pytest_twisted.ensureDeferred
 async def test_a_fleet_fetches_a_sitemap_once(server, redis_server, tmp_path):
+    """Two workers reading one Redis feed: each holds about one line per host
+    at a time, and the last run's count of the host's answered targets says
+    the sitemap is worth reading; one worker fetches it, the other adopts it."""
     site = Site(server, "fleet.test", 4)
     shared = redis_settings(redis_server, **{**SETTINGS, "WALSH_SITEMAP_TTL": 600})
-    settings = base_settings(server, tmp_path / "s", **shared)
-    await crawl(settings, site.urls, tmp_path)  # history for every page
+
+    async def run(name: str, workers: int) -> list[Any]:
+        path = write_list(tmp_path, site.urls)
+        enqueue(redis_server.url, name, path, prefix=shared["WALSH_REDIS_PREFIX"])
+        crawls = [
+            deferred_from_coro(
+                crawl_feed(base_settings(server, tmp_path / f"{name}{i}", **shared), name)
+            )
+            for i in range(workers)
+        ]
+        return await defer.gatherResults(crawls, consumeErrors=True)
+
+    await run("first", 1)  # history for every page
     mark = len(server.origin.hits)
-    workers = await defer.gatherResults(
-        [
-            deferred_from_coro(crawl_task(
-                base_settings(server, tmp_path / f"w{i}", **shared), site.urls, tmp_path / f"{i}"
-            ))
-            for i in range(2)
-        ],
-        consumeErrors=True,
-    )  # fmt: skip
+    workers = await run("again", 2)
     assert len(site.sitemap_hits()) == 1
-    assert sum(w.stats.get("walsh/sitemaps/adopted", 0) for w in workers) >= 1
+    assert sum(w.stats.get("walsh/sitemaps/adopted", 0) for w in workers) == 1
     # each worker checks the sitemap once, then skips what it calls unchanged
     assert len(site.page_hits(mark)) <= 2
+    saved = sum(w.stats.get("walsh/sitemaps/requests_saved", 0) for w in workers)
+    assert saved >= 2 and saved + len(site.page_hits(mark)) == 4

@@ -43,15 +43,13 @@ from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import FlightBusy, state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED
+from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
-#: per ``"<origin> <sitemap URL>"``: when it was read, its validators, the
-#: lastmod table for that origin's targets, an index's children
-DOCUMENTS = "sitemaps"
 #: bytes handed to the reader per turn of the reactor (the reader splits
 #: them again into 64 KiB pieces, one per step)
 CHUNK = 256 * 1024
@@ -102,7 +100,7 @@ class SitemapDocuments:
         and fresh, or fetched (one worker of a fleet at a time; the others
         adopt what it stored). :class:`HostBusy` when its host cannot be
         reached within *max_wait* (nothing was sent)."""
-        key = f"{origin} {url}"
+        key = f"{origin}\t{url}"  # a purge of the origin's host finds it
         saved = await self.store.get(DOCUMENTS, key)
         if self._fresh(saved):
             return self._adopted(url, saved)

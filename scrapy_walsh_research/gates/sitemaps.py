@@ -8,8 +8,9 @@ whose robots.txt declares sitemaps (``Sitemap:`` lines, read by the R2 gate):
 
 * **cost first**: the origin's sitemaps are fetched only when at least
   ``WALSH_SITEMAP_MIN_TARGETS`` of its targets waiting in the frontier have
-  a past answer (never on a first run), at most one sitemap document per
-  two of those targets (an index's children count), each a conditional GET
+  a past answer, or answered in its last run (never on a first run), at
+  most one sitemap document per two of those targets (an index's children
+  count), each a conditional GET
   (:mod:`~scrapy_walsh_research.gates.sitemap_documents`);
 * **trust is earned**: before any target is skipped, one the sitemap calls
   unchanged, with stored validators, is sent as usual (a conditional GET:
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +57,8 @@ from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED, VALIDATORS
+from scrapy_walsh_research.state.namespaces import SITEMAP_HISTORY as HISTORY
+from scrapy_walsh_research.state.namespaces import SITEMAP_TRUST as TRUST
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -63,8 +67,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: per origin: until when its sitemaps are not used, and why
-TRUST = "sitemap_trust"
 #: a target waits at most this long (seconds) for its origin's sitemaps to be
 #: read or checked; then the origin's targets are revalidated as usual
 LOAD_LIMIT = 120.0
@@ -129,6 +131,8 @@ class SitemapsMiddleware:
         self.audit = AuditTrail.for_crawler(crawler)
         self.requeue = uses_frontier(settings)
         self._origins: dict[str, OriginSitemaps] = {}
+        #: targets that answered in this run, per origin (HISTORY, at the end)
+        self._answered: Counter[str] = Counter()
         if self.enabled:
             self.pacer.add_denial_check(self._would_skip)
             crawler.signals.connect(self._closed, signal=signals.spider_closed)
@@ -226,7 +230,11 @@ class SitemapsMiddleware:
             if origin_of(queued.url) == origin and self.marks.is_target(queued):
                 keys.add(target_key(queued))
         answered = await self.store.get_many(ANSWERED, sorted(keys))
-        due = len(answered)
+        # A worker reading a shared feed holds about one line per host: what
+        # its frontier holds undercounts; the origin's last run says more
+        last_run = await self.store.get(HISTORY, origin)
+        before = int(last_run.get("targets") or 0) if isinstance(last_run, dict) else 0
+        due = max(len(answered), before)
         if due < self.min_targets:
             self.stats.inc_value("walsh/sitemaps/too_few_targets")
             why = f"{due} due targets with a past answer, fewer than WALSH_SITEMAP_MIN_TARGETS"
@@ -287,9 +295,10 @@ class SitemapsMiddleware:
             return response
         key = target_key(request)
         status = response.status
+        origin = origin_of(key)
         if 200 <= status < 300 or status == 304:
             await self.store.put(ANSWERED, key, self.store.time())
-        origin = origin_of(key)
+            self._answered[origin] += 1
         site = self._origins.get(origin)
         if site is None:
             return response
@@ -360,8 +369,15 @@ class SitemapsMiddleware:
             )
 
     async def _closed(self, spider: Any) -> None:
-        """A sitemap whose every claim of change was answered by a 304 is not
-        fetched again for WALSH_SITEMAP_STALE."""
+        """How many targets of each origin answered (the next run's count of
+        its due targets: a fleet's workers keep the largest share, never
+        more than one run's); and a sitemap whose every claim of change was
+        answered by a 304 is not fetched again for WALSH_SITEMAP_STALE."""
+        for origin, n in self._answered.items():
+            saved = await self.store.get(HISTORY, origin)
+            if isinstance(saved, dict) and float(saved.get("at") or 0) >= self.documents.started:
+                n = max(n, int(saved.get("targets") or 0))  # another worker of this run
+            await self.store.put(HISTORY, origin, {"targets": n, "at": self.store.time()})
         for origin, site in self._origins.items():
             if site.change_304 >= STALE_MIN_CLAIMS and not site.change_200:
                 self.stats.inc_value("walsh/sitemaps/stale")

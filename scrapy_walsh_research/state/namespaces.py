@@ -22,5 +22,15 @@ SEEN = "seen"
 #: when each target last answered 2xx or 304 (gates.sitemaps): what a
 #: sitemap's <lastmod> is compared with
 ANSWERED = "answered"
-#: what is stored per target URL (keys start with the target's URL): what a purge deletes
-PER_TARGET = (VALIDATORS, SEEN, CADENCE, ANSWERED)
+#: per origin and sitemap (``<origin>\t<sitemap URL>``): its validators and
+#: lastmod table (gates.sitemap_documents)
+SITEMAP_DOCUMENTS = "sitemaps"
+#: per origin: until when its sitemaps are not used, and why (gates.sitemaps)
+SITEMAP_TRUST = "sitemap_trust"
+#: per origin: how many of its targets answered in its last run (gates.sitemaps)
+SITEMAP_HISTORY = "sitemap_history"
+#: what is stored per target URL, or per origin (keys start with the target's
+#: URL or its origin): what a purge deletes
+PER_TARGET = (
+    VALIDATORS, SEEN, CADENCE, ANSWERED, SITEMAP_DOCUMENTS, SITEMAP_TRUST, SITEMAP_HISTORY
+)
