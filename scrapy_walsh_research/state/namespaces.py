@@ -21,10 +21,10 @@ VALIDATORS = "validators"
 SEEN = "seen"
 #: when each target last answered 2xx or 304 (gates.sitemaps): what a
 #: sitemap's <lastmod> is compared with
-ANSWERED = "answered"
+ANSWERED = "target_answered"
 #: per origin and sitemap (``<origin>\t<sitemap URL>``): its validators and
 #: lastmod table (gates.sitemap_documents)
-SITEMAP_DOCUMENTS = "sitemaps"
+SITEMAP_DOCUMENTS = "sitemap_documents"
 #: per origin: until when its sitemaps are not used, and why (gates.sitemaps)
 SITEMAP_TRUST = "sitemap_trust"
 #: per origin: how many of its targets answered in its last run (gates.sitemaps)
