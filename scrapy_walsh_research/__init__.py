@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         ScopeDownloaderMiddleware,
         ScopeSpiderMiddleware,
     )
+    from scrapy_walsh_research.gates.sitemaps import SitemapsMiddleware
     from scrapy_walsh_research.gates.useragent import UserAgentMiddleware
     from scrapy_walsh_research.gates.validators import ConditionalRequestMiddleware
     from scrapy_walsh_research.records import RecordPipeline
@@ -62,6 +63,7 @@ EXPORTS: dict[str, str] = {
     "BlocklistMiddleware": "scrapy_walsh_research.gates.blocklist",
     "RobotsTxtMiddleware": "scrapy_walsh_research.gates.robots",
     "PreferencesMiddleware": "scrapy_walsh_research.gates.preferences",
+    "SitemapsMiddleware": "scrapy_walsh_research.gates.sitemaps",
     "ConditionalRequestMiddleware": "scrapy_walsh_research.gates.validators",
     "NegotiationMiddleware": "scrapy_walsh_research.gates.negotiation",
     "RetryMiddleware": "scrapy_walsh_research.gates.retry",
@@ -97,6 +99,7 @@ __all__ = [
     "RobotsTxtMiddleware",
     "ScopeDownloaderMiddleware",
     "ScopeSpiderMiddleware",
+    "SitemapsMiddleware",
     "StartupCheck",
     "UserAgentMiddleware",
     "WireTimedHTTP11DownloadHandler",

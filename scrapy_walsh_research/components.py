@@ -29,6 +29,7 @@ NEGOTIATION_MW = f"{PACKAGE}.NegotiationMiddleware"
 BLOCKLIST_MW = f"{PACKAGE}.BlocklistMiddleware"
 ROBOTS_MW = f"{PACKAGE}.RobotsTxtMiddleware"
 PREFERENCES_MW = f"{PACKAGE}.PreferencesMiddleware"
+SITEMAPS_MW = f"{PACKAGE}.SitemapsMiddleware"
 RETRY_MW = f"{PACKAGE}.RetryMiddleware"
 PACING_MW = f"{PACKAGE}.PacingMiddleware"
 USERAGENT_MW = f"{PACKAGE}.UserAgentMiddleware"
@@ -38,6 +39,7 @@ DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     BLOCKLIST_MW: 80,  # R3 first: a blocked host gets nothing, not even robots.txt
     ROBOTS_MW: 100,  # R2, in the slot of Scrapy's RobotsTxtMiddleware
     PREFERENCES_MW: 110,  # PREF: the host's stated usage preferences, after its robots.txt
+    SITEMAPS_MW: 510,  # R7: what a checked sitemap says has not changed is not requested
     VALIDATORS_MW: 520,  # R7: If-None-Match / If-Modified-Since from stored validators
     NEGOTIATION_MW: 530,  # R9: Accept prefers markdown, then feeds
     RETRY_MW: 550,  # R5, in the slot of Scrapy's RetryMiddleware

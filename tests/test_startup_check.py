@@ -19,6 +19,7 @@ from scrapy_walsh_research.components import (
     ROBOTS_MW,
     SCOPE_MW,
     SCOPE_SPIDER_MW,
+    SITEMAPS_MW,
     SPIDER_MIDDLEWARES,
     STARTUP_CHECK,
     USERAGENT_MW,
@@ -199,6 +200,14 @@ REFUSALS = {
     "start-up check extension disabled": (
         {"EXTENSIONS": {STARTUP_CHECK: None}},
         f"EXTENSIONS disables {STARTUP_CHECK}",
+    ),
+    "sitemaps fetched for fewer targets than they cost": (
+        {"WALSH_SITEMAP_MIN_TARGETS": 1},
+        "WALSH_SITEMAP_MIN_TARGETS=1",
+    ),
+    "sitemaps gate before the policy gates": (
+        {"DOWNLOADER_MIDDLEWARES": {SITEMAPS_MW: 105}},
+        "orders the sitemaps gate (105) at or before the preferences gate",
     ),
     "spider middleware after the link guard": (
         {"SPIDER_MIDDLEWARES": {"scrapy.spidermiddlewares.depth.DepthMiddleware": 1}},

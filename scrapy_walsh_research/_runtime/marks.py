@@ -57,10 +57,13 @@ ROBOTS, BLOCKLIST, SCHEMA = "robots", "blocklist", "schema"
 TDMREP = "tdmrep"
 #: The /llms.txt probe (R9): scheduled like a target and subject to every gate.
 LLMS = "llms"
+#: a sitemap (or a sitemap index's child) the robots.txt of a target's origin
+#: declares, fetched by the sitemaps gate through every gate, robots.txt's too
+SITEMAP = "sitemap"
 #: Fetched with engine.download_async from inside another request's chain,
 #: and paced in place, since they cannot be requeued. robots.txt and the
-#: operator's documents are not robots-gated; tdmrep.json is.
-DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA, TDMREP})
+#: operator's documents are not robots-gated; tdmrep.json and sitemaps are.
+DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA, TDMREP, SITEMAP})
 PURPOSES = frozenset({TARGET, LLMS, *DIRECT})
 VERIFIED_CACHE = 4096
 _SECRET_NAMESPACE = "internal"
@@ -179,6 +182,7 @@ async def internal_fetch(
     maxsize: int | None = None,
     max_wait: float | None = None,
     timeout: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Response:
     """Download *url* for the bundle itself; redirects are followed by Scrapy.
 
@@ -188,7 +192,8 @@ async def internal_fetch(
     With *max_wait*, the request may wait at most that long in place for its
     host's slot; beyond it, :class:`HostBusy` is raised and nothing is sent.
     With *timeout*, the answer is waited for at most that long (Scrapy's
-    ``download_timeout``), if shorter than ``DOWNLOAD_TIMEOUT``.
+    ``download_timeout``), if shorter than ``DOWNLOAD_TIMEOUT``. *headers*
+    are sent too (a sitemap's conditional GET).
     """
     marks = Marks.for_crawler(crawler)
     await marks.ready()
@@ -202,7 +207,7 @@ async def internal_fetch(
         meta[MAX_WAIT_META] = max_wait
     if timeout is not None:
         meta["download_timeout"] = min(timeout, crawler.settings.getfloat("DOWNLOAD_TIMEOUT"))
-    request = Request(url, callback=NO_CALLBACK, dont_filter=True, meta=meta)
+    request = Request(url, callback=NO_CALLBACK, dont_filter=True, meta=meta, headers=headers)
     assert crawler.engine is not None
     return await crawler.engine.download_async(request)
 

@@ -3,13 +3,14 @@ sandbox origin received.
 
 It starts the loopback origin (:mod:`.scenario`), runs the project's real
 ``targets`` spider with the project's effective settings (:mod:`.probe`) five
-times (a first run; a restart with the blocklist unreachable; a restart with
-the blocklist schema-invalid; a restart where the schema and blocklist URLs
-both answer a gateway's error object; a restart once the list blocks a host
-crawled before), once more with ``HTTPCACHE_ENABLED=True``, which must be
-refused before any request, and judges each requirement (:mod:`.checks`)
-from the origin's log (arrival times, headers, paths), the records, the
-stats and the state left behind. Nothing is asserted without a measurement.
+times (a first run; a restart with the blocklist unreachable, with the sitemap
+host's pages again; a restart with the blocklist schema-invalid; a restart
+where the schema and blocklist URLs both answer a gateway's error object; a
+restart once the list blocks a host crawled before), once more with
+``HTTPCACHE_ENABLED=True``, which must be refused before any request, and
+judges each requirement (:mod:`.checks`) from the origin's log (arrival
+times, headers, paths), the records, the stats and the state left behind.
+Nothing is asserted without a measurement.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from scrapy_walsh_research.conformance.probe import Probe
 from scrapy_walsh_research.conformance.scenario import (
     BLOCKLIST_REFRESH_S,
     PURGED_HOST,
+    SITEMAP_MIN_TARGETS,
     Phase,
     Scenario,
 )
@@ -64,7 +66,8 @@ async def run_conformance(
         # Each restart comes once the adopted list is due (its refresh is
         # PT1S), so the restarted run must fetch it and meet the change.
         await _enter(scenario, Phase.BLOCKLIST_DOWN)
-        down = await probe.crawl(restart, WALSH_RUN_INTERVAL=0)
+        down = await probe.crawl(restart + scenario.sitemap_lines(), WALSH_RUN_INTERVAL=0,
+                                 WALSH_SITEMAP_MIN_TARGETS=SITEMAP_MIN_TARGETS)  # fmt: skip
         await _enter(scenario, Phase.SCHEMA_INVALID)
         invalid = await probe.crawl(restart)  # the project's cadence
         await _enter(scenario, Phase.GATEWAY_ERROR)

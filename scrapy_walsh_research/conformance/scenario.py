@@ -7,7 +7,8 @@ Crawl-delay, 429 with Retry-After, redirects into blocked or disallowed
 places, a page full of links and sub-resources, ETag, a feed, markdown,
 llms.txt, duplicates, bad list lines, hosts stating usage preferences in
 robots.txt, tdmrep.json and response headers, a slow host and one that
-answers 503 without Retry-After once. The operator's blocklist changes
+answers 503 without Retry-After once, a host whose sitemap says nothing
+changed. The operator's blocklist changes
 between crawls (:class:`Phase`).
 """
 
@@ -67,6 +68,14 @@ SLOW_S = 0.4
 SLOW_PAGES = ("/s/0", "/s/1", "/s/2")
 #: the strained host answers 503 without Retry-After to its first request
 STRAINED_PAGES = ("/a", "/b")
+#: the host whose robots.txt declares a sitemap, and its pages: none changes
+#: after the first run, and the sitemap says so (R7s)
+SITEMAP_HOST = "sitemap.test"
+SITEMAP_PATH = "/sitemap.xml"
+SITEMAP_PAGES = ("/a", "/b", "/c")
+#: the first restart reads the sitemap when this many targets are due (the
+#: project's own bound is for real hosts: the sandbox keeps the run short)
+SITEMAP_MIN_TARGETS = len(SITEMAP_PAGES)
 
 
 def blocklist_document(refresh: str = "PT1S", *, opted_out: bool = False) -> dict[str, Any]:
@@ -149,6 +158,8 @@ class Scenario:
                      "drop.test", "moved.test", "reserved.test", "withheld.test",
                      "strained.test"):  # fmt: skip
             o.route(host, "/robots.txt", Reply(200, ALLOW_ALL))
+        sitemap = f"{ALLOW_ALL}Sitemap: {self.url(SITEMAP_HOST, SITEMAP_PATH)}\n"
+        o.route(SITEMAP_HOST, "/robots.txt", Reply(200, sitemap))
         o.route("down.test", "/robots.txt", Reply(503, "maintenance"))
         o.route("heals.test", "/robots.txt", self._heals)
         o.route("missing.test", "/robots.txt", Reply(404, "no robots here"))
@@ -200,6 +211,14 @@ class Scenario:
             o.route("slow.test", path, Reply(200, "slow", TEXT, delay=SLOW_S))
         for path in STRAINED_PAGES:
             o.route("strained.test", path, self._strained)
+        for path in SITEMAP_PAGES:
+            o.route(SITEMAP_HOST, path, self._unchanged)
+        entries = "".join(
+            f"<url><loc>{self.url(SITEMAP_HOST, p)}</loc><lastmod>2020-01-01</lastmod></url>"
+            for p in SITEMAP_PAGES
+        )
+        o.route(SITEMAP_HOST, SITEMAP_PATH, Reply(200, f"<urlset>{entries}</urlset>", {
+            "Content-Type": "application/xml"}))  # fmt: skip
 
     def _blocklist(self, hit: Hit) -> Reply:
         if self.phase == Phase.BLOCKLIST_DOWN:
@@ -242,6 +261,11 @@ class Scenario:
             return Reply(429, "slow down", {"Retry-After": "2"})
         return Reply(200, "ok", TEXT)
 
+    def _unchanged(self, hit: Hit) -> Reply:
+        if hit.headers.get("if-none-match") == '"u1"':
+            return Reply(304, "")
+        return Reply(200, "unchanged", {"ETag": '"u1"', "Content-Type": "text/plain"})
+
     def _etag(self, hit: Hit) -> Reply:
         if hit.headers.get("if-none-match") == '"e1"':
             return Reply(304, "")
@@ -266,8 +290,13 @@ class Scenario:
             u("reserved.test", "/page"), u("withheld.test", "/doc"),
             *(u("slow.test", p) for p in SLOW_PAGES),
             *(u("strained.test", p) for p in STRAINED_PAGES),
+            *self.sitemap_lines(),
         ]  # fmt: skip
 
     def restart_lines(self) -> list[str]:
         """The restarts' list: a blocked subdomain and the host with validators."""
         return [self.url("www.blocked.test", "/page"), self.url("etag.test", "/doc")]
+
+    def sitemap_lines(self) -> list[str]:
+        """The sitemap host's pages: in the first run, and again in the first restart."""
+        return [self.url(SITEMAP_HOST, p) for p in SITEMAP_PAGES]

@@ -42,8 +42,9 @@ TICKET_KEY = "_walsh_ticket"
 OUTCOMES = (
     "fetched", "not_modified", "denied", "failed", "duplicate", "skipped", "invalid", "withheld"
 )  # fmt: skip
-RULES = ("R2", "R3", "R4", "R5", "R6", "R8", "PREF")
-#: outcomes of a request that reached the target (its cadence is stamped)
+RULES = ("R2", "R3", "R4", "R5", "R6", "R7", "R8", "PREF")
+#: outcomes of a request that reached the target, or (``not_modified``, rule
+#: R7, no request) of one a checked sitemap said was unchanged: its cadence is stamped
 SENT_OUTCOMES = ("fetched", "not_modified", "withheld")
 
 

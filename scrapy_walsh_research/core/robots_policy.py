@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlparse, urlsplit, urlunsplit
 
 from protego import Protego
 
@@ -27,6 +27,7 @@ from scrapy_walsh_research.core.preferences.statements import (
     robots_preferences,
     robots_statement,
 )
+from scrapy_walsh_research.core.urls import canonical_url, is_http_url
 
 #: RFC 9309 §2.5: parse at least 500 KiB; we parse exactly that much.
 MAX_ROBOTS_BYTES = 500 * 1024
@@ -35,7 +36,9 @@ _UA_FIELDS = ("user-agent", "useragent", "user agent")
 _RULE_FIELDS = frozenset(
     {"allow", "disallow", "dissallow", "dissalow", "disalow", "diasllow", "disallaw"}
 )
-_SITE_WIDE_FIELDS = frozenset({"sitemap", "sitemaps", "site-map", "host"})
+#: Protego's spellings of the Sitemap line
+_SITEMAP_FIELDS = frozenset({"sitemap", "sitemaps", "site-map"})
+_SITE_WIDE_FIELDS = _SITEMAP_FIELDS | {"host"}
 # The product token of a user-agent line: its leading run of RFC 9309
 # identifier characters (so "Walsh-Research/1.0" reads as "Walsh-Research").
 _TOKEN_RE = re.compile(r"[A-Za-z_-]+")
@@ -135,6 +138,10 @@ class RobotsPolicy:
     _stated_memo: dict[str, tuple[Preference, ...]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: the file's ``Sitemap:`` values as written (site-wide lines, outside
+    #: every group: the same whichever group was selected);
+    #: :meth:`sitemap_urls` resolves them
+    sitemaps: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, text: str, token: str) -> RobotsPolicy:
@@ -142,8 +149,9 @@ class RobotsPolicy:
         groups = _groups(text.lstrip("\ufeff"))
         named = [g for g in groups if token in g.tokens]
         chosen = named or [g for g in groups if "*" in g.tokens]
+        sitemaps = declared_sitemaps(text)
         if not chosen:
-            return cls("none")
+            return cls("none", sitemaps=sitemaps)
         lines = [line for g in chosen for line in g.lines]
         label = token if named else "*"
         stated = tuple(
@@ -161,7 +169,9 @@ class RobotsPolicy:
             # heap (0.1 s on the reactor per robots.txt, measured).
             rest = [line for line in lines if (_split(line) or ("",))[0] not in _RULE_FIELDS]
             parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(rest) + "\n")
-        return cls("named" if named else "*", parser, _rules=rules, stated=stated)
+        return cls(
+            "named" if named else "*", parser, _rules=rules, stated=stated, sitemaps=sitemaps
+        )
 
     @classmethod
     def allow_all(cls, reason: str) -> RobotsPolicy:
@@ -216,6 +226,23 @@ class RobotsPolicy:
         # spellings must be allowed (the stricter reading protects the site).
         resolved = _resolved(url)
         return resolved == url or self._can_fetch(resolved)
+
+    def sitemap_urls(self, robots_url: str) -> tuple[str, ...]:
+        """The sitemaps this robots.txt declares, as absolute http(s) URLs
+        (on any host: sitemaps.org lets a robots.txt name another host's):
+        a relative value resolved against *robots_url*, as crawler-commons
+        and Scrapy do; one URL spelt twice given once; anything else dropped."""
+        out: dict[str, str] = {}
+        for value in self.sitemaps:
+            try:
+                # a value with a scheme is taken as it is ("https://" is not
+                # the robots.txt itself, as urljoin would make it)
+                url = value if urlsplit(value).scheme else urljoin(robots_url, value)
+            except ValueError:
+                continue
+            if is_http_url(url):
+                out.setdefault(canonical_url(url), url)
+        return tuple(out.values())
 
     @property
     def crawl_delay(self) -> float | None:
@@ -295,6 +322,33 @@ class _Rules:
                 best = key
                 break
         return True if best is None else best[1]
+
+
+def declared_sitemaps(text: str) -> tuple[str, ...]:
+    """The values of *text*'s ``Sitemap:`` lines, in order, each once.
+
+    Site-wide lines, read wherever they stand (RFC 9309 §2.2.4 leaves
+    "other records" to the parser; sitemaps.org: "independent of the
+    user-agent line"). Protego has them too (``Protego.sitemaps``), but only
+    for a file it parsed whole; the policy keeps Protego's parse of the
+    selected group alone, so the lines are read here, with the same
+    spellings (``Sitemap``, ``Sitemaps``, ``Site-map``, with or without the
+    colon).
+    """
+    out: dict[str, None] = {}
+    for raw in text.lstrip("\ufeff").splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, value = _split(line) or ("", "")
+        if key not in _SITEMAP_FIELDS:
+            words = line.split(None, 1)  # "Sitemap https://...": no colon after the field
+            if len(words) < 2 or words[0].lower() not in _SITEMAP_FIELDS:
+                continue
+            value = words[1].strip()
+        if value:
+            out.setdefault(value, None)
+    return tuple(out)
 
 
 def decode_robots(body: bytes) -> tuple[str, bool]:

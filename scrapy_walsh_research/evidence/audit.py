@@ -277,6 +277,19 @@ class AuditTrail:
         if done is not None:
             await done
 
+    async def sitemap(self, url: str, *, state: str, **fields: Any) -> None:
+        """What the bot made of a host's sitemap (the sitemaps gate): *url* is
+        the target that checked it or the sitemap itself; *state* is
+        ``trusted`` (the probe answered 304 or the same validators),
+        ``contradicted`` (it answered with new validators), ``stale`` (every
+        claim of change answered 304) or ``ignored`` (not fetched or not read
+        whole)."""
+        entry = self._base("sitemap", url)
+        entry.update(fields, state=state)
+        done = self.store.append(entry)
+        if done is not None:
+            await done
+
     async def purged(self, host: str, cause: str, counts: dict[str, int]) -> None:
         now = time.time()
         entry = {"t": now, "ts": utc_iso(now, "milliseconds"), "event": "purge", "url": "",

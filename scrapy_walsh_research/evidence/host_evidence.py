@@ -10,7 +10,9 @@ Crawl-delay in force, the host's load (a multiple of its response time) or
 its distress (errors, timeouts), or an R5 hold the previous answers started
 (Retry-After, backoff); and the waits for its robots.txt or tdmrep.json
 while a failure left them unknown (each try, the next one, and how the wait
-ended). :mod:`scrapy_walsh_research.evidence.pages` shows it
+ended); and what it made of the host's sitemaps (the claims it checked,
+those contradicted, the targets it did not request because a checked sitemap
+said they had not changed). :mod:`scrapy_walsh_research.evidence.pages` shows it
 to a site owner; ``scrapy walsh-report --json`` prints it.
 """
 
@@ -91,6 +93,26 @@ class HostEvidence:
     #: a document of the host unknown for a while: ``waiting`` (a failed
     #: try, and the next), ``known`` (read again), ``gave_up`` (the bound)
     waits: list[dict[str, Any]] = field(default_factory=list)
+    #: what the bot made of the host's sitemaps: ``trusted``,
+    #: ``contradicted``, ``stale``, ``ignored`` (the sitemaps gate)
+    sitemaps: list[dict[str, Any]] = field(default_factory=list)
+
+    def sitemap_facts(self) -> dict[str, int]:
+        """Sitemap requests sent, claims checked against a target's own
+        answer, claims contradicted, and targets not requested because a
+        checked sitemap said they had not changed."""
+        states = [str(e.get("state")) for e in self.sitemaps]
+        return {
+            "fetched": sum(r.kind.startswith("sitemap") for r in self.requests),
+            "claims_checked": sum(s in ("trusted", "contradicted") for s in states),
+            "contradicted": states.count("contradicted"),
+            "requests_saved": len(self.sitemap_skips()),
+        }
+
+    def sitemap_skips(self) -> list[dict[str, Any]]:
+        """Targets not requested: a checked sitemap said they had not changed."""
+        return [d for d in self.decisions
+                if d.get("outcome") == "not_modified" and d.get("rule") == "R7"]  # fmt: skip
 
     @property
     def not_fetched(self) -> list[dict[str, Any]]:
@@ -204,6 +226,8 @@ class HostEvidence:
             "stated_preferences": self.stated_preferences(),
             "purges": self.purges,
             "waits": self.waits,
+            "sitemaps": self.sitemaps,
+            "sitemap_facts": self.sitemap_facts(),
             "smallest_gap": None if smallest is None else smallest.gap,
             "under_interval": len(self.under),
         }
@@ -229,12 +253,15 @@ def collect(entries: list[dict[str, Any]], host: str, since: float | None = None
             evidence.purges.append(e)
         elif event == "wait":
             evidence.waits.append(e)
+        elif event == "sitemap":
+            evidence.sitemaps.append(e)
     _measure_gaps(evidence.requests)
     if since is not None:
         evidence.requests = [r for r in evidence.requests if r.t >= since]
         evidence.decisions = [d for d in evidence.decisions if d.get("t", 0.0) >= since]
         evidence.purges = [p for p in evidence.purges if p.get("t", 0.0) >= since]
         evidence.waits = [w for w in evidence.waits if w.get("t", 0.0) >= since]
+        evidence.sitemaps = [m for m in evidence.sitemaps if m.get("t", 0.0) >= since]
     return evidence
 
 
@@ -289,7 +316,11 @@ def by_host(entries: list[dict[str, Any]], since: float | None = None) -> dict[s
         if e.get("host"):
             grouped.setdefault(e["host"], []).append(e)
     out = {h: collect(grouped[h], h, since) for h in sorted(grouped)}
-    return {h: ev for h, ev in out.items() if ev.requests or ev.decisions or ev.purges or ev.waits}
+    return {
+        h: ev
+        for h, ev in out.items()
+        if ev.requests or ev.decisions or ev.purges or ev.waits or ev.sitemaps
+    }
 
 
 def parse_since(text: str) -> float:

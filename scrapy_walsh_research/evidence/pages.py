@@ -5,7 +5,7 @@ page a site owner can open (``scrapy walsh-report``).
 :mod:`~scrapy_walsh_research.evidence.host_evidence` gathers for HOST and its
 subdomains: the facts, a chart of the gaps against the interval that applied,
 and the tables of requests, targets not fetched, robots.txt, blocklist versions,
-waits for a document a failure left unknown, stated preferences and purges.
+waits for a document a failure left unknown, sitemaps, stated preferences and purges.
 A site owner sees the bot slow down when their server struggled. Without
 ``--host``: a summary of every host linking to one page per host.
 
@@ -197,6 +197,37 @@ def _wait_row(wait: dict[str, Any]) -> str:
     )
 
 
+SITEMAP_STATES = {
+    "trusted": "claim checked: the target answered 304 or the same validators",
+    "contradicted": "claim contradicted: new validators; sitemap not used for a while",
+    "stale": "every claim of change answered 304: not fetched for a while",
+    "ignored": "not used: not fetched or not read whole",
+}
+
+
+def _sitemaps(ev: HostEvidence) -> str:
+    """The host's sitemaps section (empty when the bot used none)."""
+    if not ev.sitemaps and not ev.sitemap_skips():
+        return ""
+    facts = ev.sitemap_facts()
+    rows = [
+        f'<tr class="sitemap"><td class="mono">{esc(str(m.get("ts")))}</td>'
+        f'<td class="mono">{esc(str(m.get("url")))}</td>'
+        f"<td>{esc(SITEMAP_STATES.get(str(m.get('state')), str(m.get('state'))))}</td>"
+        f"<td>{esc(str(m.get('why') or m.get('sitemaps') or ''))}</td></tr>"
+        for m in ev.sitemaps
+    ]
+    return (
+        "<h2>Sitemaps</h2><p>On a re-run, a target the host's sitemap says has not changed "
+        "since the bot's last answer from it is not requested, once the sitemap has been "
+        "checked in that run: one such target is sent as a conditional GET first.</p>"
+        '<dl class="facts" id="sitemap-facts">'
+        + "".join(f"<dt>{esc(k.replace('_', ' '))}</dt><dd>{n}</dd>" for k, n in facts.items())
+        + "</dl>"
+        + _table(["time (UTC)", "URL", "what happened", "detail"], rows, "no verdict", "sitemaps")
+    )
+
+
 def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
     """One host's page. Long because it writes the page's sections in the
     order they appear (requests, targets not fetched, documents, preferences,
@@ -289,6 +320,7 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
             if waits
             else ""
         )
+        + _sitemaps(ev)
         + "<h2>Stated usage preferences</h2>"
         + (
             f'<p>Purposes the bot declared: <span id="purposes">{esc(", ".join(purposes))}</span>. '

@@ -23,6 +23,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_walsh_research._runtime.meta import PARKED_META, REQUEUED_META
 from scrapy_walsh_research.core.urls import url_host
+from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.scheduling._engine import wake_engine
 from scrapy_walsh_research.scheduling.pacer import Pacer
 
@@ -63,10 +64,21 @@ class FrontierScheduler:
         #: requests kept aside until a time (their document's next try):
         #: (time.monotonic(), seq, request)
         self._parked: list[tuple[float, int, Request]] = []
+        register(crawler, FrontierScheduler, self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         return cls(crawler)
+
+    @classmethod
+    def of(cls, crawler: Crawler) -> FrontierScheduler | None:
+        """The crawler's frontier, once built (the sitemaps gate asks it
+        how many of a host's targets wait)."""
+        return registered(crawler, FrontierScheduler)
+
+    def queued(self, host: str) -> list[Request]:
+        """The requests in *host*'s queue now (not those kept aside)."""
+        return list(self._queues.get(host, ()))
 
     def open(self, spider: Spider) -> Any:
         return self.df.open()

@@ -68,6 +68,7 @@ from scrapy_walsh_research.settings.options import (
     list_setting,
     name_in_use,
     policy_retry_delay,
+    sitemap_problems,
 )
 from scrapy_walsh_research.settings.signing import request_signer
 
@@ -86,7 +87,7 @@ def problems(settings: BaseSettings) -> list[str]:
     mws = enabled_downloader_middlewares(settings)
     order = {name_of(cls): prio for cls, prio in mws.items()}
     found = _component_problems(settings, order)
-    found.extend(_order_problems(order))
+    found.extend(_order_problems(order) + sitemap_problems(settings, order))
     if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
         found.append(
             f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "

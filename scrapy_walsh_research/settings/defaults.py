@@ -125,6 +125,22 @@ WALSH_RUN_INTERVAL = 86400.0
 WALSH_LLMS_PROBE = True
 WALSH_ONLY_NEW = False
 
+# -- R7 with sitemaps (gates.sitemaps, docs/sitemaps.rst) ---------------------------
+
+#: read the sitemaps robots.txt declares and skip what they say has not changed;
+#: False: every due target is revalidated (a conditional GET), as before 0.4
+WALSH_SITEMAPS = True
+#: a host's sitemaps are fetched only when at least this many of its due
+#: targets have a past answer to compare with (fewer cannot repay the fetch)
+WALSH_SITEMAP_MIN_TARGETS = 10
+#: a sitemap read by any worker or run this recently is not fetched again
+WALSH_SITEMAP_TTL = 3600.0
+#: a sitemap a checked target contradicted is not used for this long (7 days)
+WALSH_SITEMAP_DISTRUST = 7 * 86400.0
+#: a sitemap whose every claim of change was answered by a 304 (a lastmod that
+#: is always "now") is not fetched for this long (7 days)
+WALSH_SITEMAP_STALE = 7 * 86400.0
+
 # -- bounds on the in-memory caches (options.cache_size) ----------------------------------
 
 #: parsed robots.txt policies kept in memory (origins)

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research._moved import MOVED
-from scrapy_walsh_research.components import loaded, name_of
+from scrapy_walsh_research.components import PREFERENCES_MW, SITEMAPS_MW, loaded, name_of
 from scrapy_walsh_research.core.preferences.model import FORBIDDEN_PURPOSES, PURPOSES, TDM
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
@@ -220,3 +220,42 @@ def deprecated_names(settings: BaseSettings) -> list[str]:
                     "goes in 0.4.0)."
                 )
     return list(dict.fromkeys(found))  # DOWNLOAD_HANDLERS names one path twice
+
+
+#: a sitemap and its probe are two requests: fewer due targets cannot repay them
+MIN_SITEMAP_TARGETS = 3
+
+
+def sitemap_problems(settings: BaseSettings, order: dict[str, int]) -> list[str]:
+    """What is wrong with the ``WALSH_SITEMAP*`` settings and the sitemaps
+    gate's place (*order*: the enabled downloader middlewares by path): a
+    gate before the policy gates would skip a target they refuse."""
+    found: list[str] = []
+    try:
+        least = int(settings.get("WALSH_SITEMAP_MIN_TARGETS", defaults.WALSH_SITEMAP_MIN_TARGETS))
+    except (TypeError, ValueError):
+        least = 0
+    if least < MIN_SITEMAP_TARGETS:
+        found.append(
+            f"WALSH_SITEMAP_MIN_TARGETS={settings.get('WALSH_SITEMAP_MIN_TARGETS')!r}: a host's "
+            "sitemap and the target that checks it are two requests; fewer due targets cannot "
+            f"repay them. Set it to an integer of {MIN_SITEMAP_TARGETS} or more (default "
+            f"{defaults.WALSH_SITEMAP_MIN_TARGETS})."
+        )
+    for name in ("WALSH_SITEMAP_TTL", "WALSH_SITEMAP_DISTRUST", "WALSH_SITEMAP_STALE"):
+        try:
+            value = float(settings.get(name, getattr(defaults, name)))
+        except (TypeError, ValueError):
+            value = -1.0
+        if value < 0:
+            found.append(f"{name}={settings.get(name)!r}: a number of seconds, 0 or more "
+                         f"(default {getattr(defaults, name):g}).")  # fmt: skip
+    mine, before = order.get(SITEMAPS_MW), order.get(PREFERENCES_MW)
+    if mine is not None and before is not None and mine <= before:
+        found.append(
+            f"DOWNLOADER_MIDDLEWARES orders the sitemaps gate ({mine}) at or before the "
+            f"preferences gate ({before}): a target is skipped only once the blocklist, "
+            "robots.txt and the usage preferences have let it through. Give the sitemaps "
+            "gate the higher number."
+        )
+    return found

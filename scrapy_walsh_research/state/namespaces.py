@@ -19,5 +19,18 @@ CADENCE_CLAIMS = "cadence_claims"
 VALIDATORS = "validators"
 #: when each feed entry and markdown link was first seen, per target (the targets spider)
 SEEN = "seen"
-#: what is stored per target URL (keys start with the target's URL): what a purge deletes
-PER_TARGET = (VALIDATORS, SEEN, CADENCE)
+#: when each target last answered 2xx or 304 (gates.sitemaps): what a
+#: sitemap's <lastmod> is compared with
+ANSWERED = "target_answered"
+#: per origin and sitemap (``<origin>\t<sitemap URL>``): its validators and
+#: lastmod table (gates.sitemap_documents)
+SITEMAP_DOCUMENTS = "sitemap_documents"
+#: per origin: until when its sitemaps are not used, and why (gates.sitemaps)
+SITEMAP_TRUST = "sitemap_trust"
+#: per origin: how many of its targets answered in its last run (gates.sitemaps)
+SITEMAP_HISTORY = "sitemap_history"
+#: what is stored per target URL, or per origin (keys start with the target's
+#: URL or its origin): what a purge deletes
+PER_TARGET = (
+    VALIDATORS, SEEN, CADENCE, ANSWERED, SITEMAP_DOCUMENTS, SITEMAP_TRUST, SITEMAP_HISTORY
+)

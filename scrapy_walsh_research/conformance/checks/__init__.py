@@ -47,7 +47,7 @@ JUDGES: tuple[Judge, ...] = (
     retry,  # R5, and R4 for a dropped connection
     adaptive,  # ADP
     scope,  # R6, REC
-    revisits,  # R7, R7b, R8
+    revisits,  # R7, R7b, R7s, R8
     structured,  # R9
     preferences,  # PREF
     http_cache,  # R6 (start-up refusal)

@@ -9,12 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research.conformance.scenario import OPERATOR
+from scrapy_walsh_research.conformance.scenario import OPERATOR, SITEMAP_PATH
 from scrapy_walsh_research.evidence.verdicts import Check
 from scrapy_walsh_research.gates.preferences import TDMREP_PATH
 
 #: the bundle's own per-origin documents, fetched before a host's targets
-OWN_PATHS = ("/robots.txt", TDMREP_PATH)
+#: (and the sitemap a robots.txt declares, on a re-run)
+OWN_PATHS = ("/robots.txt", TDMREP_PATH, SITEMAP_PATH)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -35,7 +36,7 @@ class Observed:
     scenario: Scenario
     #: the first crawl
     first: CrawlOutcome
-    #: a restart with the blocklist down (the run interval off)
+    #: a restart with the blocklist down (the run interval off; the sitemap host again)
     down: CrawlOutcome
     #: a restart with a schema-invalid blocklist (the project's run interval)
     invalid: CrawlOutcome

@@ -1,9 +1,12 @@
-"""R7, R8: conditional requests with stored validators, canonical dedup, and
-no request to a host inside its run interval."""
+"""R7, R8: conditional requests with stored validators, canonical dedup, a
+re-run that skips what a checked sitemap says is unchanged, and no request to
+a host inside its run interval."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from scrapy_walsh_research.conformance.scenario import SITEMAP_HOST, SITEMAP_PAGES, SITEMAP_PATH
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.conformance.checks.base import Judgement, Observed
@@ -31,6 +34,24 @@ def revisits(j: Judgement, seen: Observed) -> None:
             and o(r1, "named.test", "/page#again") == "duplicate/-",
             f"named.test/page requested {n(r1, 'named.test', '/page')}x",
         ),
+    )
+
+    def sitemap_used() -> tuple[bool, str]:
+        sitemaps = (n(r1, SITEMAP_HOST, SITEMAP_PATH), n(r2, SITEMAP_HOST, SITEMAP_PATH))
+        pages = [n(r2, SITEMAP_HOST, p) for p in SITEMAP_PAGES]
+        records = [o(r2, SITEMAP_HOST, p) for p in SITEMAP_PAGES]
+        return (
+            sitemaps == (0, 1) and sum(pages) == 1
+            and records == ["not_modified/-"] + ["not_modified/R7"] * (len(pages) - 1),
+            f"sitemap fetched {sitemaps[0]}x in the first run, {sitemaps[1]}x in the re-run; "
+            f"pages requested {pages}; records {records}",
+        )  # fmt: skip
+
+    j.check(
+        "R7s",
+        "SHOULD",
+        "re-run: a sitemap checked by one conditional GET spares what it calls unchanged",
+        sitemap_used,
     )
     j.check(
         "R8",

@@ -1,0 +1,243 @@
+"""The sitemaps an origin's robots.txt declares, as the sitemaps gate needs
+them: fetched through every gate, conditionally, once per fleet per
+freshness period, and read off the reactor's critical path.
+
+A document is fetched with the bundle's mark (``_runtime/marks.py:
+internal_fetch``, purpose ``sitemap``) like robots.txt and tdmrep.json, so
+R3, R2 (a sitemap a robots.txt disallows is not fetched), R4 (Crawl-delay,
+the host's slot), R1, R5 and the byte cap apply; a sitemap on another host
+is a request to that host. Its validators are kept, so the next fetch is a
+conditional GET, and what it claims is kept with them (the *lastmod table*:
+canonical target URL -> ``<lastmod>``), so a 304 reuses it, and so every
+worker of a fleet reads one fetch (the state store's single-flight lock,
+as for robots.txt).
+
+Only what is about the list is kept: entries the sitemap may speak for
+(:func:`~scrapy_walsh_research.core.sitemap_claims.sitemap_covers`) whose
+URL this bundle has fetched before (a past answer in
+:data:`~scrapy_walsh_research.state.namespaces.ANSWERED`). A URL learnt from
+a sitemap is never requested (R6).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy.utils.defer import maybe_deferred_to_future
+from twisted.internet.task import cooperate
+
+from scrapy_walsh_research._runtime.marks import SITEMAP, HostBusy, internal_fetch
+from scrapy_walsh_research.core.sitemap_claims import sitemap_covers
+from scrapy_walsh_research.core.sitemaps import (
+    MAX_SITEMAP_BYTES,
+    SitemapEntry,
+    SitemapReader,
+    SitemapStatus,
+)
+from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
+from scrapy_walsh_research.errors import WalshDenied, failure_reason
+from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.state.namespaces import ANSWERED
+from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+#: bytes handed to the reader per turn of the reactor (the reader splits
+#: them again into 64 KiB pieces, one per step)
+CHUNK = 256 * 1024
+#: targets looked up per state-store call when a table is built
+LOOKUP_BATCH = 1000
+
+
+@dataclass
+class SitemapDocument:
+    """One sitemap as read for one origin."""
+
+    url: str
+    #: canonical target URL -> (``<lastmod>`` as an ISO datetime, the end of
+    #: what it can mean, seconds since the epoch)
+    claims: dict[str, tuple[str, float]] = field(default_factory=dict)
+    #: a sitemap index's sitemaps
+    children: list[str] = field(default_factory=list)
+    #: None when read whole; else why it is ignored (one line)
+    error: str | None = None
+    #: how it was had: "fetched", "not_modified" (304), "adopted" (another
+    #: worker's or run's), or "failed"
+    how: str = "fetched"
+
+
+class SitemapDocuments:
+    """Fetches and reads sitemaps for one crawler (see the module)."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.store = state_for(crawler)
+        self.audit = AuditTrail.for_crawler(crawler)
+        self.ttl = settings.getfloat("WALSH_SITEMAP_TTL", defaults.WALSH_SITEMAP_TTL)
+        self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
+        #: a document read since this run started is fresh whatever the TTL:
+        #: one fetch per fleet per run at most
+        self.started = self.store.time()
+
+    def _fresh(self, saved: Any) -> bool:
+        if not isinstance(saved, dict) or not isinstance(saved.get("read_at"), (int, float)):
+            return False
+        read_at = float(saved["read_at"])
+        return read_at >= self.started or self.store.time() - read_at < self.ttl
+
+    async def get(self, origin: str, url: str, *, max_wait: float | None) -> SitemapDocument:
+        """The sitemap at *url* as it speaks for *origin*'s targets: stored
+        and fresh, or fetched (one worker of a fleet at a time; the others
+        adopt what it stored). :class:`HostBusy` when its host cannot be
+        reached within *max_wait* (nothing was sent)."""
+        key = f"{origin}\t{url}"  # a purge of the origin's host finds it
+        saved = await self.store.get(DOCUMENTS, key)
+        if self._fresh(saved):
+            return self._adopted(url, saved)
+        try:
+            release = await self.store.single_flight(
+                f"sitemap:{key}", ttl=self.fetch_ttl, max_wait=max_wait
+            )
+        except FlightBusy:
+            raise HostBusy(url_host(url), 1.0) from None
+        if release is None:  # another worker fetched it meanwhile
+            saved = await self.store.get(DOCUMENTS, key)
+            if self._fresh(saved):
+                return self._adopted(url, saved)
+            return await self._fetch(origin, url, key, saved, max_wait)
+        try:
+            return await self._fetch(origin, url, key, saved, max_wait)
+        finally:
+            await release()
+
+    def _adopted(self, url: str, saved: Any) -> SitemapDocument:
+        self.stats.inc_value("walsh/sitemaps/adopted")
+        return _document(url, saved, "adopted")
+
+    async def _fetch(
+        self, origin: str, url: str, key: str, saved: Any, max_wait: float | None
+    ) -> SitemapDocument:
+        headers: dict[str, str] = {}
+        if isinstance(saved, dict) and saved.get("error") is None:
+            if saved.get("etag"):
+                headers["If-None-Match"] = str(saved["etag"])
+            if saved.get("last_modified"):
+                headers["If-Modified-Since"] = str(saved["last_modified"])
+        try:
+            response = await internal_fetch(
+                self.crawler, url, SITEMAP, maxsize=MAX_SITEMAP_BYTES,
+                max_wait=max_wait, headers=headers or None,
+            )  # fmt: skip
+        except HostBusy:
+            raise
+        except WalshDenied as exc:
+            return await self._failed(url, f"not fetched: {exc.rule}: {exc.reason}", "denied")
+        except Exception as exc:
+            return await self._failed(url, f"not fetched: {failure_reason(exc)}", "failed")
+        now = self.store.time()
+        if response.status == 304 and headers and isinstance(saved, dict):
+            self.stats.inc_value("walsh/sitemaps/not_modified")
+            kept = {**saved, "read_at": now}
+            await self.store.put(DOCUMENTS, key, kept)
+            return _document(url, kept, "not_modified")
+        if not 200 <= response.status < 300:
+            return await self._failed(url, f"answered {response.status}", "failed")
+        self.stats.inc_value("walsh/sitemaps/fetched")
+        entries, status = await read_cooperatively(response.body)
+        if not status.complete:
+            # kept without its validators: the next fetch is a full one
+            await self.store.put(DOCUMENTS, key, {"read_at": now, "error": status.describe()})
+            return await self._failed(url, status.describe(), "malformed")
+        logger.info("Sitemap %(url)s: %(what)s", {"url": url, "what": status.describe()})
+        doc = await self._table(origin, url, entries, status)
+        etag, modified = response.headers.get(b"ETag"), response.headers.get(b"Last-Modified")
+        await self.store.put(DOCUMENTS, key, {
+            "read_at": now,
+            "etag": etag.decode("latin-1") if etag else None,
+            "last_modified": modified.decode("latin-1") if modified else None,
+            "claims": {k: list(v) for k, v in doc.claims.items()},
+            "children": doc.children,
+            "error": None,
+        })  # fmt: skip
+        return doc
+
+    async def _failed(self, url: str, why: str, stat: str) -> SitemapDocument:
+        """A sitemap that could not be read: ignored, with one log line; its
+        targets are revalidated as usual."""
+        self.stats.inc_value(f"walsh/sitemaps/{stat}")
+        await self.audit.sitemap(url, state="ignored", why=why)
+        logger.warning("Sitemap %(url)s ignored (%(why)s): its targets are revalidated as usual",
+                       {"url": url, "why": why})  # fmt: skip
+        return SitemapDocument(url, error=why, how="failed")
+
+    async def _table(
+        self, origin: str, url: str, entries: list[SitemapEntry], status: SitemapStatus
+    ) -> SitemapDocument:
+        """The lastmod table of *origin*'s targets in *entries* (a later
+        lastmod wins; listed once without one, a target has no claim)."""
+        if status.kind == "sitemapindex":
+            children = list(dict.fromkeys(e.loc for e in entries))
+            return SitemapDocument(url, children=children)
+        declared = (origin + "/robots.txt",)
+        listed: dict[str, SitemapEntry | None] = {}
+        for entry in entries:
+            if origin_of(entry.loc) != origin or not sitemap_covers(url, entry.loc, declared):
+                continue
+            key = canonical_url(entry.loc)
+            known: SitemapEntry | None = listed.get(key, entry)
+            if entry.lastmod_end is None or known is None or known.lastmod_end is None:
+                listed[key] = None
+            elif entry.lastmod_end >= known.lastmod_end:
+                listed[key] = entry
+        keys = [k for k, e in listed.items() if e is not None]
+        answered: dict[str, Any] = {}
+        for at in range(0, len(keys), LOOKUP_BATCH):
+            answered.update(await self.store.get_many(ANSWERED, keys[at : at + LOOKUP_BATCH]))
+        claims: dict[str, tuple[str, float]] = {}
+        for key in answered:
+            claim = listed[key]
+            if claim is not None and claim.lastmod is not None and claim.lastmod_end is not None:
+                claims[key] = (claim.lastmod.isoformat(), claim.lastmod_end.timestamp())
+        return SitemapDocument(url, claims=claims)
+
+
+def _document(url: str, saved: Any, how: str) -> SitemapDocument:
+    if saved.get("error") is not None:
+        return SitemapDocument(url, error=str(saved["error"]), how="failed")
+    claims = {
+        str(k): (str(v[0]), float(v[1]))
+        for k, v in (saved.get("claims") or {}).items()
+        if isinstance(v, list) and len(v) == 2
+    }
+    return SitemapDocument(url, claims, [str(c) for c in saved.get("children") or []], how=how)
+
+
+async def read_cooperatively(body: bytes) -> tuple[list[SitemapEntry], SitemapStatus]:
+    """Read *body* one piece per turn of the reactor (``cooperate``): a
+    50 MiB sitemap takes seconds of parsing, which must not stall every
+    other host. The reader keeps no tree, so memory stays bounded."""
+    reader = SitemapReader()
+    entries: list[SitemapEntry] = []
+
+    def steps() -> Iterator[None]:
+        for at in range(0, len(body), CHUNK):
+            for step in reader.steps(body[at : at + CHUNK]):
+                entries.extend(step)
+                yield None
+            if reader.stopped:
+                return
+
+    await maybe_deferred_to_future(cooperate(steps()).whenDone())
+    status = reader.close()
+    entries.extend(reader.drain())
+    return entries, status

@@ -1,0 +1,393 @@
+"""R7 with sitemaps: a due target whose sitemap says it has not changed since
+this bundle last fetched it is not requested, once the sitemap has earned
+that trust on its origin in this run.
+
+For a due target with a past answer (2xx or 304, kept per canonical URL in
+:data:`~scrapy_walsh_research.state.namespaces.ANSWERED`), on an origin
+whose robots.txt declares sitemaps (``Sitemap:`` lines, read by the R2 gate):
+
+* **cost first**: the origin's sitemaps are fetched only when at least
+  ``WALSH_SITEMAP_MIN_TARGETS`` of its targets waiting in the frontier have
+  a past answer, or answered in its last run (never on a first run), at
+  most one sitemap document per two of those targets (an index's children
+  count), each a conditional GET
+  (:mod:`~scrapy_walsh_research.gates.sitemap_documents`);
+* **trust is earned**: before any target is skipped, one the sitemap calls
+  unchanged, with stored validators, is sent as usual (a conditional GET:
+  the *probe*). A 304, or a
+  200 with the validators stored before it, earns the sitemap this run's
+  trust; a 200 with other validators contradicts it: the sitemap is dropped
+  for this run and for ``WALSH_SITEMAP_DISTRUST`` after (kept in the state
+  store, so the next run and every worker know);
+* **skipped**: a trusted claim (``lastmod_end`` no later than the target's
+  last answer) gives the target its one record, outcome ``not_modified``,
+  rule R7, with ``sitemap: {url, lastmod, answered_at}``; no request is
+  sent, and R8 stamps it as checked (the record pipeline);
+* a sitemap whose every claim of change (3 at least) was answered by a 304
+  says "changed" about everything: it is not fetched for
+  ``WALSH_SITEMAP_STALE``.
+
+A sitemap that cannot be fetched or read is ignored with one log line, and
+its targets are revalidated as usual; a target never waits on a sitemap
+longer than :data:`LOAD_LIMIT`. ``WALSH_SITEMAPS=False`` turns all of it off.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from twisted.internet.defer import Deferred
+
+from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
+from scrapy_walsh_research.components import uses_frontier
+from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.errors import deny
+from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
+from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
+from scrapy_walsh_research.scheduling.frontier import FrontierScheduler
+from scrapy_walsh_research.scheduling.pacer import Pacer
+from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.check import check_configuration
+from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state.namespaces import ANSWERED, VALIDATORS
+from scrapy_walsh_research.state.namespaces import SITEMAP_HISTORY as HISTORY
+from scrapy_walsh_research.state.namespaces import SITEMAP_TRUST as TRUST
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from typing_extensions import Self
+
+logger = logging.getLogger(__name__)
+
+#: a target waits at most this long (seconds) for its origin's sitemaps to be
+#: read or checked; then the origin's targets are revalidated as usual
+LOAD_LIMIT = 120.0
+#: how long a target claimed unchanged is kept aside while the probe is out
+#: (or while another target fetches a sitemap): the R4 floor, so a slow
+#: probe costs each waiting target at most one pass of the chain per second
+PROBE_PARK = 1.0
+#: a probe that answers nothing conclusive (a 404, a failure) is tried again
+#: on another target at most this many times in a run
+PROBE_TRIES = 3
+#: claims of change answered before "every one was a 304" means anything
+STALE_MIN_CLAIMS = 3
+#: how long a fetch may wait in place for its host when the target can go
+#: back to the frontier instead (as for robots.txt)
+SHORT_WAIT = 2.0
+
+
+@dataclass
+class OriginSitemaps:
+    """What this run knows of one origin's sitemaps."""
+
+    #: "loading", "ready" or "off"
+    state: str
+    why: str = ""
+    started: float = field(default_factory=time.monotonic)
+    pending: list[str] = field(default_factory=list)
+    budget: int = 0
+    busy: Deferred[None] | None = None
+    #: canonical target URL -> (lastmod, its end, the sitemap's URL)
+    claims: dict[str, tuple[str, float, str]] = field(default_factory=dict)
+    #: past answers of the targets waiting when it was decided (for the frontier)
+    answered: dict[str, float] = field(default_factory=dict)
+    #: "untested", "probing", "trusted" or "dropped"
+    trust: str = "untested"
+    probe: str | None = None
+    probe_validators: Any = None
+    probe_since: float = 0.0
+    probe_tries: int = 0
+    #: targets the sitemap says changed, sent; and what their answers said
+    changes: set[str] = field(default_factory=set)
+    change_304: int = 0
+    change_200: int = 0
+
+
+class SitemapsMiddleware:
+    """Downloader middleware: skip what a checked sitemap says has not changed."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.enabled = settings.getbool("WALSH_SITEMAPS", defaults.WALSH_SITEMAPS)
+        self.min_targets = settings.getint(
+            "WALSH_SITEMAP_MIN_TARGETS", defaults.WALSH_SITEMAP_MIN_TARGETS
+        )
+        self.distrust = settings.getfloat("WALSH_SITEMAP_DISTRUST", defaults.WALSH_SITEMAP_DISTRUST)
+        self.stale = settings.getfloat("WALSH_SITEMAP_STALE", defaults.WALSH_SITEMAP_STALE)
+        self.store = state_for(crawler)
+        self.marks = Marks.for_crawler(crawler)
+        self.pacer = Pacer.for_crawler(crawler)
+        self.documents = SitemapDocuments(crawler)
+        self.audit = AuditTrail.for_crawler(crawler)
+        self.requeue = uses_frontier(settings)
+        self._origins: dict[str, OriginSitemaps] = {}
+        #: targets that answered in this run, per origin (HISTORY, at the end)
+        self._answered: Counter[str] = Counter()
+        if self.enabled:
+            self.pacer.add_denial_check(self._would_skip)
+            crawler.signals.connect(self._closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Self:
+        check_configuration(crawler)
+        return cls(crawler)
+
+    # -- on the way out -------------------------------------------------------------
+
+    async def process_request(self, request: Request) -> Request | None:
+        if not self.enabled or not self.marks.is_target(request):
+            return None
+        if request.meta.get("redirect_times") or request.meta.get("retry_times"):
+            return None  # a hop or a retry: its target was not skipped
+        key = target_key(request)
+        answered = await self.store.get(ANSWERED, key)
+        if not isinstance(answered, (int, float)):
+            return None  # never answered: nothing to compare a lastmod with
+        origin = origin_of(key)
+        site = self._origins.get(origin)
+        if site is None:
+            decided = await self._decide(origin, request)
+            site = self._origins.setdefault(origin, decided)
+        if site.state == "loading":
+            waiting = await self._load(origin, site, request)
+            if waiting is not None:
+                return waiting
+        if site.state != "ready" or site.trust == "dropped" or key not in site.claims:
+            return None
+        lastmod, end, sitemap = site.claims[key]
+        if end > answered:
+            site.changes.add(key)  # a claim of change: checked by the answer
+            return None
+        if site.trust == "trusted":
+            self._skip(request, lastmod, sitemap, float(answered))
+        if site.trust == "probing":
+            if site.probe == key:
+                return None  # the probe itself, back from the frontier
+            if time.monotonic() - site.probe_since < LOAD_LIMIT:
+                return self._aside(request, PROBE_PARK)
+            self._inconclusive(origin, site, "no answer in time")
+            if site.trust == "dropped":
+                return None
+        # untested: this target is the probe, sent as usual (a conditional GET);
+        # one without stored validators could not tell "unchanged" from a 200
+        validators = await self.store.get(VALIDATORS, key)
+        if isinstance(validators, dict) and site.trust == "untested":
+            site.trust, site.probe, site.probe_since = "probing", key, time.monotonic()
+            site.probe_validators = validators
+        return None
+
+    def _aside(self, request: Request, seconds: float) -> Request:
+        return self.pacer.requeue(request, until=time.monotonic() + seconds)
+
+    def _skip(self, request: Request, lastmod: str, sitemap: str, answered: float) -> None:
+        self.stats.inc_value("walsh/sitemaps/requests_saved")
+        reason = (
+            f"not requested: {sitemap} gives <lastmod> {lastmod}, no later than this bundle's "
+            f"last answer from it ({utc_iso(answered)}); the sitemap's claims checked out on "
+            "this origin in this run"
+        )
+        record = {"sitemap": {"url": sitemap, "lastmod": lastmod, "answered_at": utc_iso(answered)}}
+        deny(self.crawler, logger, request, "R7", reason, outcome="not_modified", record=record)
+
+    def _would_skip(self, request: Request) -> bool:
+        """For the frontier, from this run's state only: a target that will
+        be skipped need not wait for its host's turn."""
+        if not self.marks.is_target(request):
+            return False
+        site = self._origins.get(origin_of(request.url))
+        if site is None or site.state != "ready" or site.trust != "trusted":
+            return False
+        key = target_key(request)
+        claim, answered = site.claims.get(key), site.answered.get(key)
+        return claim is not None and answered is not None and claim[1] <= answered
+
+    async def _decide(self, origin: str, request: Request) -> OriginSitemaps:
+        """Whether this origin's sitemaps are worth reading in this run."""
+        saved = await self.store.get(TRUST, origin)
+        if isinstance(saved, dict) and float(saved.get("until") or 0) > self.store.time():
+            self.stats.inc_value(f"walsh/sitemaps/{saved.get('why')}")
+            return OriginSitemaps("off", f"{saved.get('why')} until {utc_iso(saved['until'])}")
+        robots = RobotsTxtMiddleware.of(self.crawler)
+        policy = robots.cached_policy(request.url) if robots is not None else None
+        urls = policy.sitemap_urls(origin + "/robots.txt") if policy is not None else ()
+        if not urls:
+            return OriginSitemaps("off", "robots.txt declares no sitemap")
+        frontier = FrontierScheduler.of(self.crawler)
+        if frontier is None or not self.requeue:
+            return OriginSitemaps("off", "needs the frontier scheduler")
+        keys = {target_key(request)}
+        for queued in frontier.queued(url_host(request.url)):
+            if origin_of(queued.url) == origin and self.marks.is_target(queued):
+                keys.add(target_key(queued))
+        answered = await self.store.get_many(ANSWERED, sorted(keys))
+        # A worker reading a shared feed holds about one line per host: what
+        # its frontier holds undercounts; the origin's last run says more
+        last_run = await self.store.get(HISTORY, origin)
+        before = int(last_run.get("targets") or 0) if isinstance(last_run, dict) else 0
+        due = max(len(answered), before)
+        if due < self.min_targets:
+            self.stats.inc_value("walsh/sitemaps/too_few_targets")
+            why = f"{due} due targets with a past answer, fewer than WALSH_SITEMAP_MIN_TARGETS"
+            return OriginSitemaps("off", why)
+        site = OriginSitemaps("loading", pending=list(urls), budget=max(1, due // 2))
+        site.answered = {k: float(v) for k, v in answered.items()}
+        return site
+
+    async def _load(self, origin: str, site: OriginSitemaps, request: Request) -> Request | None:
+        """Fetch the origin's next sitemap document, in this target's chain
+        while its host is ready; else the target goes back to the frontier
+        (it is not held waiting). None once every document is read."""
+        while site.pending and site.state == "loading":
+            if time.monotonic() - site.started > LOAD_LIMIT:
+                self._off(site, f"not read within {LOAD_LIMIT:g} s")
+                break
+            if site.busy is not None:
+                return self._aside(request, PROBE_PARK)
+            url = site.pending[0]
+            host = url_host(url)
+            ready = self.pacer.ready_at(host)
+            if ready > time.monotonic():
+                if host == url_host(request.url):
+                    return self.pacer.requeue(request)  # back when its host is ready
+                return self.pacer.requeue(request, until=ready)
+            site.busy = Deferred()
+            try:
+                doc = await self.documents.get(origin, url, max_wait=SHORT_WAIT)
+            except HostBusy as exc:
+                self.pacer.defer(host, exc.ready_in)
+                return self.pacer.requeue(request)
+            finally:
+                busy, site.busy = site.busy, None
+                busy.callback(None)
+            site.pending.pop(0)
+            if doc.error is None:
+                site.budget -= doc.how != "adopted"
+                room = max(0, site.budget - len(site.pending))
+                site.pending += [c for c in doc.children if c != url][:room]
+                for key, (lastmod, end) in doc.claims.items():
+                    known = site.claims.get(key)
+                    if known is None or end > known[1]:
+                        site.claims[key] = (lastmod, end, url)
+        if site.state == "loading":
+            site.state = "ready" if site.claims else "off"
+            site.why = f"{len(site.claims)} targets claimed"
+            logger.info("Sitemaps of %(origin)s: %(why)s", {"origin": origin, "why": site.why})
+        return None
+
+    def _off(self, site: OriginSitemaps, why: str) -> None:
+        site.state, site.why = "off", why
+        logger.warning("Sitemaps not used: %(why)s; targets revalidated as usual", {"why": why})
+
+    # -- on the way back ------------------------------------------------------------
+
+    async def process_response(self, request: Request, response: Response) -> Response:
+        if not self.enabled or not self.marks.is_target(request):
+            return response
+        key = target_key(request)
+        status = response.status
+        origin = origin_of(key)
+        if 200 <= status < 300 or status == 304:
+            await self.store.put(ANSWERED, key, self.store.time())
+            self._answered[origin] += 1
+        site = self._origins.get(origin)
+        if site is None:
+            return response
+        if site.trust == "probing" and site.probe == key:
+            await self._probed(origin, site, response)
+        elif key in site.changes and (200 <= status < 300 or status == 304):
+            site.changes.discard(key)
+            self.stats.inc_value("walsh/sitemaps/claims_checked")
+            if status == 304:
+                site.change_304 += 1
+            else:
+                site.change_200 += 1
+        return response
+
+    async def process_exception(self, request: Request, exception: Exception) -> None:
+        if self.enabled and self.marks.is_target(request):
+            key = target_key(request)
+            site = self._origins.get(origin_of(key))
+            if site is not None and site.trust == "probing" and site.probe == key:
+                self._inconclusive(origin_of(key), site, f"{type(exception).__name__}")
+
+    async def _probed(self, origin: str, site: OriginSitemaps, response: Response) -> None:
+        """The probe's answer: the sitemap's claim that it is unchanged, checked."""
+        status = response.status
+        if not (200 <= status < 300 or status == 304):
+            self._inconclusive(origin, site, f"answered {status}")
+            return
+        self.stats.inc_value("walsh/sitemaps/claims_checked")
+        saved = site.probe_validators if isinstance(site.probe_validators, dict) else {}
+        etag = response.headers.get(b"ETag")
+        modified = response.headers.get(b"Last-Modified")
+        same = status == 304 or (
+            bool(saved.get("etag")) and etag is not None
+            and etag.decode("latin-1") == saved["etag"]
+        ) or (
+            not saved.get("etag") and bool(saved.get("last_modified")) and modified is not None
+            and modified.decode("latin-1") == saved["last_modified"]
+        )  # fmt: skip
+        sitemaps = sorted({claim[2] for claim in site.claims.values()})
+        if same:
+            site.trust = "trusted"
+            await self.audit.sitemap(str(site.probe), state="trusted", sitemaps=sitemaps)
+            logger.info("Sitemaps of %(origin)s checked out on %(probe)s: trusted in this run",
+                        {"origin": origin, "probe": site.probe})  # fmt: skip
+            return
+        site.trust = "dropped"
+        self.stats.inc_value("walsh/sitemaps/contradicted")
+        until = self.store.time() + self.distrust
+        verdict = {"until": until, "why": "contradicted", "probe": site.probe}
+        await self.store.put(TRUST, origin, {**verdict, "at": self.store.time()})
+        await self.audit.sitemap(str(site.probe), state="contradicted", sitemaps=sitemaps,
+                                 why=f"answered {status} with new validators")  # fmt: skip
+        logger.warning(
+            "Sitemaps of %(origin)s contradicted: %(probe)s, claimed unchanged, answered %(s)d "
+            "with new validators; not used until %(until)s (WALSH_SITEMAP_DISTRUST), its "
+            "targets revalidated as usual",
+            {"origin": origin, "probe": site.probe, "s": status, "until": utc_iso(until)},
+        )
+
+    def _inconclusive(self, origin: str, site: OriginSitemaps, why: str) -> None:
+        site.probe_tries += 1
+        site.trust, site.probe = "untested", None
+        if site.probe_tries >= PROBE_TRIES:
+            site.trust = "dropped"
+            logger.warning(
+                "Sitemaps of %(origin)s not checked (%(why)s, %(n)d tries): not used in this run",
+                {"origin": origin, "why": why, "n": PROBE_TRIES},
+            )
+
+    async def _closed(self, spider: Any) -> None:
+        """How many targets of each origin answered (the next run's count of
+        its due targets: a fleet's workers keep the largest share, never
+        more than one run's); and a sitemap whose every claim of change was
+        answered by a 304 is not fetched again for WALSH_SITEMAP_STALE."""
+        for origin, n in self._answered.items():
+            saved = await self.store.get(HISTORY, origin)
+            if isinstance(saved, dict) and float(saved.get("at") or 0) >= self.documents.started:
+                n = max(n, int(saved.get("targets") or 0))  # another worker of this run
+            await self.store.put(HISTORY, origin, {"targets": n, "at": self.store.time()})
+        for origin, site in self._origins.items():
+            if site.change_304 >= STALE_MIN_CLAIMS and not site.change_200:
+                self.stats.inc_value("walsh/sitemaps/stale")
+                until = self.store.time() + self.stale
+                verdict = {"until": until, "why": "stale", "at": self.store.time()}
+                await self.store.put(TRUST, origin, verdict)
+                why = f"{site.change_304} claims of change, each answered 304"
+                await self.audit.sitemap(origin + "/", state="stale", why=why)
+                logger.warning(
+                    "Sitemaps of %(origin)s claimed %(n)d changes and every one answered 304: "
+                    "not fetched until %(until)s (WALSH_SITEMAP_STALE)",
+                    {"origin": origin, "n": site.change_304, "until": utc_iso(until)},
+                )

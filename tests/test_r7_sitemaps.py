@@ -1,0 +1,265 @@
+"""R7 with sitemaps: a re-run does not request what a sitemap, checked on its
+host in that run, says has not changed; the sitemap itself costs little,
+passes every gate, and loses its trust when a target contradicts it.
+
+Real crawls, several runs of one list on one state, against the loopback
+origin; what the origin saw is counted. Hosts of one scenario crawl side
+by side (each is paced on its own), so three runs cost seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet import defer
+
+from scrapy_walsh_research.core.timestamps import utc_iso
+from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.redis.target_queue import enqueue
+from tests.support.crawling import (
+    BLOCKLIST_HOST,
+    BLOCKLIST_PATH,
+    base_settings,
+    blocklist_doc,
+    crawl,
+    gaps,
+    json_reply,
+    write_list,
+)
+from tests.support.fleet import crawl_feed, redis_settings
+
+#: before any run: what the sitemaps claim for pages that do not change
+OLD = "2020-01-01T00:00:00+00:00"
+SETTINGS = {"WALSH_SITEMAP_MIN_TARGETS": 3, "WALSH_SITEMAP_TTL": 0}
+
+
+@dataclass
+class Site:
+    """A host whose pages carry ETags, and whose robots.txt declares a sitemap
+    that claims a ``<lastmod>`` for each page."""
+
+    server: Any
+    host: str
+    pages: int
+    robots_extra: str = ""
+    sitemap_path: str = "/sitemap.xml"
+    sitemap_host: str | None = None
+    versions: dict[str, int] = field(default_factory=dict)
+    lastmods: dict[str, str] = field(default_factory=dict)
+    broken: bool = False
+    #: every <lastmod> is the moment the sitemap is served
+    always_now: bool = False
+
+    def __post_init__(self) -> None:
+        sitemap_url = self.server.url(self.sitemap_host or self.host, self.sitemap_path)
+        robots = f"User-agent: *\nAllow: /\n{self.robots_extra}Sitemap: {sitemap_url}\n"
+        self.server.origin.route(self.host, "/robots.txt", Reply(200, robots))
+        for path in self.paths:
+            self.versions[path] = 1
+            self.lastmods[path] = OLD
+            self.server.origin.route(self.host, path, self._page(path))
+        self.server.origin.route(self.sitemap_host or self.host, self.sitemap_path, self._sitemap)
+
+    @property
+    def paths(self) -> list[str]:
+        return [f"/p{i}" for i in range(self.pages)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [self.server.url(self.host, p) for p in self.paths]
+
+    def _page(self, path: str) -> Any:
+        def answer(hit: Any) -> Reply:
+            etag = f'"v{self.versions[path]}"'
+            if hit.headers.get("if-none-match") == etag:
+                return Reply(304, "")
+            return Reply(200, f"page {path} {etag}", {"ETag": etag, "Content-Type": "text/plain"})
+
+        return answer
+
+    def _sitemap(self, hit: Any) -> Reply:
+        entries = "".join(
+            f"<url><loc>{self.server.url(self.host, p)}</loc>"
+            f"<lastmod>{utc_iso() if self.always_now else self.lastmods[p]}</lastmod></url>"
+            for p in self.paths
+        )
+        body = f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
+        if self.broken:  # every entry whole but the last: the document is cut short
+            return Reply(200, body[:-30], {"Content-Type": "application/xml"})
+        etag = '"' + hashlib.sha256(body.encode()).hexdigest()[:16] + '"'
+        if hit.headers.get("if-none-match") == etag:
+            return Reply(304, "")
+        return Reply(200, body, {"ETag": etag, "Content-Type": "application/xml"})
+
+    def change(self, path: str, *, claimed: bool = True) -> None:
+        """The page changes; with *claimed*, its sitemap says so (lastmod now)."""
+        self.versions[path] += 1
+        if claimed:
+            self.lastmods[path] = utc_iso()
+
+    def hits(self, path: str | None = None) -> list[Any]:
+        return self.server.origin.hits_for(self.host, path)
+
+    def sitemap_hits(self) -> list[Any]:
+        return self.server.origin.hits_for(self.sitemap_host or self.host, self.sitemap_path)
+
+    def page_hits(self, since: int = 0) -> list[Any]:
+        return [h for h in self.server.origin.hits[since:]
+                if h.host == self.host and h.path in self.paths]  # fmt: skip
+
+
+def outcomes(result: Any, site: Site) -> dict[str, str]:
+    return {
+        i["url"].rsplit("/", 1)[1]: i["outcome"] for i in result.items if i["url"] in site.urls
+    }
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_rerun_skips_what_a_checked_sitemap_says_is_unchanged(server, tmp_path):
+    state = tmp_path / "s"
+    site = Site(server, "sm.test", 5)
+    few = Site(server, "few.test", 2)  # fewer due targets than WALSH_SITEMAP_MIN_TARGETS
+    urls = site.urls + few.urls
+    settings = base_settings(server, state, **SETTINGS)
+
+    first = await crawl(settings, urls, tmp_path)
+    assert not site.sitemap_hits() and not few.sitemap_hits()  # no history: no sitemap
+    assert all(i["outcome"] == "fetched" for i in first.items)
+
+    site.change("/p4")
+    mark = len(server.origin.hits)
+    second = await crawl(settings, urls, tmp_path)
+    assert len(site.sitemap_hits()) == 1
+    sent = [h.path for h in site.page_hits(mark)]
+    # one page the sitemap calls unchanged checks it (a conditional GET that
+    # answers 304), the changed one is fetched, the other three are not sent
+    assert sorted(sent) == ["/p0", "/p4"], sent
+    assert outcomes(second, site) == {
+        "p0": "not_modified", "p1": "not_modified", "p2": "not_modified",
+        "p3": "not_modified", "p4": "fetched",
+    }  # fmt: skip
+    skipped = second.by_url()[site.urls[1]]
+    assert skipped["rule"] == "R7" and skipped["status"] is None
+    assert skipped["sitemap"]["url"] == server.url("sm.test", "/sitemap.xml")
+    assert skipped["sitemap"]["lastmod"] == OLD
+    assert second.stats["walsh/sitemaps/requests_saved"] == 3
+    assert second.stats["walsh/sitemaps/claims_checked"] == 2  # the probe and the change
+    # a host with few due targets: no sitemap, every page revalidated
+    assert not few.sitemap_hits() and len(few.page_hits(mark)) == 2
+    # the evidence report, from the audit log: the sitemap request, the claim
+    # checked, and the three targets not requested
+    report = subprocess.run(
+        [sys.executable, "-m", "scrapy", "walsh-report", "-s", f"WALSH_STATE_DIR={state}",
+         "--host", "sm.test", "--json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    facts = json.loads(report.stdout)["sitemap_facts"]
+    assert facts == {"fetched": 1, "claims_checked": 1, "contradicted": 0, "requests_saved": 3}
+
+    mark = len(server.origin.hits)
+    third = await crawl(settings, urls, tmp_path)
+    first_fetch, again = site.sitemap_hits()
+    assert "if-none-match" not in first_fetch.headers
+    assert again.headers.get("if-none-match")  # a conditional GET on the sitemap
+    assert third.stats["walsh/sitemaps/not_modified"] == 1
+    # the probe again, and nothing else: p4 changed before run 2, not since
+    assert [h.path for h in site.page_hits(mark)] == ["/p0"]
+    assert set(outcomes(third, site).values()) == {"not_modified"}
+    # R8 stamped every skipped target as checked: a run inside the cadence sends nothing
+    mark = len(server.origin.hits)
+    inside = await crawl({**settings, "WALSH_RUN_INTERVAL": 3600}, site.urls, tmp_path)
+    assert not site.page_hits(mark)
+    assert {i["rule"] for i in inside.items} == {"R8"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sitemap_passes_every_gate_and_a_contradiction_or_bad_sitemap_is_dropped(
+    server, tmp_path
+):
+    state = tmp_path / "s"
+    paced = Site(server, "paced.test", 3, robots_extra="Crawl-delay: 2\n")
+    hidden = Site(server, "hidden.test", 3, robots_extra="Disallow: /private/\n",
+                  sitemap_path="/private/sitemap.xml")  # fmt: skip
+    elsewhere = Site(server, "own.test", 3, sitemap_host="blocked.test")
+    liar = Site(server, "liar.test", 4)
+    bad = Site(server, "bad.test", 3)
+    now = Site(server, "now.test", 3, always_now=True)
+    sites = (paced, hidden, elsewhere, liar, bad, now)
+    urls = [u for s in sites for u in s.urls]
+    settings = base_settings(server, state, **SETTINGS)
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+
+    await crawl(settings, urls, tmp_path)
+    liar.change("/p0", claimed=False)  # the sitemap still says 2020
+    bad.broken = True
+    mark = len(server.origin.hits)
+    second = await crawl(settings, urls, tmp_path)
+
+    # R4: the sitemap waits the host's Crawl-delay like any request to it
+    assert len(paced.sitemap_hits()) == 1
+    assert min(gaps([h for h in server.origin.hits[mark:] if h.host == "paced.test"])) >= 1.95
+    # R2 and R3: a disallowed or blocked sitemap is not fetched; every page is sent
+    assert not hidden.sitemap_hits() and not elsewhere.sitemap_hits()
+    assert len(hidden.page_hits(mark)) == 3 and len(elsewhere.page_hits(mark)) == 3
+    # a malformed sitemap is ignored: every page revalidated
+    assert len(bad.sitemap_hits()) == 1 and len(bad.page_hits(mark)) == 3
+    assert second.stats["walsh/sitemaps/malformed"] == 1
+    # a contradiction: the probe answered 200 with a new ETag; every page sent
+    assert len(liar.page_hits(mark)) == 4
+    assert outcomes(second, liar)["p0"] == "fetched"
+    assert second.stats["walsh/sitemaps/contradicted"] == 1
+    assert second.stats["walsh/sitemaps/requests_saved"] == 2  # paced.test's two
+    # a lastmod always "now": every page claimed changed, each answered 304
+    assert len(now.sitemap_hits()) == 1 and len(now.page_hits(mark)) == 3
+    assert second.stats["walsh/sitemaps/stale"] == 1
+
+    mark = len(server.origin.hits)
+    third = await crawl(settings, liar.urls + now.urls, tmp_path)
+    assert len(liar.sitemap_hits()) == 1  # not fetched again: distrusted
+    assert len(liar.page_hits(mark)) == 4
+    assert len(now.sitemap_hits()) == 1  # nor the sitemap that says "changed" of everything
+    assert len(now.page_hits(mark)) == 3
+    assert third.stats["walsh/sitemaps/contradicted"] == 1  # the stored verdict, counted
+    db = sqlite3.connect(state / "audit.sqlite3")
+    audit = [json.loads(entry) for (entry,) in db.execute("SELECT entry FROM audit")]
+    db.close()
+    verdicts = {(e["host"], e["state"]) for e in audit if e["event"] == "sitemap"}
+    assert {("liar.test", "contradicted"), ("bad.test", "ignored"), ("now.test", "stale")} <= verdicts
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fleet_fetches_a_sitemap_once(server, redis_server, tmp_path):
+    """Two workers reading one Redis feed: each holds about one line per host
+    at a time, and the last run's count of the host's answered targets says
+    the sitemap is worth reading; one worker fetches it, the other adopts it."""
+    site = Site(server, "fleet.test", 4)
+    shared = redis_settings(redis_server, **{**SETTINGS, "WALSH_SITEMAP_TTL": 600})
+
+    async def run(name: str, workers: int) -> list[Any]:
+        path = write_list(tmp_path, site.urls)
+        enqueue(redis_server.url, name, path, prefix=shared["WALSH_REDIS_PREFIX"])
+        crawls = [
+            deferred_from_coro(
+                crawl_feed(base_settings(server, tmp_path / f"{name}{i}", **shared), name)
+            )
+            for i in range(workers)
+        ]
+        return await defer.gatherResults(crawls, consumeErrors=True)
+
+    await run("first", 1)  # history for every page
+    mark = len(server.origin.hits)
+    workers = await run("again", 2)
+    assert len(site.sitemap_hits()) == 1
+    assert sum(w.stats.get("walsh/sitemaps/adopted", 0) for w in workers) == 1
+    # each worker checks the sitemap once, then skips what it calls unchanged
+    assert len(site.page_hits(mark)) <= 2
+    saved = sum(w.stats.get("walsh/sitemaps/requests_saved", 0) for w in workers)
+    assert saved >= 2 and saved + len(site.page_hits(mark)) == 4
