@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
-from twisted.internet import defer
+from twisted.internet import defer, reactor
 
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.sandbox import Reply
@@ -263,3 +263,62 @@ async def test_a_fleet_fetches_a_sitemap_once(server, redis_server, tmp_path):
     assert len(site.page_hits(mark)) <= 2
     saved = sum(w.stats.get("walsh/sitemaps/requests_saved", 0) for w in workers)
     assert saved >= 2 and saved + len(site.page_hits(mark)) == 4
+
+
+# -- what a stored sitemap, a short list and a slow answer may claim --------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_old_reading_is_asked_again_and_a_missing_sitemap_is_not(server, tmp_path):
+    """Found in review. A lastmod table read in an earlier run says nothing of
+    what changed since: within WALSH_SITEMAP_TTL a page the site announced as
+    changed was skipped on the old copy. Now an old reading is asked for
+    again (a conditional GET), while a sitemap that is missing (404) is not
+    asked for by every run within the TTL."""
+    fresh = Site(server, "ttl.test", 5)
+    gone = Site(server, "gone.test", 5)
+    server.origin.route("gone.test", "/sitemap.xml", Reply(404, "no sitemap here"))
+    settings = base_settings(server, tmp_path / "s", WALSH_SITEMAP_MIN_TARGETS=3)  # TTL 1 h
+    urls = fresh.urls + gone.urls
+    for _ in range(2):
+        await crawl(settings, urls, tmp_path)
+    assert len(fresh.sitemap_hits()) == 1
+    fresh.change("/p2")  # the page changes, and the sitemap says so
+    third = await crawl(settings, urls, tmp_path)
+    asked = fresh.sitemap_hits()
+    assert len(asked) == 2 and asked[-1].headers.get("if-none-match"), asked
+    assert outcomes(third, fresh)["p2"] == "fetched"
+    assert len(gone.sitemap_hits()) == 1  # met once, remembered for the TTL
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_short_list_costs_no_sitemap_and_a_slow_answer_is_dated_when_sent(
+    server, tmp_path
+):
+    """Found in review. A re-run listing one target of a host fetched its
+    sitemap (last run's count stood in for this run's); and a page that
+    changed while its answer was on the way was later skipped, because the
+    answer was dated when it arrived. Now only the list's own targets count
+    (a fleet's feed aside), and an answer is dated when its request left."""
+    one = Site(server, "one.test", 5)
+    slow = Site(server, "slow.test", 5)
+    page, first = slow._page("/p3"), {"yes": True}
+
+    def slow_page(hit: Any) -> Reply:
+        reply = page(hit)
+        if first.pop("yes", False):  # served as it is now, changed 1.2 s later
+            reactor.callLater(1.2, slow.change, "/p3")
+            reply.delay = 3.5
+        return reply
+
+    server.origin.route("slow.test", "/p3", slow_page)
+    settings = base_settings(server, tmp_path / "s", WALSH_SITEMAP_MIN_TARGETS=3,
+                             WALSH_SITEMAP_TTL=0)  # fmt: skip
+    await crawl(settings, one.urls + slow.urls, tmp_path)
+    mark = len(server.origin.hits)
+    second = await crawl(settings, one.urls[:1] + slow.urls, tmp_path)
+    assert not one.sitemap_hits()
+    assert [h.path for h in one.page_hits(mark)] == ["/p0"]  # its conditional GET alone
+    assert outcomes(second, one) == {"p0": "not_modified"}
+    assert len(slow.sitemap_hits()) == 1
+    assert outcomes(second, slow)["p3"] == "fetched"

@@ -30,7 +30,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.task import cooperate
 
 from scrapy_walsh_research._runtime.marks import SITEMAP, HostBusy, internal_fetch
-from scrapy_walsh_research.core.sitemap_claims import sitemap_covers
+from scrapy_walsh_research.core.sitemap_claims import SitemapClaims
 from scrapy_walsh_research.core.sitemaps import (
     MAX_SITEMAP_BYTES,
     SitemapEntry,
@@ -85,15 +85,25 @@ class SitemapDocuments:
         self.audit = AuditTrail.for_crawler(crawler)
         self.ttl = settings.getfloat("WALSH_SITEMAP_TTL", defaults.WALSH_SITEMAP_TTL)
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        #: a document read since this run started is fresh whatever the TTL:
-        #: one fetch per fleet per run at most
         self.started = self.store.time()
 
     def _fresh(self, saved: Any) -> bool:
+        """Whether a stored reading may stand without asking the site.
+
+        A lastmod table read before this run started says nothing of what
+        changed since: it is asked for again (a conditional GET, a 304 when
+        nothing changed), so a page the site announces as changed is never
+        skipped on an old copy. Read in this run (by this worker or another
+        of the fleet), it stands for ``WALSH_SITEMAP_TTL``. A failure (a
+        404, a refusal, a malformed document) claims nothing, so an old one
+        may stand: it stands for the TTL whenever it was met, and a sitemap
+        that is missing is not asked for again by every run and worker."""
         if not isinstance(saved, dict) or not isinstance(saved.get("read_at"), (int, float)):
             return False
         read_at = float(saved["read_at"])
-        return read_at >= self.started or self.store.time() - read_at < self.ttl
+        if self.store.time() - read_at >= self.ttl:
+            return False
+        return read_at >= self.started or saved.get("error") is not None
 
     async def get(self, origin: str, url: str, *, max_wait: float | None) -> SitemapDocument:
         """The sitemap at *url* as it speaks for *origin*'s targets: stored
@@ -141,9 +151,10 @@ class SitemapDocuments:
         except HostBusy:
             raise
         except WalshDenied as exc:
-            return await self._failed(url, f"not fetched: {exc.rule}: {exc.reason}", "denied")
+            why = f"not fetched: {exc.rule}: {exc.reason}"
+            return await self._failed(url, why, "denied", key)
         except Exception as exc:
-            return await self._failed(url, f"not fetched: {failure_reason(exc)}", "failed")
+            return await self._failed(url, f"not fetched: {failure_reason(exc)}", "failed", key)
         now = self.store.time()
         if response.status == 304 and headers and isinstance(saved, dict):
             self.stats.inc_value("walsh/sitemaps/not_modified")
@@ -151,13 +162,11 @@ class SitemapDocuments:
             await self.store.put(DOCUMENTS, key, kept)
             return _document(url, kept, "not_modified")
         if not 200 <= response.status < 300:
-            return await self._failed(url, f"answered {response.status}", "failed")
+            return await self._failed(url, f"answered {response.status}", "failed", key)
         self.stats.inc_value("walsh/sitemaps/fetched")
         entries, status = await read_cooperatively(response.body)
-        if not status.complete:
-            # kept without its validators: the next fetch is a full one
-            await self.store.put(DOCUMENTS, key, {"read_at": now, "error": status.describe()})
-            return await self._failed(url, status.describe(), "malformed")
+        if not status.complete:  # kept without its validators: the next fetch is a full one
+            return await self._failed(url, status.describe(), "malformed", key)
         logger.info("Sitemap %(url)s: %(what)s", {"url": url, "what": status.describe()})
         doc = await self._table(origin, url, entries, status)
         etag, modified = response.headers.get(b"ETag"), response.headers.get(b"Last-Modified")
@@ -171,9 +180,11 @@ class SitemapDocuments:
         })  # fmt: skip
         return doc
 
-    async def _failed(self, url: str, why: str, stat: str) -> SitemapDocument:
+    async def _failed(self, url: str, why: str, stat: str, key: str) -> SitemapDocument:
         """A sitemap that could not be read: ignored, with one log line; its
-        targets are revalidated as usual."""
+        targets are revalidated as usual. Kept (without validators) so that
+        it is not asked for again within the TTL (see :meth:`_fresh`)."""
+        await self.store.put(DOCUMENTS, key, {"read_at": self.store.time(), "error": why})
         self.stats.inc_value(f"walsh/sitemaps/{stat}")
         await self.audit.sitemap(url, state="ignored", why=why)
         logger.warning("Sitemap %(url)s ignored (%(why)s): its targets are revalidated as usual",
@@ -189,24 +200,17 @@ class SitemapDocuments:
             children = list(dict.fromkeys(e.loc for e in entries))
             return SitemapDocument(url, children=children)
         declared = (origin + "/robots.txt",)
-        listed: dict[str, SitemapEntry | None] = {}
-        for entry in entries:
-            if origin_of(entry.loc) != origin or not sitemap_covers(url, entry.loc, declared):
-                continue
-            key = canonical_url(entry.loc)
-            known: SitemapEntry | None = listed.get(key, entry)
-            if entry.lastmod_end is None or known is None or known.lastmod_end is None:
-                listed[key] = None
-            elif entry.lastmod_end >= known.lastmod_end:
-                listed[key] = entry
-        keys = [k for k, e in listed.items() if e is not None]
+        # the targets it could speak of: those of this origin this bundle
+        # has an answer from (a URL learnt from a sitemap is never a target)
+        keys = sorted({canonical_url(e.loc) for e in entries if origin_of(e.loc) == origin})
         answered: dict[str, Any] = {}
         for at in range(0, len(keys), LOOKUP_BATCH):
             answered.update(await self.store.get_many(ANSWERED, keys[at : at + LOOKUP_BATCH]))
+        table = SitemapClaims(answered, url, declared)
+        table.add(entries)
         claims: dict[str, tuple[str, float]] = {}
-        for key in answered:
-            claim = listed[key]
-            if claim is not None and claim.lastmod is not None and claim.lastmod_end is not None:
+        for key, claim in table.claims().items():
+            if claim.lastmod is not None and claim.lastmod_end is not None:
                 claims[key] = (claim.lastmod.isoformat(), claim.lastmod_end.timestamp())
         return SitemapDocument(url, claims=claims)
 

@@ -8,7 +8,8 @@ whose robots.txt declares sitemaps (``Sitemap:`` lines, read by the R2 gate):
 
 * **cost first**: the origin's sitemaps are fetched only when at least
   ``WALSH_SITEMAP_MIN_TARGETS`` of its targets waiting in the frontier have
-  a past answer, or answered in its last run (never on a first run), at
+  a past answer (for a worker on a fleet's shared feed, or that many
+  answered in its last run; never on a first run), at
   most one sitemap document per two of those targets (an index's children
   count), each a conditional GET
   (:mod:`~scrapy_walsh_research.gates.sitemap_documents`);
@@ -38,12 +39,14 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 from twisted.internet.defer import Deferred
 
 from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
+from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
@@ -231,10 +234,14 @@ class SitemapsMiddleware:
                 keys.add(target_key(queued))
         answered = await self.store.get_many(ANSWERED, sorted(keys))
         # A worker reading a shared feed holds about one line per host: what
-        # its frontier holds undercounts; the origin's last run says more
-        last_run = await self.store.get(HISTORY, origin)
-        before = int(last_run.get("targets") or 0) if isinstance(last_run, dict) else 0
-        due = max(len(answered), before)
+        # its frontier holds undercounts; the origin's last run says more.
+        # Read from a list, the frontier holds what this run has of it (a
+        # list of one line of the origin is one request, not a sitemap too).
+        due = len(answered)
+        if getattr(self.crawler.spider, "reads_shared_feed", False):
+            last_run = await self.store.get(HISTORY, origin)
+            before = int(last_run.get("targets") or 0) if isinstance(last_run, dict) else 0
+            due = max(due, before)
         if due < self.min_targets:
             self.stats.inc_value("walsh/sitemaps/too_few_targets")
             why = f"{due} due targets with a past answer, fewer than WALSH_SITEMAP_MIN_TARGETS"
@@ -297,7 +304,7 @@ class SitemapsMiddleware:
         status = response.status
         origin = origin_of(key)
         if 200 <= status < 300 or status == 304:
-            await self.store.put(ANSWERED, key, self.store.time())
+            await self.store.put(ANSWERED, key, self._answered_at(request, response))
             self._answered[origin] += 1
         site = self._origins.get(origin)
         if site is None:
@@ -312,6 +319,27 @@ class SitemapsMiddleware:
             else:
                 site.change_200 += 1
         return response
+
+    def _answered_at(self, request: Request, response: Response) -> float:
+        """When the copy this answer carries can be said to be from: no later
+        than the moment the request left (the page may change while the
+        answer is on its way), nor than the site's own clock (``Date``, a
+        second early for its rounding), so a lastmod the site stamps after
+        serving it is always later, however its clock is set."""
+        now = self.store.time()
+        wire = request.meta.get(WIRE_TIME_META)
+        if isinstance(wire, (int, float)):
+            at = now - max(0.0, time.monotonic() - wire)
+        else:  # no wire stamp: the answer's latency, and a second for the body
+            at = now - float(request.meta.get("download_latency") or 0.0) - 1.0
+        date = response.headers.get(b"Date")
+        if date:
+            try:
+                said = parsedate_to_datetime(date.decode("latin-1")).timestamp() - 1.0
+            except (TypeError, ValueError, OverflowError, IndexError):
+                said = at
+            at = min(at, said)
+        return at
 
     async def process_exception(self, request: Request, exception: Exception) -> None:
         if self.enabled and self.marks.is_target(request):

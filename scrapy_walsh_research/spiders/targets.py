@@ -105,6 +105,12 @@ class TargetsSpider(scrapy.Spider):
     _invalid_logged: int = 0
     _url_length_limit: int = 0
 
+    @property
+    def reads_shared_feed(self) -> bool:
+        """Whether lines come from a fleet's feed (Redis), a few at a time,
+        rather than from a list file this worker reads ahead in."""
+        return self._feed is not None
+
     def __init__(
         self, list: str | None = None, redis_key: str | None = None, **kwargs: Any
     ) -> None:
