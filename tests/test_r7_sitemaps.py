@@ -322,3 +322,24 @@ async def test_a_short_list_costs_no_sitemap_and_a_slow_answer_is_dated_when_sen
     assert outcomes(second, one) == {"p0": "not_modified"}
     assert len(slow.sitemap_hits()) == 1
     assert outcomes(second, slow)["p3"] == "fetched"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_probe_that_says_nothing_passes_the_check_to_the_next_target(server, tmp_path):
+    """A probe answered by a 404 neither earns nor loses the sitemap's trust:
+    at once, the next target the sitemap calls unchanged checks it instead
+    (the other targets do not sit out the two-minute limit)."""
+    site = Site(server, "probe.test", 5)
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, site.urls, tmp_path)
+    server.origin.route("probe.test", "/p0", Reply(404, "gone"))
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    sent = site.page_hits(mark)
+    assert [h.path for h in sent] == ["/p0", "/p1"], [h.path for h in sent]
+    assert sent[1].t - sent[0].t < 20  # not after the limit (120 s)
+    assert outcomes(second, site) == {
+        "p0": "failed", "p1": "not_modified", "p2": "not_modified",
+        "p3": "not_modified", "p4": "not_modified",
+    }  # fmt: skip
+    assert second.stats["walsh/sitemaps/requests_saved"] == 3
