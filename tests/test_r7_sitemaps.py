@@ -9,6 +9,7 @@ by side (each is paced on its own), so three runs cost seconds, not minutes.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import sqlite3
@@ -343,3 +344,42 @@ async def test_a_probe_that_says_nothing_passes_the_check_to_the_next_target(ser
         "p3": "not_modified", "p4": "not_modified",
     }  # fmt: skip
     assert second.stats["walsh/sitemaps/requests_saved"] == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sitemap_index_and_a_gzipped_sitemap_are_read(server, tmp_path):
+    """robots.txt names a sitemap index; it lists a gzipped sitemap (served
+    as ``.xml.gz``) and a plain one, each with half the pages: both are read,
+    each fetched once, and the re-run sends only the probe."""
+    site = Site(server, "idx.test", 6, sitemap_path="/sitemap_index.xml")
+
+    def urlset(paths: list[str]) -> str:
+        entries = "".join(
+            f"<url><loc>{server.url('idx.test', p)}</loc><lastmod>{site.lastmods[p]}</lastmod></url>"
+            for p in paths
+        )
+        return f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>'
+
+    index = "".join(
+        f"<sitemap><loc>{server.url('idx.test', p)}</loc></sitemap>"
+        for p in ("/sm-a.xml.gz", "/sm-b.xml")
+    )
+    server.origin.route("idx.test", "/sitemap_index.xml", Reply(
+        200, f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{index}</sitemapindex>',
+        {"Content-Type": "application/xml"},
+    ))  # fmt: skip
+    server.origin.route("idx.test", "/sm-a.xml.gz", lambda hit: Reply(
+        200, gzip.compress(urlset(site.paths[:3]).encode()), {"Content-Type": "application/gzip"}
+    ))  # fmt: skip
+    server.origin.route("idx.test", "/sm-b.xml", lambda hit: Reply(
+        200, urlset(site.paths[3:]), {"Content-Type": "application/xml"}
+    ))  # fmt: skip
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, site.urls, tmp_path)
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    fetched = [h.path for h in server.origin.hits[mark:] if h.path.startswith(("/sitemap", "/sm-"))]
+    assert sorted(fetched) == ["/sitemap_index.xml", "/sm-a.xml.gz", "/sm-b.xml"], fetched
+    assert len(site.page_hits(mark)) == 1  # the probe
+    assert sorted(outcomes(second, site).values()) == ["not_modified"] * 6
+    assert second.stats["walsh/sitemaps/requests_saved"] == 5
