@@ -153,10 +153,13 @@ class SitemapsMiddleware:
         if request.meta.get("redirect_times") or request.meta.get("retry_times"):
             return None  # a hop or a retry: its target was not skipped
         key = target_key(request)
+        origin = origin_of(key)
+        site = self._origins.get(origin)
+        if site is not None and site.state == "off":
+            return None  # decided for this run: no state read on the hot path
         answered = await self.store.get(ANSWERED, key)
         if not isinstance(answered, (int, float)):
             return None  # never answered: nothing to compare a lastmod with
-        origin = origin_of(key)
         site = self._origins.get(origin)
         if site is None:
             decided = await self._decide(origin, request)
