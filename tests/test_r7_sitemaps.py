@@ -22,6 +22,7 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer, reactor
 
+from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.target_queue import enqueue
@@ -383,3 +384,117 @@ async def test_a_sitemap_index_and_a_gzipped_sitemap_are_read(server, tmp_path):
     assert len(site.page_hits(mark)) == 1  # the probe
     assert sorted(outcomes(second, site).values()) == ["not_modified"] * 6
     assert second.stats["walsh/sitemaps/requests_saved"] == 5
+
+
+# -- what a sitemap costs the site, and what the crawl waits for ------------------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sitemap_request_is_sent_as_the_bot_and_its_503_holds_the_host(
+    server, tmp_path
+):
+    """R1 and R5 on the sitemap itself: it goes out with the exact
+    User-Agent, and a 503 with ``Retry-After: 4`` holds its host like any
+    answer does (the next request to it waits 4 s, not the 1 s floor). A
+    sitemap that could not be read claims nothing: every page is sent."""
+    site = Site(server, "busy.test", 4)
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, site.urls, tmp_path)
+    server.origin.route("busy.test", "/sitemap.xml", Reply(503, "busy", {"Retry-After": "4"}))
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    (asked,) = site.sitemap_hits()
+    assert asked.user_agent == USER_AGENT
+    after = [h for h in server.origin.hits[mark:] if h.host == "busy.test" and h.t > asked.t]
+    assert after and after[0].t - asked.t >= 3.95, [h.t - asked.t for h in after]
+    assert sorted(h.path for h in site.page_hits(mark)) == site.paths
+    assert set(outcomes(second, site).values()) == {"not_modified"}  # each its own 304
+    assert "walsh/sitemaps/requests_saved" not in second.stats
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_probe_that_fails_passes_the_check_to_the_next_target(server, tmp_path):
+    """A probe whose connection drops (retried, then given up) neither earns
+    nor loses the sitemap's trust: the next target the sitemap calls
+    unchanged checks it at once, not after the two-minute limit."""
+    site = Site(server, "drop.test", 5)
+    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_RETRY_TIMES=1)
+    await crawl(settings, site.urls, tmp_path)
+    server.origin.route("drop.test", "/p0", Reply(drop=True))
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    sent = site.page_hits(mark)
+    assert [h.path for h in sent][:2] == ["/p0", "/p0"], [h.path for h in sent]
+    assert len(sent) == 3 and sent[2].path != "/p0", [h.path for h in sent]
+    assert sent[2].t - sent[1].t < 20  # not after the limit (120 s)
+    assert outcomes(second, site) == {
+        "p0": "failed", "p1": "not_modified", "p2": "not_modified",
+        "p3": "not_modified", "p4": "not_modified",
+    }  # fmt: skip
+    assert second.stats["walsh/sitemaps/requests_saved"] == 3
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sitemap_index_costs_at_most_one_document_per_two_due_targets(
+    server, tmp_path
+):
+    """An index naming eight sitemaps, on an origin with six due targets:
+    three documents are fetched (the index and two of its sitemaps), not
+    nine, so a sitemap never costs more requests than it can save."""
+    site = Site(server, "big.test", 6, sitemap_path="/sitemap_index.xml")
+    children = [f"/sm-{i}.xml" for i in range(8)]
+    index = "".join(f"<sitemap><loc>{server.url('big.test', c)}</loc></sitemap>" for c in children)
+    server.origin.route("big.test", "/sitemap_index.xml", Reply(
+        200, f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{index}</sitemapindex>',
+        {"Content-Type": "application/xml"},
+    ))  # fmt: skip
+    for i, child in enumerate(children):  # sm-0 holds p0..p2, sm-1 holds p3..p5
+        paths = site.paths[3 * i : 3 * i + 3]
+        entries = "".join(
+            f"<url><loc>{server.url('big.test', p)}</loc><lastmod>{OLD}</lastmod></url>"
+            for p in paths
+        )
+        server.origin.route("big.test", child, Reply(
+            200, f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>',
+            {"Content-Type": "application/xml"},
+        ))  # fmt: skip
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, site.urls, tmp_path)
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    fetched = [h.path for h in server.origin.hits[mark:] if h.path.startswith(("/sitemap", "/sm-"))]
+    assert sorted(fetched) == ["/sitemap_index.xml", "/sm-0.xml", "/sm-1.xml"], fetched
+    assert len(site.page_hits(mark)) == 1  # the probe
+    assert second.stats["walsh/sitemaps/requests_saved"] == 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_sitemap_that_does_not_answer_in_time_is_not_waited_for(
+    server, tmp_path, monkeypatch
+):
+    """A sitemap on another host that hangs: its origin's targets wait for
+    it at most LOAD_LIMIT (120 s; 3 s here), then are revalidated as usual,
+    and what the sitemap says when it finally answers skips nothing in that
+    run. (A sitemap on the targets' own host holds them anyway: one request
+    at a time to a host, R4.)"""
+    monkeypatch.setattr("scrapy_walsh_research.gates.sitemaps.LOAD_LIMIT", 3.0)
+    site = Site(server, "slowmap.test", 4, sitemap_host="maps.test")
+    server.origin.route("maps.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, site.urls, tmp_path)
+    served = site._sitemap
+
+    def late(hit: Any) -> Reply:
+        reply = served(hit)
+        reply.delay = 8.0
+        return reply
+
+    server.origin.route("maps.test", "/sitemap.xml", late)
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    (asked,) = site.sitemap_hits()
+    sent = site.page_hits(mark)
+    assert sorted(h.path for h in sent) == site.paths
+    assert sent[1].t - asked.t < 7.0, [h.t - asked.t for h in sent]  # before the answer (8 s)
+    assert set(outcomes(second, site).values()) == {"not_modified"}  # each its own 304
+    assert "walsh/sitemaps/requests_saved" not in second.stats

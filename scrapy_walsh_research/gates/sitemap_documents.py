@@ -105,11 +105,14 @@ class SitemapDocuments:
             return False
         return read_at >= self.started or saved.get("error") is not None
 
-    async def get(self, origin: str, url: str, *, max_wait: float | None) -> SitemapDocument:
+    async def get(
+        self, origin: str, url: str, *, max_wait: float | None, timeout: float | None = None
+    ) -> SitemapDocument:
         """The sitemap at *url* as it speaks for *origin*'s targets: stored
         and fresh, or fetched (one worker of a fleet at a time; the others
         adopt what it stored). :class:`HostBusy` when its host cannot be
-        reached within *max_wait* (nothing was sent)."""
+        reached within *max_wait* (nothing was sent); an answer not had
+        within *timeout* is a failure (the target waiting on it goes on)."""
         key = f"{origin}\t{url}"  # a purge of the origin's host finds it
         saved = await self.store.get(DOCUMENTS, key)
         if self._fresh(saved):
@@ -124,9 +127,9 @@ class SitemapDocuments:
             saved = await self.store.get(DOCUMENTS, key)
             if self._fresh(saved):
                 return self._adopted(url, saved)
-            return await self._fetch(origin, url, key, saved, max_wait)
+            return await self._fetch(origin, url, key, saved, max_wait, timeout)
         try:
-            return await self._fetch(origin, url, key, saved, max_wait)
+            return await self._fetch(origin, url, key, saved, max_wait, timeout)
         finally:
             await release()
 
@@ -135,7 +138,13 @@ class SitemapDocuments:
         return _document(url, saved, "adopted")
 
     async def _fetch(
-        self, origin: str, url: str, key: str, saved: Any, max_wait: float | None
+        self,
+        origin: str,
+        url: str,
+        key: str,
+        saved: Any,
+        max_wait: float | None,
+        timeout: float | None,
     ) -> SitemapDocument:
         headers: dict[str, str] = {}
         if isinstance(saved, dict) and saved.get("error") is None:
@@ -146,7 +155,7 @@ class SitemapDocuments:
         try:
             response = await internal_fetch(
                 self.crawler, url, SITEMAP, maxsize=MAX_SITEMAP_BYTES,
-                max_wait=max_wait, headers=headers or None,
+                max_wait=max_wait, timeout=timeout, headers=headers or None,
             )  # fmt: skip
         except HostBusy:
             raise

@@ -258,7 +258,8 @@ class SitemapsMiddleware:
         while its host is ready; else the target goes back to the frontier
         (it is not held waiting). None once every document is read."""
         while site.pending and site.state == "loading":
-            if time.monotonic() - site.started > LOAD_LIMIT:
+            left = LOAD_LIMIT - (time.monotonic() - site.started)
+            if left <= 0:
                 self._off(site, f"not read within {LOAD_LIMIT:g} s")
                 break
             if site.busy is not None:
@@ -272,7 +273,9 @@ class SitemapsMiddleware:
                 return self.pacer.requeue(request, until=ready)
             site.busy = Deferred()
             try:
-                doc = await self.documents.get(origin, url, max_wait=SHORT_WAIT)
+                # the target fetching it waits no longer than the limit either
+                # (nor do its host's other targets, which wait for it)
+                doc = await self.documents.get(origin, url, max_wait=SHORT_WAIT, timeout=left)
             except HostBusy as exc:
                 self.pacer.defer(host, exc.ready_in)
                 return self.pacer.requeue(request)
