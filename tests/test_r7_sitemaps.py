@@ -498,3 +498,58 @@ async def test_a_sitemap_that_does_not_answer_in_time_is_not_waited_for(
     assert sent[1].t - asked.t < 7.0, [h.t - asked.t for h in sent]  # before the answer (8 s)
     assert set(outcomes(second, site).values()) == {"not_modified"}  # each its own 304
     assert "walsh/sitemaps/requests_saved" not in second.stats
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hostile_sitemap_is_ignored_and_a_messy_one_is_read(server, tmp_path):
+    """Served at the origin, as real sites and attackers write them:
+
+    * a gzip bomb (60 MiB of XML in 60 KiB): reading stops at sitemaps.org's
+      50 MiB, the sitemap is ignored and every page revalidated;
+    * billion laughs (entities in a DTD): refused unread, the same;
+    * a messy sitemap (Google's 0.84 namespace, whitespace around values,
+      ``&amp;`` in a query, a scheme and host in capitals, dates without a
+      time): read, and matched to the list by canonical URL."""
+    bomb = Site(server, "bomb.test", 3, sitemap_path="/sitemap.xml.gz")
+    laughs = Site(server, "laughs.test", 3)
+    messy = Site(server, "messy.test", 4)
+    ns = "http://www.sitemaps.org/schemas/sitemap/0.9"
+
+    def entries(site: Site) -> str:
+        return "".join(f"<url><loc>{u}</loc><lastmod>{OLD}</lastmod></url>" for u in site.urls)
+
+    padding = " " * (60 * 1024 * 1024)
+    bombed = gzip.compress(f'<urlset xmlns="{ns}">{entries(bomb)}{padding}</urlset>'.encode())
+    server.origin.route("bomb.test", "/sitemap.xml.gz", Reply(200, bombed))
+    lol = "".join(f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 10))
+    server.origin.route("laughs.test", "/sitemap.xml", Reply(200, (
+        f'<?xml version="1.0"?><!DOCTYPE urlset [<!ENTITY l0 "lol">{lol}]>'
+        f'<urlset xmlns="{ns}">{entries(laughs)}<url><loc>&l9;</loc></url></urlset>'
+    ), {"Content-Type": "application/xml"}))  # fmt: skip
+    # messy.test's targets carry a query: /pN?a=1&b=N
+    query = {p: f"{p}?a=1&b={p[2:]}" for p in messy.paths}
+    for path, with_query in query.items():
+        server.origin.route("messy.test", with_query, messy._page(path))
+    urls = [messy.server.url("messy.test", q) for q in query.values()]
+    written = ["2020-01-01", "2020-01-01T00:00Z", "2019-12-31T23:59:59.5-01:00", "2020-01"]
+    messy_entries = "".join(
+        f"\n  <url>\n    <loc>\n      {messy.server.url('MESSY.TEST', q).replace('http:', 'HTTP:')}"
+        f"\n    </loc>\n    <lastmod> {when} </lastmod>\n  </url>".replace("&", "&amp;")
+        for q, when in zip(query.values(), written, strict=True)
+    )
+    server.origin.route("messy.test", "/sitemap.xml", Reply(200, (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<urlset xmlns="http://www.google.com/schemas/sitemap/0.84">{messy_entries}\n</urlset>\n'
+    ), {"Content-Type": "text/xml"}))  # fmt: skip
+    urls += bomb.urls + laughs.urls
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, urls, tmp_path)
+    mark = len(server.origin.hits)
+    second = await crawl(settings, urls, tmp_path)
+    assert len(bomb.sitemap_hits()) == 1 and len(bomb.page_hits(mark)) == 3
+    assert len(laughs.sitemap_hits()) == 1 and len(laughs.page_hits(mark)) == 3
+    assert second.stats["walsh/sitemaps/malformed"] == 2
+    sent = [h.path for h in server.origin.hits[mark:] if h.host == "messy.test"]
+    assert sorted(p for p in sent if p.startswith("/p")) == ["/p0?a=1&b=0"], sent  # the probe
+    assert second.stats["walsh/sitemaps/requests_saved"] == 3
+    assert all(i["outcome"] == "not_modified" for i in second.items)
