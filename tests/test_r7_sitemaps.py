@@ -18,6 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer, reactor
@@ -326,20 +327,30 @@ async def test_a_short_list_costs_no_sitemap_and_a_slow_answer_is_dated_when_sen
     assert outcomes(second, slow)["p3"] == "fetched"
 
 
+@pytest.mark.parametrize(
+    ("answer", "tries"),
+    [(Reply(404, "gone"), 1), (Reply(drop=True), 2)],  # a dropped connection: tried again once
+    ids=["a 404", "a dropped connection"],
+)
 @pytest_twisted.ensureDeferred
-async def test_a_probe_that_says_nothing_passes_the_check_to_the_next_target(server, tmp_path):
-    """A probe answered by a 404 neither earns nor loses the sitemap's trust:
-    at once, the next target the sitemap calls unchanged checks it instead
-    (the other targets do not sit out the two-minute limit)."""
+async def test_a_probe_that_says_nothing_passes_the_check_to_the_next_target(
+    server, tmp_path, answer, tries
+):
+    """A probe answered by a 404, or whose connection drops (retried, then
+    given up), neither earns nor loses the sitemap's trust: at once, the
+    next target the sitemap calls unchanged checks it instead (the other
+    targets do not sit out the two-minute limit)."""
     site = Site(server, "probe.test", 5)
-    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_RETRY_TIMES=1)
     await crawl(settings, site.urls, tmp_path)
-    server.origin.route("probe.test", "/p0", Reply(404, "gone"))
+    server.origin.route("probe.test", "/p0", answer)
     mark = len(server.origin.hits)
     second = await crawl(settings, site.urls, tmp_path)
-    sent = site.page_hits(mark)
-    assert [h.path for h in sent] == ["/p0", "/p1"], [h.path for h in sent]
-    assert sent[1].t - sent[0].t < 20  # not after the limit (120 s)
+    sent = [h.path for h in site.page_hits(mark)]
+    assert sent[:tries] == ["/p0"] * tries and len(sent) == tries + 1, sent
+    assert "/p0" not in sent[tries:], sent
+    hits = site.page_hits(mark)
+    assert hits[-1].t - hits[-2].t < 20  # not after the limit (120 s)
     assert outcomes(second, site) == {
         "p0": "failed", "p1": "not_modified", "p2": "not_modified",
         "p3": "not_modified", "p4": "not_modified",
@@ -410,28 +421,6 @@ async def test_a_sitemap_request_is_sent_as_the_bot_and_its_503_holds_the_host(
     assert sorted(h.path for h in site.page_hits(mark)) == site.paths
     assert set(outcomes(second, site).values()) == {"not_modified"}  # each its own 304
     assert "walsh/sitemaps/requests_saved" not in second.stats
-
-
-@pytest_twisted.ensureDeferred
-async def test_a_probe_that_fails_passes_the_check_to_the_next_target(server, tmp_path):
-    """A probe whose connection drops (retried, then given up) neither earns
-    nor loses the sitemap's trust: the next target the sitemap calls
-    unchanged checks it at once, not after the two-minute limit."""
-    site = Site(server, "drop.test", 5)
-    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_RETRY_TIMES=1)
-    await crawl(settings, site.urls, tmp_path)
-    server.origin.route("drop.test", "/p0", Reply(drop=True))
-    mark = len(server.origin.hits)
-    second = await crawl(settings, site.urls, tmp_path)
-    sent = site.page_hits(mark)
-    assert [h.path for h in sent][:2] == ["/p0", "/p0"], [h.path for h in sent]
-    assert len(sent) == 3 and sent[2].path != "/p0", [h.path for h in sent]
-    assert sent[2].t - sent[1].t < 20  # not after the limit (120 s)
-    assert outcomes(second, site) == {
-        "p0": "failed", "p1": "not_modified", "p2": "not_modified",
-        "p3": "not_modified", "p4": "not_modified",
-    }  # fmt: skip
-    assert second.stats["walsh/sitemaps/requests_saved"] == 3
 
 
 @pytest_twisted.ensureDeferred
