@@ -15,6 +15,7 @@ waits honest and lean.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -486,7 +487,11 @@ async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(serv
         err = [p.err.decode()[-1500:] for p in (a, b)]
         assert len(pages(server, "sd.test")) == 2, err
         assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, err
-        assert "jumped 5." in a.err.decode(), err
+        # A saw the step, and its bounds (its round trips hide the exact
+        # figure: the lower one read 4.99 on a loaded machine) hold the 5 s
+        seen = re.findall(r"jumped forward by (\d+\.\d+) to (\d+\.\d+) s", a.err.decode())
+        assert seen, err
+        assert all(float(least) <= 5.0 <= float(most) for least, most in seen), seen
     finally:
         redis.kill()
 
