@@ -15,9 +15,10 @@ waits honest and lean.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import pytest_twisted
@@ -39,6 +40,9 @@ from tests.support.processes import spawn_worker
 from tests.support.redis_server import RedisServer
 from tests.test_fleet_workers import durable_records, ended, push, site, workers
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 def own_redis(tmp: Path, persist: bool | str = True, **kwargs: Any) -> RedisServer:
     return RedisServer(tmp / "redis", persist=persist, **kwargs).start()
@@ -54,6 +58,14 @@ async def until(predicate: Any, timeout: float = 60.0) -> None:
         assert waited < timeout, "timed out"
         await sleep(0.05)
         waited += 0.05
+
+
+def slot_free(client: Any, shared: dict[str, Any], host: str) -> Callable[[], bool]:
+    """Whether no worker holds *host*'s slot: a request that held it has
+    been committed (its time stored, on the clock Redis had then). The
+    origin seeing the request does not say that it has."""
+    key = f"{shared['WALSH_REDIS_PREFIX']}:host:{host}"
+    return lambda: not client.hexists(key, "owner")
 
 
 # -- case 1: Redis restarted empty, a worker that never ran joins ------------------
@@ -463,13 +475,15 @@ async def test_after_a_rollback_no_host_is_contacted_early_and_no_recorded_line_
 
 @pytest_twisted.ensureDeferred
 async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(server, tmp_path):
-    """Worker A has just sent a request to a Crawl-delay-6 host when Redis's
-    wall clock steps 5 s forward (an NTP correction on the Redis host):
-    every stored time now looks 5 s older than it is. Worker B, started just
-    after, wants the same host. A checks Redis's TIME against its monotonic
-    clock on its next answer and records the step; B waits it out.
-    (Before: B's request arrived ~2 s after A's.)"""
+    """Worker A has just stored the time of its request to a Crawl-delay-6
+    host when Redis's wall clock steps 5 s forward (an NTP correction on the
+    Redis host): every stored time now looks 5 s older than it is. A checks
+    Redis's TIME against its monotonic clock on its next answer and records
+    the step; worker B, which joins once the fleet's clock is checked past
+    the step and wants the same host, waits it out. (Before: B's request
+    arrived ~2 s after A's.)"""
     redis = own_redis(tmp_path, steppable_clock=True)
+    watcher = redis.client()
     try:
         sd = site(server, "sd.test", 2, "User-agent: *\nCrawl-delay: 6\n")
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=7)
@@ -479,15 +493,34 @@ async def test_a_forward_step_of_redis_clock_does_not_shorten_a_crawl_delay(serv
         push(redis, shared, sd[1:], tmp_path, key="b")
         a = spawn_worker(server, "a", tmp_path / "a", **shared)
         await until(lambda: len(pages(server, "sd.test")) >= 1)
+        # step once A stored the request's time, on the old clock (a step
+        # before that would prove nothing)
+        await until(slot_free(watcher, shared, "sd.test"))
         redis.step_clock(5.0)
+        stepped = time.monotonic()
+        # B joins once the fleet's clock is checked past the step: B then
+        # trusts it, and only the step A recorded keeps B waiting (a B that
+        # joined earlier would wait on its own doubt about the gap)
+        sec, usec = watcher.time()
+        fleet_clock = f"{shared['WALSH_REDIS_PREFIX']}:clock"
+        await until(lambda: float(watcher.get(fleet_clock) or 0) >= sec + usec / 1e6)
         b = spawn_worker(server, "b", tmp_path / "b", **shared)
         await a.ended
         await b.ended
         err = [p.err.decode()[-1500:] for p in (a, b)]
         assert len(pages(server, "sd.test")) == 2, err
         assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, err
-        assert "jumped 5." in a.err.decode(), err
+        # A was there after the step: o.test's pages go out one at a time,
+        # each reserved in Redis after the one before it went out
+        after = [h for h in server.origin.hits_for("o.test") if h.t > stepped]
+        assert len(after) >= 2, [h.path for h in after]
+        # A saw the step, and its bounds (its round trips hide the exact
+        # figure: the lower one read 4.99 on a loaded machine) hold the 5 s
+        seen = re.findall(r"jumped forward by (\d+\.\d+) to (\d+\.\d+) s", a.err.decode())
+        assert seen, err
+        assert all(float(least) <= 5.0 <= float(most) for least, most in seen), seen
     finally:
+        watcher.close()
         redis.kill()
 
 
@@ -521,6 +554,7 @@ async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, 
     """A step back makes stored times look later: politeness holds, and the
     wait it adds is capped at one interval, not the step (here 60 s)."""
     redis = own_redis(tmp_path, steppable_clock=True)
+    watcher = redis.client()
     try:
         urls = site(server, "sb.test", 3, "User-agent: *\nCrawl-delay: 2\n")
         # a 6 s lease is renewed every 2 s: the wait after a loss stays 3 s
@@ -528,6 +562,8 @@ async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, 
         push(redis, shared, urls, tmp_path)
         worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
         await until(lambda: len(pages(server, "sb.test")) >= 1)
+        # once the first page's time is stored, on the clock before the step
+        await until(slot_free(watcher, shared, "sb.test"))
         redis.step_clock(-60.0)
         await worker.ended
         hits = server.origin.hits_for("sb.test")
@@ -535,6 +571,7 @@ async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, 
         assert min(gaps(hits)) >= 2.0
         assert max(gaps(hits)) < 2.0 + 3.0 + 2.0, [round(g, 2) for g in gaps(hits)]
     finally:
+        watcher.close()
         redis.kill()
 
 

@@ -171,8 +171,9 @@ class FleetGuard:
         self, server_now: float, asked: float, answered: float, run: str, lost: str, clock: str
     ) -> float:
         """Check one answer; returns the forward step seen (0 if none), which
-        is already recorded in Redis when this returns."""
-        step = 0.0
+        is already recorded in Redis when this returns (at least this much:
+        the round trips hide the rest, up to the second bound it logs)."""
+        step = most = 0.0
         if self._ref is None:
             self.joined(server_now, clock)
         else:
@@ -180,13 +181,15 @@ class FleetGuard:
             slack = CLOCK_TOLERANCE_S + CLOCK_SLEW * (answered - then_asked)
             low, high = then + (asked - then_answered), then + (answered - then_asked)
             if server_now > high + slack:
-                step = server_now - high
+                # how far past the latest, and past the earliest, time the
+                # old clock could show: the step lies between the two
+                step, most = server_now - high, server_now - low
             elif server_now < low - slack:
                 self._stepped_back(low - server_now)
         self._ref = (server_now, asked, answered)
         self.conn.note_server_time(server_now)
         if step:
-            await self._record_step(step, server_now)
+            await self._record_step(step, most, server_now)
         else:
             self._checked = f"{server_now:.6f}"
         if not self.anchored and (
@@ -226,13 +229,16 @@ class FleetGuard:
                 {"url": self.conn.shown_url, "s": seconds},
             )
 
-    async def _record_step(self, seconds: float, server_now: float) -> None:
+    async def _record_step(self, seconds: float, most: float, server_now: float) -> None:
         self.conn.inc_stat("clock_steps")
+        # both bounds: a single figure would be the lower one, which reads
+        # 4.98 for a 5 s step as soon as the round trips take 20 ms
         logger.error(
-            "Redis's clock at %(url)s jumped %(s).2f s forward (against this worker's monotonic "
-            "clock): every stored time looks that much older than it is, so hosts contacted "
-            "before wait %(p).0f s, and no grant taken on the stepped clock is used.",
-            {"url": self.conn.shown_url, "s": seconds, "p": self.pause},
+            "Redis's clock at %(url)s jumped forward by %(s).2f to %(m).2f s (against this "
+            "worker's monotonic clock; its round trips to Redis hide the exact figure): every "
+            "stored time looks that much older than it is, so hosts contacted before wait "
+            "%(p).0f s, and no grant taken on the stepped clock is used.",
+            {"url": self.conn.shown_url, "s": seconds, "m": most, "p": self.pause},
         )
         # hosts whose last request (on the old clock) could still bind them
         since = server_now - seconds - self.pause - 1.0
