@@ -240,8 +240,10 @@ class FleetGuard:
             "%(p).0f s, and no grant taken on the stepped clock is used.",
             {"url": self.conn.shown_url, "s": seconds, "m": most, "p": self.pause},
         )
-        # hosts whose last request (on the old clock) could still bind them
-        since = server_now - seconds - self.pause - 1.0
+        # hosts whose last request (on the old clock) could still bind them:
+        # reckoned with the larger bound, so a slow round trip around the
+        # step (Redis paused) can only widen the set, never leave a host out
+        since = server_now - most - self.pause - 1.0
         await self.check(step=(self.pause, since))
 
     async def check(self, step: tuple[float, float] | None = None) -> None:
