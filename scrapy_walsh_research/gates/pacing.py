@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
-from scrapy_walsh_research._runtime.marks import HostBusy, Marks
+from scrapy_walsh_research._runtime.marks import SITEMAP, HostBusy, Marks
 from scrapy_walsh_research._runtime.meta import MAX_WAIT_META, WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import url_host
@@ -70,13 +70,16 @@ class PacingMiddleware:
 
     async def process_request(self, request: Request) -> Request | None:
         host = url_host(request.url)
+        purpose = self.marks.purpose(request, quiet=True)
         direct = self.marks.is_direct(request)
         limit = float("inf")
         if direct:
             limit = request.meta.get(MAX_WAIT_META) or max(
                 self.pacer.max_crawl_delay, self.pacer.retry_max_delay
             )
-        else:
+        if not direct or purpose == SITEMAP:
+            # a sitemap is optional: a host skipped for its Crawl-delay or a
+            # Retry-After receives none (it is ignored, the targets revalidated)
             skip = await self.pacer.skip(host)
             if skip is not None:
                 deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")

@@ -264,13 +264,19 @@ class SitemapsMiddleware:
                 break
             if site.busy is not None:
                 return self._aside(request, PROBE_PARK)
+            if site.budget <= 0:  # robots.txt may declare dozens: the budget is for all
+                self.stats.inc_value("walsh/sitemaps/over_budget", len(site.pending))
+                site.pending.clear()
+                break
             url = site.pending[0]
             host = url_host(url)
             ready = self.pacer.ready_at(host)
             if ready > time.monotonic():
                 if host == url_host(request.url):
                     return self.pacer.requeue(request)  # back when its host is ready
-                return self.pacer.requeue(request, until=ready)
+                # aside no longer than the limit: a sitemap host's Crawl-delay
+                # (or hold) may be far longer, and nothing else would end the wait
+                return self.pacer.requeue(request, until=min(ready, site.started + LOAD_LIMIT))
             site.busy = Deferred()
             try:
                 # the target fetching it waits no longer than the limit either
@@ -309,13 +315,23 @@ class SitemapsMiddleware:
         key = target_key(request)
         status = response.status
         origin = origin_of(key)
-        if 200 <= status < 300 or status == 304:
+        # Only the target's own 2xx or 304 is a copy a <lastmod> can be
+        # compared with: an error says the copy held is no longer what the
+        # site serves, and an answer through a redirect is another URL's
+        # copy (the sitemap dates that URL, not the target). Either way the
+        # target has no past answer, so a later run revalidates it.
+        own = not request.meta.get("redirect_urls")
+        if own and (200 <= status < 300 or status == 304):
             await self.store.put(ANSWERED, key, self._answered_at(request, response))
             self._answered[origin] += 1
+        else:
+            await self.store.delete(ANSWERED, key)
         site = self._origins.get(origin)
         if site is None:
             return response
-        if site.trust == "probing" and site.probe == key:
+        if site.trust == "probing" and site.probe == key and not own:
+            self._inconclusive(origin, site, f"redirected, then answered {status}")
+        elif site.trust == "probing" and site.probe == key:
             await self._probed(origin, site, response)
         elif key in site.changes and (200 <= status < 300 or status == 304):
             site.changes.discard(key)
