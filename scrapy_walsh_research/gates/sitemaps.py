@@ -174,7 +174,7 @@ class SitemapsMiddleware:
         if end > answered:
             site.changes.add(key)  # a claim of change: checked by the answer
             return None
-        if site.trust == "trusted":
+        if site.trust == "trusted" and not await self._contradicted_elsewhere(origin, site):
             self._skip(request, lastmod, sitemap, float(answered))
         if site.trust == "probing":
             if site.probe == key:
@@ -191,6 +191,26 @@ class SitemapsMiddleware:
             site.trust, site.probe, site.probe_since = "probing", key, time.monotonic()
             site.probe_validators = validators
         return None
+
+    async def _contradicted_elsewhere(self, origin: str, site: OriginSitemaps) -> bool:
+        """In a fleet, whether another worker's probe has contradicted the
+        sitemap since this worker's checked out: one lie drops it for every
+        worker, at once (a read per target skipped, against the request it
+        saves). Alone, this worker's own verdict is all there is."""
+        if not self.store.shared:
+            return False
+        saved = await self.store.get(TRUST, origin)
+        if not isinstance(saved, dict) or saved.get("why") != "contradicted":
+            return False
+        if float(saved.get("until") or 0) <= self.store.time():
+            return False
+        site.trust = "dropped"
+        logger.warning(
+            "Sitemaps of %(origin)s contradicted by another worker's probe (%(probe)s): not "
+            "used from now on, its targets revalidated as usual",
+            {"origin": origin, "probe": saved.get("probe")},
+        )
+        return True
 
     def _aside(self, request: Request, seconds: float) -> Request:
         return self.pacer.requeue(request, until=time.monotonic() + seconds)
