@@ -13,7 +13,8 @@ import logging
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from OpenSSL import SSL
-from scrapy.exceptions import IgnoreRequest, ScrapyDeprecationWarning
+from scrapy.exceptions import DownloadTimeoutError, IgnoreRequest, ScrapyDeprecationWarning
+from twisted.internet import error as tx_error
 from twisted.python.failure import Failure
 from twisted.web.client import (
     RequestGenerationFailed,
@@ -128,6 +129,11 @@ def deny(
 #: Scrapy 2.19 raises ``DownloadFailedError(str(e)) from e`` for a
 #: ``ResponseFailed``, so the wrapper is the cause.
 _WRAPPERS = (ResponseFailed, RequestGenerationFailed, RequestTransmissionFailed)
+
+
+#: a download that took too long: Scrapy wraps Twisted's errors in its own
+#: (2.14+); both are listed, since a download handler or middleware may raise either
+DOWNLOAD_TIMEOUTS = (tx_error.TimeoutError, tx_error.TCPTimedOutError, DownloadTimeoutError)
 
 
 def failure_reason(exc: BaseException | None) -> str:

@@ -29,7 +29,7 @@ from scrapy_walsh_research._runtime.marks import SITEMAP, HostBusy, Marks
 from scrapy_walsh_research._runtime.meta import MAX_WAIT_META, WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.errors import deny, failure_reason
+from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.retry import Backoff
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
@@ -81,6 +81,10 @@ class PacingMiddleware:
             # a sitemap is optional: a host skipped for its Crawl-delay or a
             # Retry-After receives none (it is ignored, the targets revalidated)
             skip = await self.pacer.skip(host)
+            if skip is not None and purpose == SITEMAP:
+                # not a target's skip (walsh/skipped/... counts those): the
+                # sitemaps gate counts and logs it as a sitemap not fetched
+                raise WalshDenied(skip[0], skip[1], outcome="skipped")
             if skip is not None:
                 deny(self.crawler, logger, request, skip[0], skip[1], outcome="skipped")
         from twisted.internet import reactor

@@ -38,7 +38,7 @@ from scrapy_walsh_research.core.sitemaps import (
     SitemapStatus,
 )
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied, failure_reason
+from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import FlightBusy, state_for
@@ -70,7 +70,7 @@ class SitemapDocument:
     #: None when read whole; else why it is ignored (one line)
     error: str | None = None
     #: how it was had: "fetched", "not_modified" (304), "adopted" (another
-    #: worker's or run's), or "failed"
+    #: worker's or run's, a failure included), or "failed" (fetched now)
     how: str = "fetched"
 
 
@@ -84,7 +84,8 @@ class SitemapDocuments:
         self.store = state_for(crawler)
         self.audit = AuditTrail.for_crawler(crawler)
         self.ttl = settings.getfloat("WALSH_SITEMAP_TTL", defaults.WALSH_SITEMAP_TTL)
-        self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
+        self.download_timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
+        self.fetch_ttl = self.download_timeout + 30.0
         self.started = self.store.time()
 
     def _fresh(self, saved: Any) -> bool:
@@ -161,9 +162,17 @@ class SitemapDocuments:
             raise
         except WalshDenied as exc:
             why = f"not fetched: {exc.rule}: {exc.reason}"
-            return await self._failed(url, why, "denied", key)
+            # a skip (a hold or Crawl-delay beyond its maximum) is this run's
+            # pacing, not the site's answer: not kept for the next run
+            keep = exc.lasting and exc.outcome != "skipped"
+            return await self._failed(url, why, "denied", key, kept=keep)
         except Exception as exc:
-            return await self._failed(url, f"not fetched: {failure_reason(exc)}", "failed", key)
+            # cut short by the time the gate had left (not the site's failure:
+            # the next run asks again), or a failure of its own, kept
+            ours = timeout is not None and timeout < self.download_timeout
+            keep = not (ours and isinstance(exc, DOWNLOAD_TIMEOUTS))
+            why = f"not fetched: {failure_reason(exc)}"
+            return await self._failed(url, why, "failed", key, kept=keep)
         now = self.store.time()
         if response.status == 304 and headers and isinstance(saved, dict):
             self.stats.inc_value("walsh/sitemaps/not_modified")
@@ -189,11 +198,15 @@ class SitemapDocuments:
         })  # fmt: skip
         return doc
 
-    async def _failed(self, url: str, why: str, stat: str, key: str) -> SitemapDocument:
+    async def _failed(
+        self, url: str, why: str, stat: str, key: str, *, kept: bool = True
+    ) -> SitemapDocument:
         """A sitemap that could not be read: ignored, with one log line; its
-        targets are revalidated as usual. Kept (without validators) so that
-        it is not asked for again within the TTL (see :meth:`_fresh`)."""
-        await self.store.put(DOCUMENTS, key, {"read_at": self.store.time(), "error": why})
+        targets are revalidated as usual. *kept* (without validators) so that
+        it is not asked for again within the TTL (see :meth:`_fresh`), unless
+        the failure was this run's own doing rather than the site's."""
+        if kept:
+            await self.store.put(DOCUMENTS, key, {"read_at": self.store.time(), "error": why})
         self.stats.inc_value(f"walsh/sitemaps/{stat}")
         await self.audit.sitemap(url, state="ignored", why=why)
         logger.warning("Sitemap %(url)s ignored (%(why)s): its targets are revalidated as usual",
@@ -226,7 +239,7 @@ class SitemapDocuments:
 
 def _document(url: str, saved: Any, how: str) -> SitemapDocument:
     if saved.get("error") is not None:
-        return SitemapDocument(url, error=str(saved["error"]), how="failed")
+        return SitemapDocument(url, error=str(saved["error"]), how=how)
     claims = {
         str(k): (str(v[0]), float(v[1]))
         for k, v in (saved.get("claims") or {}).items()

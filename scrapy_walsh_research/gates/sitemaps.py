@@ -309,8 +309,8 @@ class SitemapsMiddleware:
                 busy, site.busy = site.busy, None
                 busy.callback(None)
             site.pending.pop(0)
+            site.budget -= doc.how != "adopted"  # a request, whatever it answered
             if doc.error is None:
-                site.budget -= doc.how != "adopted"
                 room = max(0, site.budget - len(site.pending))
                 site.pending += [c for c in doc.children if c != url][:room]
                 for key, (lastmod, end) in doc.claims.items():

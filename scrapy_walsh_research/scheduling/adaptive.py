@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import (
     DownloadConnectionRefusedError,
     DownloadFailedError,
-    DownloadTimeoutError,
     ResponseDataLossError,
 )
 from twisted.internet import error as tx_error
 from twisted.web.client import ResponseFailed
 
+from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS
 from scrapy_walsh_research.state.hostload import worth_noting
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Scrapy wraps Twisted's errors in its own (2.14+); both are listed, since a
-# download handler or middleware may raise either
-_TIMEOUTS = (tx_error.TimeoutError, tx_error.TCPTimedOutError, DownloadTimeoutError)
+# download handler or middleware may raise either (timeouts: DOWNLOAD_TIMEOUTS)
 _REFUSED = (tx_error.ConnectionRefusedError, DownloadConnectionRefusedError)
 _LOST = (
     tx_error.ConnectionLost,
@@ -60,7 +59,7 @@ def distress_signal(
         if status >= 500 or status in (429, 408):
             return f"HTTP {status}"
         return None
-    if isinstance(exception, _TIMEOUTS):
+    if isinstance(exception, DOWNLOAD_TIMEOUTS):
         return "timeout"
     if isinstance(exception, _REFUSED):
         return "connection refused"
