@@ -127,6 +127,19 @@ def outcomes(result: Any, site: Site) -> dict[str, str]:
     }
 
 
+async def rerun_counting_documents(
+    server: Any, site: Site, tmp_path: Any
+) -> tuple[Any, int, list[str]]:
+    """Two runs of *site*'s list: the second's result, where its hits start,
+    and the sitemap documents (``/sitemap*``, ``/sm-*``) it fetched."""
+    settings = base_settings(server, tmp_path / "s", **SETTINGS)
+    await crawl(settings, site.urls, tmp_path)
+    mark = len(server.origin.hits)
+    second = await crawl(settings, site.urls, tmp_path)
+    hits = server.origin.hits[mark:]
+    return second, mark, [h.path for h in hits if h.path.startswith(("/sitemap", "/sm-"))]
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_rerun_skips_what_a_checked_sitemap_says_is_unchanged(server, tmp_path):
     state = tmp_path / "s"
@@ -422,11 +435,7 @@ async def test_a_sitemap_index_and_a_gzipped_sitemap_are_read(server, tmp_path):
     server.origin.route("idx.test", "/sm-b.xml", lambda hit: Reply(
         200, urlset(site.paths[3:]), {"Content-Type": "application/xml"}
     ))  # fmt: skip
-    settings = base_settings(server, tmp_path / "s", **SETTINGS)
-    await crawl(settings, site.urls, tmp_path)
-    mark = len(server.origin.hits)
-    second = await crawl(settings, site.urls, tmp_path)
-    fetched = [h.path for h in server.origin.hits[mark:] if h.path.startswith(("/sitemap", "/sm-"))]
+    second, mark, fetched = await rerun_counting_documents(server, site, tmp_path)
     assert sorted(fetched) == ["/sitemap_index.xml", "/sm-a.xml.gz", "/sm-b.xml"], fetched
     assert len(site.page_hits(mark)) == 1  # the probe
     assert sorted(outcomes(second, site).values()) == ["not_modified"] * 6
@@ -483,11 +492,7 @@ async def test_a_sitemap_index_costs_at_most_one_document_per_two_due_targets(
             200, f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{entries}</urlset>',
             {"Content-Type": "application/xml"},
         ))  # fmt: skip
-    settings = base_settings(server, tmp_path / "s", **SETTINGS)
-    await crawl(settings, site.urls, tmp_path)
-    mark = len(server.origin.hits)
-    second = await crawl(settings, site.urls, tmp_path)
-    fetched = [h.path for h in server.origin.hits[mark:] if h.path.startswith(("/sitemap", "/sm-"))]
+    second, mark, fetched = await rerun_counting_documents(server, site, tmp_path)
     assert sorted(fetched) == ["/sitemap_index.xml", "/sm-0.xml", "/sm-1.xml"], fetched
     assert len(site.page_hits(mark)) == 1  # the probe
     assert second.stats["walsh/sitemaps/requests_saved"] == 5
@@ -695,11 +700,7 @@ async def test_many_declared_sitemaps_cost_at_most_one_document_per_two_due_targ
     for path in extra:
         reply = Reply(200, empty, {"Content-Type": "application/xml"})
         server.origin.route("many.test", path, reply if answers == "empty" else Reply(404, ""))
-    settings = base_settings(server, tmp_path / "s", **SETTINGS)
-    await crawl(settings, site.urls, tmp_path)
-    mark = len(server.origin.hits)
-    await crawl(settings, site.urls, tmp_path)
-    fetched = [h.path for h in server.origin.hits[mark:] if h.path.startswith(("/sitemap", "/sm-"))]
+    _, _, fetched = await rerun_counting_documents(server, site, tmp_path)
     assert len(fetched) <= 2, fetched
 
 
