@@ -48,6 +48,7 @@ from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.hostclock import pause_on_loss
+from scrapy_walsh_research.state.redis.client import client_options
 from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
 
 if TYPE_CHECKING:
@@ -413,9 +414,11 @@ class RedisConnection:
         try:
             self.client = aioredis.Redis.from_url(
                 url,
-                decode_responses=True,
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
+                **client_options(
+                    decode_responses=True,
+                    socket_connect_timeout=timeout,
+                    socket_timeout=timeout,
+                ),
             )
         except ValueError as exc:
             raise WalshConfigurationError(
