@@ -32,15 +32,7 @@ SCRAPY = str(Path(sys.executable).parent / "scrapy")
 
 
 class Launcher(ProcessCrawl):
-    """The ``walsh-workers`` parent, with its exit code."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.code: int | None = None
-
-    def processEnded(self, reason: Any) -> None:
-        self.code = reason.value.exitCode
-        super().processEnded(reason)
+    """The ``walsh-workers`` parent."""
 
     def log(self) -> str:
         return self.err.decode(errors="replace")

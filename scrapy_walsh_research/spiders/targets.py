@@ -39,7 +39,12 @@ from scrapy_walsh_research.core.records import TICKET_KEY, new_record, response_
 from scrapy_walsh_research.core.target_list import ListLine, read_list, unreadable, url_problem
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_of, url_host
-from scrapy_walsh_research.errors import WalshDenied, failure_reason, refuse_start
+from scrapy_walsh_research.errors import (
+    WalshConfigurationError,
+    WalshDenied,
+    failure_reason,
+    refuse_start,
+)
 from scrapy_walsh_research.scheduling.intake import wait_for_feed_room, wait_for_list_room
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
@@ -173,7 +178,10 @@ class TargetsSpider(scrapy.Spider):
         if self._feed is not None:
             while True:
                 await wait_for_feed_room(self.crawler)
-                raw, pending, wait = await self._feed.take()
+                try:
+                    raw, pending, wait = await self._feed.take()
+                except WalshConfigurationError:
+                    return  # the Redis guard cannot run there: it said why, and stops the crawl
                 if wait > 0:
                     # Redis lost or rolled back history: the fleet recovers
                     # it before lines are handed out again
