@@ -10,9 +10,11 @@ losing a line.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,11 +56,14 @@ class Launcher(ProcessCrawl):
         return out
 
 
-def launch(server: Any, n: int, state: Path, **settings: Any) -> Launcher:
+def launch(
+    server: Any, n: int, state: Path, command: tuple[str, ...] = (), **settings: Any
+) -> Launcher:
+    """``scrapy walsh-workers n`` (or *command*) pointed at the sandbox."""
     settings.setdefault("LOG_LEVEL", "INFO")
     proc = _spawn(
         server, "redis_key=targets", state, settings,
-        command=("walsh-workers", str(n)), proc=Launcher(),
+        command=command or ("walsh-workers", str(n)), proc=Launcher(),
     )  # fmt: skip
     assert isinstance(proc, Launcher)
     return proc
@@ -213,6 +218,36 @@ async def test_a_fleet_starts_cleanly_on_a_new_state_dir_every_time(server, redi
             assert f"worker {i} (pid {pid}) exited, code 0" in log
         assert log.count("Telnet console listening on") == 4
         assert len(durable_records(redis_server, shared)) == 8
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_commands_walsh_enqueue_prints_work_as_pasted(server, redis_server, tmp_path):
+    """walsh-enqueue prints how to run the workers and read their records:
+    pasted as printed (the sandbox's settings added, nothing about Redis),
+    they reach the feed it filled, under its prefix."""
+    urls = site(server, "e.test", 3)
+    (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+    shared = redis_settings(redis_server)  # a prefix of its own, not the default
+    enqueued = subprocess.run(
+        [SCRAPY, "walsh-enqueue", str(tmp_path / "urls.txt"),
+         "-s", f"WALSH_REDIS_URL={shared['WALSH_REDIS_URL']}",
+         "-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    printed = [line.strip() for line in enqueued.stdout.splitlines()]
+    fleet = next(line for line in printed if line.startswith("scrapy walsh-workers N "))
+    records = next(line for line in printed if line.startswith("scrapy walsh-records "))
+    assert any(line.startswith("scrapy crawl targets -a redis_key=targets -s ") for line in printed)
+    pasted = shlex.split(fleet.replace(" N ", " 2 ", 1))
+    proc = launch(server, 2, tmp_path / "state", command=tuple(pasted[1:]))
+    await proc.ended
+    assert proc.code == 0, failure(proc.log())
+    assert sorted(r["line"] for r in durable_records(redis_server, shared)) == [1, 2, 3]
+    read = subprocess.run(
+        [SCRAPY, *shlex.split(records)[1:]],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert [json.loads(line)["line"] for line in read.stdout.splitlines()] == [1, 2, 3]
 
 
 def test_without_redis_the_launcher_refuses_before_forking(tmp_path):
