@@ -29,6 +29,8 @@ SITEMAP_DOCUMENTS = "sitemap_documents"
 SITEMAP_TRUST = "sitemap_trust"
 #: per origin: how many of its targets answered in its last run (gates.sitemaps)
 SITEMAP_HISTORY = "sitemap_history"
+#: the secret the bundle's own requests are marked with, one per store (_runtime.marks)
+INTERNAL = "internal"
 #: per origin, with a fleet's feed: which line of which fed run probes its
 #: /llms.txt (the targets spider), so the fleet probes it once per run
 LLMS_PROBES = "llms_probes"

@@ -132,6 +132,11 @@ class SQLiteStateStore:
         )
         return [row[0] for row in rows]
 
+    def namespaces(self) -> list[str]:
+        """Every namespace with a key in this file (not a :class:`StateStore`
+        call: what ``walsh-migrate`` reports it does not carry)."""
+        return [row[0] for row in self.db.execute("SELECT DISTINCT namespace FROM kv")]
+
     async def delete_many(self, namespace: str, keys: list[str]) -> None:
         with self.db:
             self.db.execute("BEGIN")
