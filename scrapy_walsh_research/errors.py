@@ -13,7 +13,9 @@ import logging
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from OpenSSL import SSL
+from scrapy import signals
 from scrapy.exceptions import DownloadTimeoutError, IgnoreRequest, ScrapyDeprecationWarning
+from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import error as tx_error
 from twisted.python.failure import Failure
 from twisted.web.client import (
@@ -94,6 +96,42 @@ def refuse_start(log: logging.Logger, message: str) -> NoReturn:
     if task is not None:
         task.add_done_callback(_retrieve)
     raise WalshUsageError(message)
+
+
+def stop_refused(crawler: Crawler, reason: str) -> None:
+    """Stop a running crawl that must not go on where it runs (the fleet's
+    Redis cannot run the guard): close the spider with *reason* (its finish
+    reason), and have ``scrapy crawl`` exit 1, as for a crawl refused at
+    start-up. The caller has logged why.
+
+    Scrapy gives a crawl a non-zero exit code only when it failed to start
+    (``bootstrap_failed``: its ``crawl`` raised, or its crawler has no spider
+    when it ends); a crawl whose engine ran exits 0 whatever its finish
+    reason, and a component that raises while the engine opens leaves Scrapy
+    sending ``spider_closed`` to handlers that never saw ``spider_opened``
+    (a traceback from ``CoreStats``, no finish reason). So the spider closes
+    cleanly, and once the engine has stopped (stats dumped, every other
+    handler run), the crawler lets its spider go: the runner counts the
+    crawl as one that did not start, which, having sent nothing, it is.
+    ``tests/test_fleet_redis_failures.py`` runs ``scrapy crawl`` and fails if
+    Scrapy changes that.
+    """
+    try:
+        engine = crawler.engine
+    except RuntimeError:  # Scrapy 2.19+: no engine before the crawl starts
+        return
+    if engine is None or not engine.spider:
+        return
+
+    def let_spider_go() -> None:
+        crawler.spider = None
+
+    crawler.signals.connect(let_spider_go, signal=signals.engine_stopped, weak=False)
+    deferred_from_coro(engine.close_spider_async(reason=reason)).addErrback(
+        lambda f: logging.getLogger(__name__).debug(
+            "closing the spider: %(f)s", {"f": f.getErrorMessage()}
+        )
+    )
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

@@ -3,13 +3,18 @@
 Each test runs the real command (the example project, a real redis-server,
 the sandbox origin judging what arrives): every line still gets exactly one
 record, a host still never sees two requests within its interval, both
-forked workers take lines, and a SIGTERM to the parent stops every worker
-gracefully without losing a line.
+forked workers take lines, a fleet starts cleanly on a new state dir every
+time, and a SIGTERM to the parent stops every worker gracefully without
+losing a line.
 """
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import random
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +22,8 @@ from typing import Any
 
 import pytest_twisted
 
+from scrapy_walsh_research.commands.workers import telnet_ports
+from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 from tests.support.crawling import gaps, sleep
 from tests.support.fleet import redis_settings
 from tests.support.processes import ProcessCrawl, _spawn
@@ -27,15 +34,7 @@ SCRAPY = str(Path(sys.executable).parent / "scrapy")
 
 
 class Launcher(ProcessCrawl):
-    """The ``walsh-workers`` parent, with its exit code."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.code: int | None = None
-
-    def processEnded(self, reason: Any) -> None:
-        self.code = reason.value.exitCode
-        super().processEnded(reason)
+    """The ``walsh-workers`` parent."""
 
     def log(self) -> str:
         return self.err.decode(errors="replace")
@@ -57,11 +56,14 @@ class Launcher(ProcessCrawl):
         return out
 
 
-def launch(server: Any, n: int, state: Path, **settings: Any) -> Launcher:
+def launch(
+    server: Any, n: int, state: Path, command: tuple[str, ...] = (), **settings: Any
+) -> Launcher:
+    """``scrapy walsh-workers n`` (or *command*) pointed at the sandbox."""
     settings.setdefault("LOG_LEVEL", "INFO")
     proc = _spawn(
         server, "redis_key=targets", state, settings,
-        command=("walsh-workers", str(n)), proc=Launcher(),
+        command=command or ("walsh-workers", str(n)), proc=Launcher(),
     )  # fmt: skip
     assert isinstance(proc, Launcher)
     return proc
@@ -110,6 +112,142 @@ async def test_two_forked_workers_give_every_line_one_record_and_keep_each_hosts
     assert "Traceback" not in log and "Cannot write the fleet journal" not in log
     journals = list((tmp_path / "state").glob("redis-fleet-*.json"))
     assert len(journals) == 1 and not list((tmp_path / "state").glob("*.tmp"))
+
+
+def _open_state(path: Path, start: Any, errors: Any) -> None:
+    start.wait()
+    try:
+        SQLiteStateStore(path)
+    except Exception as exc:
+        errors.put(repr(exc))
+
+
+def test_workers_opening_one_new_state_dir_at_once_all_open_it(tmp_path):
+    """Forked workers open the state dir they share together. A new SQLite
+    file's first connections each switch it to WAL, and SQLite refuses all
+    but one at once (measured: 4 processes at once failed in 19 rounds of
+    100 without the lock), so this is tried until it would have failed."""
+    fork = multiprocessing.get_context("fork")
+    errors = fork.SimpleQueue()
+    for round_ in range(150):
+        path = tmp_path / f"s{round_}" / "state.sqlite3"
+        path.parent.mkdir()
+        start = fork.Barrier(6)
+        procs = [fork.Process(target=_open_state, args=(path, start, errors)) for _ in range(6)]
+        for proc in procs:
+            proc.start()
+        for proc in procs:
+            proc.join(30)
+        assert [proc.exitcode for proc in procs] == [0] * 6
+        failed = []
+        while not errors.empty():
+            failed.append(errors.get())
+        assert not failed, f"round {round_}: {failed}"
+
+
+def _listen_in_rounds(index: int, n: int, firsts: list[int], start: Any, results: Any) -> None:
+    """A worker's telnet console, once per round: Scrapy's own port search
+    (``listen_tcp``), in this process's own reactor, on the worker's share."""
+    from scrapy.utils.reactor import listen_tcp
+    from twisted.internet.protocol import ServerFactory
+
+    for first in firsts:
+        start.wait()
+        try:
+            # four consoles each: more tries at once than one start makes
+            for _ in range(4):
+                ports = telnet_ports([first, first + 50], index, n)
+                listen_tcp(ports, "127.0.0.1", ServerFactory())
+            results.put(None)
+        except Exception as exc:
+            results.put(f"{first}: worker {index}: {exc!r}")
+
+
+def test_workers_starting_together_never_try_one_telnet_port_at_once(tmp_path):
+    """Two processes that try one port at once both bind it (Twisted sets
+    SO_REUSEADDR) and the second fails in listen(), which Scrapy does not
+    catch (measured: 4 processes on one range at once failed in 6 rounds of
+    30 without the shares). Each worker has a share of the range instead."""
+    spawn = multiprocessing.get_context("spawn")  # each its own reactor, as forked workers
+    start, results = spawn.Barrier(6), spawn.SimpleQueue()
+    firsts = list(range(20000, 32000, 51))  # below Linux's ephemeral ports
+    procs = [
+        spawn.Process(target=_listen_in_rounds, args=(i, 6, firsts, start, results))
+        for i in range(6)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0] * 6
+    got = [results.get() for _ in range(6 * len(firsts))]
+    assert [e for e in got if e is not None] == []
+
+
+def test_each_worker_tries_telnet_ports_no_sibling_tries():
+    ranges = [telnet_ports([6023, 6073], i, 4) for i in range(4)]
+    assert ranges == [[6023, 6034], [6035, 6046], [6047, 6058], [6059, 6070]]
+    assert telnet_ports([6023, 6073], 0, 1) == [6023, 6073]
+    # too few ports for one each, or none: the port the system picks
+    assert telnet_ports([6023], 0, 2) == [] and telnet_ports([], 1, 2) == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fleet_starts_cleanly_on_a_new_state_dir_every_time(server, redis_server, tmp_path):
+    """Four workers start together on a new state dir, three times over: each
+    one opens the state, its telnet console and its Redis connection without
+    an error (Scrapy's DEBUG log shows redis-py's too), and exits 0."""
+    hosts = [site(server, f"c{i}.test", 2) for i in range(4)]
+    # a range of our own: ports other tests' crawls race for are not ours to judge
+    first = random.randrange(20000, 30000, 100)
+    for round_ in range(3):
+        shared = redis_settings(redis_server)
+        push(redis_server, shared, [host[p] for p in range(2) for host in hosts], tmp_path)
+        proc = launch(
+            server, 4, tmp_path / f"state{round_}", LOG_LEVEL="DEBUG",
+            TELNETCONSOLE_ENABLED=True, TELNETCONSOLE_PORT=f"{first},{first + 50}",
+            **shared,
+        )  # fmt: skip
+        await proc.ended
+        log = proc.log()
+        assert proc.code == 0, failure(log)
+        for problem in ("Traceback", "database is locked", "MAINT_NOTIFICATIONS", "] ERROR:"):
+            assert problem not in log, f"round {round_}: {failure(log)}"
+        assert sorted(proc.workers()) == [0, 1, 2, 3]
+        for i, pid in proc.workers().items():
+            assert f"worker {i} (pid {pid}) exited, code 0" in log
+        assert log.count("Telnet console listening on") == 4
+        assert len(durable_records(redis_server, shared)) == 8
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_commands_walsh_enqueue_prints_work_as_pasted(server, redis_server, tmp_path):
+    """walsh-enqueue prints how to run the workers and read their records:
+    pasted as printed (the sandbox's settings added, nothing about Redis),
+    they reach the feed it filled, under its prefix."""
+    urls = site(server, "e.test", 3)
+    (tmp_path / "urls.txt").write_text("\n".join(urls) + "\n")
+    shared = redis_settings(redis_server)  # a prefix of its own, not the default
+    enqueued = subprocess.run(
+        [SCRAPY, "walsh-enqueue", str(tmp_path / "urls.txt"),
+         "-s", f"WALSH_REDIS_URL={shared['WALSH_REDIS_URL']}",
+         "-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    printed = [line.strip() for line in enqueued.stdout.splitlines()]
+    fleet = next(line for line in printed if line.startswith("scrapy walsh-workers N "))
+    records = next(line for line in printed if line.startswith("scrapy walsh-records "))
+    assert any(line.startswith("scrapy crawl targets -a redis_key=targets -s ") for line in printed)
+    pasted = shlex.split(fleet.replace(" N ", " 2 ", 1))
+    proc = launch(server, 2, tmp_path / "state", command=tuple(pasted[1:]))
+    await proc.ended
+    assert proc.code == 0, failure(proc.log())
+    assert sorted(r["line"] for r in durable_records(redis_server, shared)) == [1, 2, 3]
+    read = subprocess.run(
+        [SCRAPY, *shlex.split(records)[1:]],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert [json.loads(line)["line"] for line in read.stdout.splitlines()] == [1, 2, 3]
 
 
 def test_without_redis_the_launcher_refuses_before_forking(tmp_path):

@@ -398,7 +398,7 @@ async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_re
     """Managed Redis services restrict INFO, or what scripts may run. Without
     INFO the guard cannot see a restart; it must not guess there was none:
     the worker sends nothing, says what to allow, and stops (without showing
-    the ACL user's password)."""
+    the ACL user's password), exiting 1 as a crawl refused at start-up does."""
     config, rules = REFUSING[setup]
     redis = own_redis(tmp_path, config=config)
     try:
@@ -420,6 +420,9 @@ async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_re
         assert "ACL SETUSER <user> +info" in err
         assert "'finish_reason': 'walsh_redis_guard_refused'" in err
         assert "s3cret" not in err
+        # a service manager or a shell script sees the refusal too
+        assert worker.code == 1, err[-2000:]
+        assert "Traceback" not in err, err[-3000:]
     finally:
         redis.kill()
 

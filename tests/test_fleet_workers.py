@@ -93,6 +93,33 @@ async def test_workers_starting_together_fetch_robots_once_and_keep_its_crawl_de
     assert len(server.origin.hits_for("o.test", "/robots.txt")) == 1
 
 
+@pytest_twisted.ensureDeferred
+async def test_workers_sharing_an_html_only_host_probe_its_llms_txt_once(
+    server, redis_server, tmp_path
+):
+    """R9's /llms.txt probe is once per host per run, for the fleet as for one
+    process: the worker that first needs it claims it, and the others' records
+    point at the line that carries it."""
+    urls = site(server, "html.test", 8)
+    llms = Reply(200, "# Site\n", {"Content-Type": "text/plain"})
+    server.origin.route("html.test", "/llms.txt", llms)
+    shared = redis_settings(redis_server)
+    push(redis_server, shared, urls, tmp_path)
+    procs = workers(server, shared, tmp_path, 2, WALSH_LLMS_PROBE=True)
+    await ended(*procs)
+    got = records(tmp_path, 2)
+    assert sorted(r["line"] for r in got) == list(range(1, 9)), procs[0].err.decode()[-1500:]
+    # both workers fetched pages of the host (else one probe proves nothing)
+    for i in range(2):
+        mine = [json.loads(x) for x in (tmp_path / f"w{i}.jl").read_text().splitlines()]
+        assert mine, f"worker {i} took no line"
+    assert [h.path for h in server.origin.hits_for("html.test")].count("/llms.txt") == 1
+    probed = [r for r in got if "status" in r.get("llms_txt", {})]
+    assert len(probed) == 1 and probed[0]["llms_txt"]["status"] == 200
+    pointers = {r["llms_txt"]["note"] for r in got if r is not probed[0]}
+    assert pointers == {f"probed once per host per run: see line {probed[0]['line']}"}
+
+
 def own_redis(tmp: Path, persist: bool | str) -> Any:
     from tests.support.redis_server import RedisServer
 

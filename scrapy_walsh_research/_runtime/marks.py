@@ -44,6 +44,7 @@ from scrapy_walsh_research._runtime.meta import (
 from scrapy_walsh_research.core.urls import canonical_url
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.state import state_for
+from scrapy_walsh_research.state.namespaces import INTERNAL
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -66,7 +67,7 @@ SITEMAP = "sitemap"
 DIRECT = frozenset({ROBOTS, BLOCKLIST, SCHEMA, TDMREP, SITEMAP})
 PURPOSES = frozenset({TARGET, LLMS, *DIRECT})
 VERIFIED_CACHE = 4096
-_SECRET_NAMESPACE = "internal"
+_SECRET_NAMESPACE = INTERNAL
 _SECRET_KEY = "mark-secret"
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.log import configure_logging
@@ -11,7 +11,11 @@ from twisted.python.failure import Failure
 
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
+T = TypeVar("T")
+
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
 
@@ -46,6 +50,34 @@ def project_targets_spider(settings: Settings) -> type:
         return get_spider_loader(settings).load("targets")
     except KeyError:
         return TargetsSpider
+
+
+def run_blocking(settings: Settings, main: Callable[[], Awaitable[T]]) -> T:
+    """Install the asyncio reactor (what the Redis backend runs on), run
+    *main* on it, and return what it returns (or raise what it raised): for
+    a command that works on a crawl's state with no crawl running."""
+    install_reactor(
+        "twisted.internet.asyncioreactor.AsyncioSelectorReactor", settings["ASYNCIO_EVENT_LOOP"]
+    )
+    configure_logging(settings)
+    from twisted.internet import reactor as installed
+
+    reactor: Any = installed
+    outcome: dict[str, Any] = {}
+
+    def start() -> None:
+        def done(result: Any) -> None:
+            outcome["result"] = result
+            reactor.stop()
+
+        deferred_from_coro(main()).addBoth(done)
+
+    reactor.callWhenRunning(start)
+    reactor.run(installSignalHandlers=False)
+    result = outcome["result"]
+    if isinstance(result, Failure):
+        result.raiseException()
+    return result  # type: ignore[no-any-return]
 
 
 def run_conformance_blocking(settings: Settings) -> ConformanceResult:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.settings import SETTINGS_PRIORITIES
 
 from scrapy_walsh_research.core.target_list import unreadable
 from scrapy_walsh_research.settings import defaults
@@ -15,6 +18,8 @@ from scrapy_walsh_research.state.redis.target_queue import enqueue
 
 if TYPE_CHECKING:
     import argparse
+
+    from scrapy.settings import BaseSettings
 
 
 class Command(ScrapyCommand):
@@ -58,8 +63,27 @@ class Command(ScrapyCommand):
         prefix = self.settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
         batch = uuid.uuid4().hex
         n = enqueue(url, key, path, prefix=prefix, batch=batch)
+        fleet = fleet_options(self.settings, url, prefix)
+        worker = shlex.join(["scrapy", "crawl", "targets", "-a", f"redis_key={key}", *fleet])
+        workers = shlex.join(["scrapy", "walsh-workers", "N", "-a", f"redis_key={key}", *fleet])
+        records = shlex.join(["scrapy", "walsh-records", "--key", key, "--batch", batch, *fleet])
         print(
-            f"{n} lines pushed to {prefix}:{key} as batch {batch}; run workers with: "
-            f"scrapy crawl targets -a redis_key={key}; their records, one per line: "
-            f"scrapy walsh-records --key {key} --batch {batch}"
+            f"{n} lines pushed to {prefix}:{key} as batch {batch}.\n"
+            f"Run workers, on any machine and as many as you like, with:\n  {worker}\n"
+            f"or N of them on this one with:\n  {workers}\n"
+            f"Their records, one per line:\n  {records}"
         )
+
+
+def fleet_options(settings: BaseSettings, url: str, prefix: str) -> list[str]:
+    """The ``-s`` options a worker needs to find this feed: the Redis URL, and
+    the prefix when it is not the default. A URL with a password that came
+    from the project's settings (not typed on this command line) is left out,
+    not printed: the project's workers read it from there too."""
+    options = []
+    typed = (settings.getpriority("WALSH_REDIS_URL") or 0) >= SETTINGS_PRIORITIES["cmdline"]
+    if typed or urlsplit(url).password is None:
+        options += ["-s", f"WALSH_REDIS_URL={url}"]
+    if prefix != defaults.WALSH_REDIS_PREFIX:
+        options += ["-s", f"WALSH_REDIS_PREFIX={prefix}"]
+    return options

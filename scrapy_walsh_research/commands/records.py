@@ -44,6 +44,8 @@ class Command(ScrapyCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         import redis
 
+        from scrapy_walsh_research.state.redis.client import client_options
+
         assert self.settings is not None
         url = self.settings.get("WALSH_REDIS_URL")
         if not url:
@@ -56,7 +58,7 @@ class Command(ScrapyCommand):
             or defaults.WALSH_REDIS_TARGETS_KEY
         )
         prefix = self.settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
-        client = redis.Redis.from_url(url, decode_responses=True)
+        client = redis.Redis.from_url(url, **client_options(decode_responses=True))
         pattern = f"{prefix}:{key}:records:{opts.batch or '*'}"
         try:
             batches = sorted(client.scan_iter(pattern))

@@ -381,7 +381,13 @@ class Fleet:
         from scrapy.crawler import AsyncCrawlerProcess, CrawlerProcess
         from scrapy.utils.reactor import _asyncio_reactor_path
 
-        settings = self.settings
+        settings = self.settings.copy()
+        if settings.getbool("TELNETCONSOLE_ENABLED"):
+            settings.set(
+                "TELNETCONSOLE_PORT",
+                telnet_ports(settings.getlist("TELNETCONSOLE_PORT"), index, self.n),
+                priority=settings.getpriority("TELNETCONSOLE_PORT") or "cmdline",
+            )
         if (
             settings["TWISTED_REACTOR"] == _asyncio_reactor_path
             and not settings.getbool("FORCE_CRAWLER_PROCESS")
@@ -409,6 +415,25 @@ class Fleet:
             reactor.callWhenRunning(lambda: reactor.callLater(0, replay))  # type: ignore[arg-type]
         process.start()
         return 1 if process.bootstrap_failed else 0
+
+
+def telnet_ports(portrange: list[Any], index: int, n: int) -> list[int]:
+    """Worker *index*'s share of ``TELNETCONSOLE_PORT`` (Scrapy's ``[first,
+    last]`` range, tried in order): an n-th of the range of its own, so
+    siblings starting together never try one port at once. Two that do
+    both bind it (Twisted sets ``SO_REUSEADDR``) and the second fails in
+    ``listen()``, which Scrapy does not catch: a traceback, at ERROR. A range
+    too short for every worker to have a port gives each one the port the
+    system picks (``[]``), as does an empty one; Scrapy logs which it got."""
+    ports = [int(p) for p in portrange]
+    if not ports:
+        return []
+    first, last = ports[0], ports[-1]
+    share = (last - first + 1) // n
+    if share < 1:
+        return []
+    start = first + index * share
+    return [start, start + share - 1]
 
 
 def _stop_with_parent(parent: int) -> None:

@@ -3,6 +3,7 @@ lives, and this crawl's exclusive hold on it when nothing is shared."""
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,8 @@ from scrapy.utils.project import data_path
 from scrapy_walsh_research.errors import WalshConfigurationError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from scrapy.crawler import Crawler
 
 
@@ -57,3 +60,20 @@ def hold_state_dir(directory: Path, crawler: Crawler) -> Any:
         ) from None
     _held[key] = (handle, weakref.ref(crawler))
     return handle
+
+
+@contextlib.contextmanager
+def machine_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on *path* between the processes of this machine,
+    waited for (none where the platform has no ``fcntl``)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -29,8 +29,14 @@ SITEMAP_DOCUMENTS = "sitemap_documents"
 SITEMAP_TRUST = "sitemap_trust"
 #: per origin: how many of its targets answered in its last run (gates.sitemaps)
 SITEMAP_HISTORY = "sitemap_history"
+#: the secret the bundle's own requests are marked with, one per store (_runtime.marks)
+INTERNAL = "internal"
+#: per origin, with a fleet's feed: which line of which fed run probes its
+#: /llms.txt (the targets spider), so the fleet probes it once per run
+LLMS_PROBES = "llms_probes"
 #: what is stored per target URL, or per origin (keys start with the target's
 #: URL or its origin): what a purge deletes
 PER_TARGET = (
-    VALIDATORS, SEEN, CADENCE, ANSWERED, SITEMAP_DOCUMENTS, SITEMAP_TRUST, SITEMAP_HISTORY
+    VALIDATORS, SEEN, CADENCE, ANSWERED, SITEMAP_DOCUMENTS, SITEMAP_TRUST, SITEMAP_HISTORY,
+    LLMS_PROBES,
 )

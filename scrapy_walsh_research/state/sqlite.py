@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research.state.directory import machine_lock
+
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
@@ -35,17 +37,24 @@ class SQLiteStateStore:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._db: sqlite3.Connection | None = sqlite3.connect(
-            str(self.path), isolation_level=None, check_same_thread=False
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # WAL + NORMAL: a committed write survives the process being killed
-        # (kill -9); only an OS crash or power loss can lose the last ones.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS kv (namespace TEXT NOT NULL, key TEXT NOT NULL,"
-            " value TEXT NOT NULL, updated REAL NOT NULL, PRIMARY KEY (namespace, key))"
-        )
+        # One process at a time opens it: the first connections to a new file
+        # each switch it to WAL, and SQLite refuses all but one at once with
+        # "database is locked", without waiting (both read the header, then
+        # both want to write: it would be a deadlock, so the busy timeout is
+        # not used). Forked workers opening one new state dir lost a worker
+        # in one start of two.
+        with machine_lock(self.path.with_name(f"{self.path.name}.lock")):
+            self._db: sqlite3.Connection | None = sqlite3.connect(
+                str(self.path), isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL: a committed write survives the process being killed
+            # (kill -9); only an OS crash or power loss can lose the last ones.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS kv (namespace TEXT NOT NULL, key TEXT NOT NULL,"
+                " value TEXT NOT NULL, updated REAL NOT NULL, PRIMARY KEY (namespace, key))"
+            )
 
     # -- blobs: files beside the database, written in a thread ----------------
     # A blob (the adopted blocklist, up to tens of MB) in the database would
@@ -122,6 +131,11 @@ class SQLiteStateStore:
             (namespace, prefix, prefix + "\U0010ffff"),
         )
         return [row[0] for row in rows]
+
+    def namespaces(self) -> list[str]:
+        """Every namespace with a key in this file (not a :class:`StateStore`
+        call: what ``walsh-migrate`` reports it does not carry)."""
+        return [row[0] for row in self.db.execute("SELECT DISTINCT namespace FROM kv")]
 
     async def delete_many(self, namespace: str, keys: list[str]) -> None:
         with self.db:

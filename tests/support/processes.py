@@ -23,11 +23,14 @@ class ProcessCrawl(protocol.ProcessProtocol):
         self.ended: defer.Deferred[None] = defer.Deferred()
         self.err = b""
         self.transport: Any = None
+        #: its exit code once it ended (None: killed by a signal, or running)
+        self.code: int | None = None
 
     def errReceived(self, data: bytes) -> None:
         self.err += data
 
     def processEnded(self, reason: Any) -> None:
+        self.code = reason.value.exitCode
         self.ended.callback(None)
 
 

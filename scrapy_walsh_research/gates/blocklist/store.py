@@ -75,6 +75,50 @@ def _release(doomed: list[Adopted]) -> None:
     old.domains.release()
 
 
+async def _write_copy(store: StateStore, copy: dict[str, Any], canonical: bytes) -> None:
+    """Keep *copy* (the record naming a version) and its document in *store*:
+    the blob first, then the record, then the blob of the version it
+    replaces, so a crash at any point leaves a record whose blob exists."""
+    blob = str(copy["blob"])
+    previous = await store.get(STATE_NAMESPACE, STATE_KEY)
+    if not isinstance(previous, dict) or previous.get("blob") != blob:
+        await store.put_blob(blob, canonical)
+    await store.put_many(STATE_NAMESPACE, {STATE_KEY: copy, EVER_KEY: {"at": copy["fetched_at"]}})
+    if isinstance(previous, dict) and previous.get("blob") not in (None, blob):
+        await store.delete_blob(str(previous["blob"]))
+
+
+async def carry_adopted(source: StateStore, target: StateStore) -> tuple[str, float | None]:
+    """Put the list *source* keeps into *target* (a single crawl's state into a
+    fleet's), as a worker publishes its own copy again, unless *target* keeps
+    one fetched as late: ("carried", "kept" (the target's is as new), "none" or
+    "damaged", and the fetch time of the copy in *source*). Its bytes are
+    checked against their sha256 here; every worker validates a stored copy
+    against the schema before adopting it."""
+    saved = await source.get(STATE_NAMESPACE, STATE_KEY)
+    if not isinstance(saved, dict) or "blob" not in saved:
+        return "none", None
+    try:
+        fetched_at = float(saved["fetched_at"])
+    except (KeyError, TypeError, ValueError):
+        return "damaged", None
+    theirs = await target.get(STATE_NAMESPACE, STATE_KEY)
+    if isinstance(theirs, dict) and isinstance(theirs.get("fetched_at"), (int, float)):
+        if float(theirs["fetched_at"]) >= fetched_at:
+            return "kept", fetched_at
+    data = await source.get_blob(str(saved["blob"]))
+    if data is None or hashlib.sha256(data).hexdigest() != saved.get("sha256"):
+        return "damaged", fetched_at
+    await _write_copy(target, dict(saved), data)
+    return "carried", fetched_at
+
+
+async def purge_again(store: StateStore) -> None:
+    """State was carried into *store* since its list in force last purged what
+    it opts out: the next crawl to put a list in force purges again."""
+    await store.delete_many(STATE_NAMESPACE, [PURGED_KEY, PURGED_EXTRA_KEY])
+
+
 class HeldList:
     """The list in force (with the local entries) and its copies in the state
     stores. The gate reads :attr:`domains` and :attr:`lost`; the refresh
@@ -189,13 +233,7 @@ class HeldList:
         blob = blob_name(adopted.sha256)
         copy = {"url": adopted.url, "fetched_at": adopted.fetched_at, "sha256": adopted.sha256,
                 "blob": blob}  # fmt: skip
-        ever = {"at": adopted.fetched_at}
-        previous = await store.get(STATE_NAMESPACE, STATE_KEY)
-        if not isinstance(previous, dict) or previous.get("blob") != blob:
-            await store.put_blob(blob, canonical)
-        await store.put_many(STATE_NAMESPACE, {STATE_KEY: copy, EVER_KEY: ever})
-        if isinstance(previous, dict) and previous.get("blob") not in (None, blob):
-            await store.delete_blob(str(previous["blob"]))
+        await _write_copy(store, copy, canonical)
 
     # -- purge ----------------------------------------------------------------
 

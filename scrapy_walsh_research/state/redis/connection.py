@@ -44,10 +44,11 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
-from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.errors import WalshConfigurationError, stop_refused
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.hostclock import pause_on_loss
+from scrapy_walsh_research.state.redis.client import client_options
 from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
 
 if TYPE_CHECKING:
@@ -295,11 +296,8 @@ class FleetGuard:
         )
         conn.inc_stat("guard_refused")
         logger.error(message)
-        crawler = conn.crawler
-        if crawler is not None and crawler.engine is not None and crawler.engine.spider:
-            deferred_from_coro(crawler.engine.close_spider_async(reason=GUARD_REFUSED)).addErrback(
-                lambda f: logger.debug("closing the spider: %(f)s", {"f": f.getErrorMessage()})
-            )
+        if conn.crawler is not None:
+            stop_refused(conn.crawler, GUARD_REFUSED)  # and scrapy crawl exits 1
         raise WalshConfigurationError(message)
 
     async def _read_persistence(self) -> None:
@@ -413,9 +411,11 @@ class RedisConnection:
         try:
             self.client = aioredis.Redis.from_url(
                 url,
-                decode_responses=True,
-                socket_connect_timeout=timeout,
-                socket_timeout=timeout,
+                **client_options(
+                    decode_responses=True,
+                    socket_connect_timeout=timeout,
+                    socket_timeout=timeout,
+                ),
             )
         except ValueError as exc:
             raise WalshConfigurationError(

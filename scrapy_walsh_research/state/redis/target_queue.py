@@ -29,6 +29,7 @@ from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
+from scrapy_walsh_research.state.redis.client import client_options
 from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def enqueue(
     """
     import redis  # here: Scrapy imports walsh-enqueue, so this module, on every command
 
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, **client_options())
     batch = batch or uuid.uuid4().hex
     items = [
         json.dumps(
