@@ -59,6 +59,12 @@ AUDIT_REFUSED = "walsh_audit_refused"
 #: 28 invalid authorization, 3D no such database, 42 no privilege or
 #: syntax (a table the user may not create)
 REFUSALS = ("28", "3D", "42")
+#: the same refusals when the server ends a connection attempt: libpq gives
+#: psycopg no SQLSTATE for those, only the server's FATAL message (a FATAL
+#: such as "the database system is starting up" is an outage, and waited out)
+REFUSED_AT_CONNECT = (
+    "does not exist", "authentication failed", "no pg_hba.conf entry", "permission denied",
+)  # fmt: skip
 
 
 def without_password(url: str) -> str:
@@ -74,6 +80,15 @@ def table_name(prefix: str) -> str:
     """The table of the fleet named *prefix* (``WALSH_REDIS_PREFIX``): a
     plain identifier, so two fleets can share a database."""
     return re.sub(r"[^a-z0-9_]", "_", prefix.lower()) + "_audit"
+
+
+def refused(exc: psycopg.Error) -> bool:
+    """Whether *exc* is the server refusing the bundle (its configuration's
+    fault), as opposed to an outage to wait out."""
+    if (exc.sqlstate or "")[:2] in REFUSALS:
+        return True
+    text = str(exc)
+    return "FATAL:" in text and any(words in text for words in REFUSED_AT_CONNECT)
 
 
 class PostgresAudit:
@@ -147,8 +162,7 @@ class PostgresAudit:
             try:
                 await fn(await self._connection())
             except psycopg.Error as exc:
-                state = exc.sqlstate or ""
-                if state[:2] in REFUSALS:
+                if refused(exc):
                     self._refuse(exc)
                 if not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
                     raise

@@ -159,6 +159,11 @@ class HostEvidence:
         return dict(sorted(self.outcomes.items()))
 
     @property
+    def gaps(self) -> list[Sent]:
+        """The requests kept that have a gap (every gap counts in :attr:`gap_count`)."""
+        return [r for r in self.requests if r.gap is not None]
+
+    @property
     def not_fetched_count(self) -> int:
         return sum(self.outcomes.values())
 
