@@ -92,9 +92,12 @@ ROWS = 10_000
 #: entries held back to put a few out of order back in time order (workers'
 #: clocks differ a little; a store returns each host's entries in order)
 REORDER = 1_000
-#: request ids remembered to match answers and drop an entry written twice
-#: (a write retried after its acknowledgement was lost)
-IDS = 100_000
+#: requests waiting for their answer (an answer follows its request within
+#: seconds; a request never answered is forgotten after this many more)
+OPEN = 1_000
+#: request ids remembered to drop an entry written twice (a write retried
+#: after its acknowledgement was lost: the copies are close together)
+IDS = 10_000
 
 
 @dataclass
@@ -241,8 +244,9 @@ class Collector:
             for name in ("purges", "waits", "sitemaps", "skips")
         }
         self._robots_fetches: deque[Sent] = deque(maxlen=ROWS)
-        #: requests waiting for their answer, and ids already taken
+        #: requests waiting for their answer, and the ids already taken
         self._open: OrderedDict[str, Sent] = OrderedDict()
+        self._ids: OrderedDict[str, None] = OrderedDict()
         self._previous: dict[str, Sent] = {}
         self._holds: dict[str, tuple[float, str]] = {}
 
@@ -287,12 +291,15 @@ class Collector:
 
     def _request(self, e: dict[str, Any]) -> None:
         rid = e.get("id") or ""
-        if rid and rid in self._open:
+        if rid in self._ids:
             return  # the same entry written twice
         r = _sent(e)
         if rid:
+            self._ids[rid] = None
+            if len(self._ids) > IDS:
+                self._ids.popitem(last=False)
             self._open[rid] = r
-            if len(self._open) > IDS:
+            if len(self._open) > OPEN:
                 self._open.popitem(last=False)
         self._gap(r)
         if not self._kept(e):
@@ -330,8 +337,8 @@ class Collector:
         self._previous[r.host] = r
 
     def _answer(self, e: dict[str, Any]) -> None:
-        r = self._open.get(e.get("id") or "")
-        if r is None or r.status is not None or r.error is not None:
+        r = self._open.pop(e.get("id") or "", None)
+        if r is None:
             return
         r.status, r.error = e.get("status"), e.get("error")
         r.hold_until, r.hold_by = e.get("hold_until"), e.get("hold_by")
