@@ -64,6 +64,12 @@ class WalshConfigurationError(RuntimeError):
     """
 
 
+class WalshAuditUnavailable(RuntimeError):
+    """The audit log could not be read to the end (its store unreachable, or
+    a read that did not finish in time): a command that reads it says so
+    and stops, rather than retrying forever or showing part of it."""
+
+
 class WalshDeprecationWarning(ScrapyDeprecationWarning):
     """A path or setting name of an older release, still honoured for now.
 

@@ -64,6 +64,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     srv.kill()
 
 
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """One real PostgreSQL cluster for the session; tests keep apart by table
+    (the Redis prefix names the fleet's audit table)."""
+    from tests.support.postgres_server import PostgresServer
+
+    srv = PostgresServer().start()
+    yield srv
+    srv.remove()
+
 
 #: the modules whose tests wait longest (Redis restarts, fleets of workers,
 #: the soak): started first, so no worker is left with one of them at the end

@@ -16,7 +16,8 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
 
-from scrapy_walsh_research.evidence.audit import SQLiteAudit
+from scrapy_walsh_research.evidence.audit import read_all
+from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
 from scrapy_walsh_research.evidence.host_evidence import collect
 from scrapy_walsh_research.evidence.pages import host_page
 from scrapy_walsh_research.gates import origin_documents
@@ -154,8 +155,8 @@ async def test_a_host_that_never_answers_gets_no_page_request_and_honest_records
                for p in progress), progress  # fmt: skip
     # the audit log keeps each try (a request and its 503) and the wait
     audit = SQLiteAudit(tmp_path / "s" / "audit.sqlite3")
-    evidence = collect(await audit.query(host="dead.test"), "dead.test")
-    audit.close()
+    evidence = collect(await read_all(audit, "dead.test"), "dead.test")
+    await audit.close()
     assert [r.status for r in evidence.requests] == [503, 503, 503]
     assert [w["state"] for w in evidence.waits] == ["waiting", "waiting", "gave_up"]
     assert evidence.waits[-1]["tries"] == 3

@@ -14,7 +14,9 @@ from typing import Any
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.evidence.audit import RedisAudit, SQLiteAudit
+from scrapy_walsh_research.evidence.audit import read_all
+from scrapy_walsh_research.evidence.audit_redis import RedisAudit
+from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
 from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import (
@@ -114,7 +116,8 @@ async def test_the_log_survives_sigkill_with_every_request_sent(server, tmp_path
     assert logged == seen
 
 
-def test_entries_older_than_the_retention_are_dropped_when_a_crawl_opens(tmp_path):
+@pytest_twisted.ensureDeferred
+async def test_entries_older_than_the_retention_are_dropped_when_a_crawl_opens(tmp_path):
     from scrapy.utils.test import get_crawler
 
     from scrapy_walsh_research.evidence.audit import AuditTrail
@@ -122,9 +125,11 @@ def test_entries_older_than_the_retention_are_dropped_when_a_crawl_opens(tmp_pat
     old = SQLiteAudit(tmp_path / "audit.sqlite3")
     old.append({"t": time.time() - 100 * 86400, "host": "a.test", "event": "request"})
     old.append({"t": time.time() - 10, "host": "a.test", "event": "request"})
-    old.close()
+    await deferred_from_coro(old.close())
     crawler = get_crawler(settings_dict={"WALSH_STATE_DIR": str(tmp_path)})
-    AuditTrail.for_crawler(crawler)
+    trail = AuditTrail.for_crawler(crawler)
+    await deferred_from_coro(trail.opened())
+    await deferred_from_coro(trail.store.close())
     kept = entries(tmp_path)
     assert [round(time.time() - e["t"]) for e in kept] == [10]
 
@@ -141,7 +146,7 @@ async def test_a_fleet_writes_one_log_any_worker_can_read(server, redis_server, 
 
     conn = RedisConnection(redis_server.url, shared["WALSH_REDIS_PREFIX"])
     try:
-        log = await deferred_from_coro(RedisAudit(conn, 86400).query())
+        log = await deferred_from_coro(read_all(RedisAudit(conn, 86400)))
     finally:
         await deferred_from_coro(conn.close())
     sent = sorted(

@@ -197,11 +197,11 @@ def test_the_commands_refuse_what_they_cannot_do_saying_why(tmp_path):
         assert done.returncode != 0 and "takes one host name" in done.stderr, (bad, done.stderr)
     state = tmp_path / "state"
     state.mkdir()
-    from scrapy_walsh_research.evidence.audit import SQLiteAudit
+    from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
 
     log = SQLiteAudit(state / "audit.sqlite3")
     log.append({"t": 1.0, "ts": "x", "event": "request", "host": "h.test", "url": "http://h.test/"})
-    log.close()
+    log.db.close()
     at = ["-s", f"WALSH_STATE_DIR={state}"]
     done = scrapy_command("walsh-report", *at, "--out", str(tmp_path / "no/such/dir/r.html"),
                           "--host", "h.test", cwd=tmp_path)  # fmt: skip

@@ -292,7 +292,8 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
     import logging
     import re
 
-    from scrapy_walsh_research.evidence.audit import SQLiteAudit
+    from scrapy_walsh_research.evidence.audit import read_all
+    from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
     from scrapy_walsh_research.evidence.host_evidence import collect
     from scrapy_walsh_research.evidence.pages import host_page
 
@@ -310,8 +311,8 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
     assert {i["outcome"] for i in res.items} == {"fetched"}
 
     audit = SQLiteAudit(state / "audit.sqlite3")
-    entries = await audit.query()
-    audit.close()
+    entries = await read_all(audit)
+    await audit.close()
     set_by = {}
     for e in entries:
         if e["event"] == "request":

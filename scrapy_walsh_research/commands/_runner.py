@@ -22,17 +22,20 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 
 
-def crawl_state(settings: Settings, filename: str, what: str) -> Crawler:
+def crawl_state(
+    settings: Settings, filename: str, what: str, *, elsewhere: bool = False
+) -> Crawler:
     """A crawler for a command that reads what a crawl left in its state
-    dir (*filename* there, unless the state is in Redis), or UsageError
-    saying where it looked: never an empty store created in passing."""
+    dir (*filename* there, unless the state is in Redis, or *elsewhere*),
+    or UsageError saying where it looked: never an empty store created in
+    passing."""
     from scrapy.crawler import Crawler
     from scrapy.exceptions import UsageError
 
     from scrapy_walsh_research.state.directory import state_dir
 
     crawler = Crawler(TargetsSpider, settings)
-    if not settings.get("WALSH_REDIS_URL"):
+    if not settings.get("WALSH_REDIS_URL") and not elsewhere:
         path = state_dir(crawler) / filename
         if not path.exists():
             raise UsageError(

@@ -43,7 +43,7 @@ class Command(ScrapyCommand):
             raise UsageError(str(exc)) from None
 
     async def _purge(self, crawler: Crawler, host: str) -> None:
-        from scrapy_walsh_research.evidence.audit import AuditTrail
+        from scrapy_walsh_research.evidence.audit import AuditTrail, read_all
         from scrapy_walsh_research.evidence.purge import covers, purge, total
         from scrapy_walsh_research.state import state_for
 
@@ -54,10 +54,11 @@ class Command(ScrapyCommand):
                 store, covers(host), cause="scrapy walsh-purge (on demand)", audit=audit
             )
             exported = [
-                e for e in await audit.store.query(host)
+                e for e in await read_all(audit.store, host)
                 if e.get("event") == "decision" and e.get("outcome") in ("fetched", "not_modified")
             ]  # fmt: skip
         finally:
+            await audit.store.close()
             await store.close()
         print(f"purged {total(purged)} stored entries for {len(purged)} host(s) under {host}")
         for name, counts in sorted(purged.items()):

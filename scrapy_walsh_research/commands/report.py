@@ -9,10 +9,11 @@ one self-contained HTML page (or JSON) to send a site owner who complains.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TextIO
 
 from scrapy.commands import ScrapyCommand
 from scrapy.crawler import Crawler
@@ -20,6 +21,9 @@ from scrapy.exceptions import UsageError
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Iterator
+
+    from scrapy_walsh_research.evidence.audit import AuditStore
 
 
 class Command(ScrapyCommand):
@@ -57,42 +61,49 @@ class Command(ScrapyCommand):
             raise UsageError(str(exc)) from exc
         assert self.settings is not None
         from scrapy_walsh_research.commands._runner import crawl_state
-        from scrapy_walsh_research.errors import WalshConfigurationError
+        from scrapy_walsh_research.errors import WalshAuditUnavailable, WalshConfigurationError
 
-        crawler = crawl_state(self.settings, "audit.sqlite3", "audit log")
+        crawler = crawl_state(
+            self.settings, "audit.sqlite3", "audit log",
+            elsewhere=bool(self.settings.get("WALSH_AUDIT_URL")),
+        )  # fmt: skip
         try:
-            # all of the host's log: the gap before the first request after
-            # --since is measured from the one before it
-            entries = asyncio.run(self._query(crawler, host, None))
+            asyncio.run(self._report(crawler, host, since, opts))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc)) from None
-        if host is not None:
-            self._one(entries, host, opts, since)
-        else:
-            self._all(entries, opts, since)
+        except WalshAuditUnavailable as exc:
+            # a read that cannot finish ends with one line, never a retry loop
+            print(f"walsh-report: {exc}", file=sys.stderr)
+            self.exitcode = 1
 
-    async def _query(
-        self, crawler: Crawler, host: str | None, since: float | None
-    ) -> list[dict[str, Any]]:
-        from scrapy_walsh_research.evidence.audit import AuditTrail, RedisAudit, SQLiteAudit
+    async def _report(
+        self, crawler: Crawler, host: str | None, since: float | None, opts: argparse.Namespace
+    ) -> None:
+        from scrapy_walsh_research.evidence.audit import AuditTrail
+        from scrapy_walsh_research.state import redis_url
 
         store = AuditTrail.for_crawler(crawler, prune=False).store
         try:
-            return await store.query(host, since)
+            if host is not None:
+                await self._one(store, host, opts, since)
+            else:
+                await self._all(store, opts, since)
         finally:
-            if isinstance(store, SQLiteAudit):
-                store.close()
-            elif isinstance(store, RedisAudit):
-                await store.conn.close()
+            await store.close()
+            if redis_url(crawler):
+                from scrapy_walsh_research.state.redis.connection import RedisConnection
 
-    def _one(
-        self, entries: list[dict[str, Any]], host: str, opts: argparse.Namespace,
-        since: float | None,
-    ) -> None:  # fmt: skip
-        from scrapy_walsh_research.evidence.host_evidence import collect
+                await RedisConnection.for_crawler(crawler).close()
+
+    async def _one(
+        self, store: AuditStore, host: str, opts: argparse.Namespace, since: float | None
+    ) -> None:
+        from scrapy_walsh_research.evidence.host_evidence import collect_stream
         from scrapy_walsh_research.evidence.pages import host_page
 
-        evidence = collect(entries, host, since)
+        # all of the host's log (through its index): the gap before the first
+        # request after --since is measured from the one before it
+        evidence = await collect_stream(store.entries(host), host, since)
         if opts.json:
             self._write(json.dumps(evidence.as_json(), indent=2, sort_keys=True), opts.out)
             return
@@ -100,23 +111,37 @@ class Command(ScrapyCommand):
         self._write(host_page(evidence, since=opts.since), out)
         smallest = evidence.smallest_gap
         print(
-            f"{out}: {len(evidence.requests)} requests to {host} and its subdomains, "
-            f"targets not fetched: {len(evidence.denied)} denied, "
-            f"{len(evidence.not_fetched) - len(evidence.denied)} skipped or failed; smallest gap "
-            f"{'—' if smallest is None else f'{smallest.gap:.3f} s'}, "
+            f"{out}: {evidence.request_count} requests to {host} and its subdomains, "
+            f"targets not fetched: {evidence.denied_count} denied, "
+            f"{evidence.not_fetched_count - evidence.denied_count} skipped or failed; smallest "
+            f"gap {'—' if smallest is None else f'{smallest.gap:.3f} s'}, "
             f"{len(evidence.under)} under the interval"
         )
 
-    def _all(
-        self, entries: list[dict[str, Any]], opts: argparse.Namespace, since: float | None
-    ) -> None:
-        from scrapy_walsh_research.evidence.host_evidence import by_host
-        from scrapy_walsh_research.evidence.pages import host_file, host_page, summary_page
+    async def _all(self, store: AuditStore, opts: argparse.Namespace, since: float | None) -> None:
+        """Every exact host, one at a time: each host's evidence is read,
+        written and dropped, so the summary of many hosts holds no rows."""
+        from scrapy_walsh_research.evidence.host_evidence import collect_stream
+        from scrapy_walsh_research.evidence.pages import (
+            HostSummary,
+            host_file,
+            host_page,
+            summary_page,
+        )
 
-        hosts = by_host(entries, since)
+        hosts = await store.hosts(since)
         if opts.json:
-            data = {h: ev.as_json() for h, ev in hosts.items()}
-            self._write(json.dumps(data, indent=2, sort_keys=True), opts.out)
+            with self._opened(opts.out) as f:
+                f.write("{")
+                first = True
+                for host in hosts:
+                    ev = await collect_stream(store.entries(host, subdomains=False), host, since)
+                    if ev.empty:
+                        continue
+                    f.write(("" if first else ",") + f"\n{json.dumps(host)}: ")
+                    f.write(json.dumps(ev.as_json(), sort_keys=True))
+                    first = False
+                f.write("\n}\n")
             return
         out = Path(opts.out or "walsh-report.html")
         pages = out.with_name(out.stem + "_hosts")
@@ -124,11 +149,30 @@ class Command(ScrapyCommand):
             pages.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"cannot write {pages}: {exc.strerror or exc}") from None
-        for host, evidence in hosts.items():
-            self._write(host_page(evidence, since=opts.since), pages / host_file(host))
-        self._write(summary_page(hosts, pages.name, since=opts.since), out)
-        under = sum(len(ev.under) for ev in hosts.values())
-        print(f"{out}: {len(hosts)} hosts (pages in {pages}/), {under} gaps under the interval")
+        summaries: dict[str, HostSummary] = {}
+        for host in hosts:
+            ev = await collect_stream(store.entries(host, subdomains=False), host, since)
+            if ev.empty:
+                continue
+            self._write(host_page(ev, since=opts.since), pages / host_file(host))
+            summaries[host] = HostSummary.of(ev)
+        self._write(summary_page(summaries, pages.name, since=opts.since), out)
+        under = sum(s.under for s in summaries.values())
+        print(
+            f"{out}: {len(summaries)} hosts (pages in {pages}/), {under} gaps under the interval"
+        )
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _opened(out: str | None) -> Iterator[TextIO]:
+        if not out:
+            yield sys.stdout
+            return
+        try:
+            with open(out, "w", encoding="utf-8") as f:
+                yield f
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
 
     @staticmethod
     def _write(text: str, out: str | Path | None) -> None:

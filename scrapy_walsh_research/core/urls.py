@@ -177,6 +177,22 @@ def in_domain(host: str, domain: str) -> bool:
     return host == domain or host.endswith("." + domain)
 
 
+def host_key(host: str) -> str:
+    """*host* with its labels in reverse order (``www.example.org`` is
+    ``org.example.www``): a host and its subdomains then share a prefix, so
+    one index range finds them (the audit log's index by host)."""
+    return ".".join(reversed(host.split(".")))
+
+
+def domain_key_range(domain: str) -> tuple[str, str, str]:
+    """(the key of *domain*, and the bounds ``[low, high)`` of the keys of its
+    subdomains): a host is *domain* or under it (:func:`in_domain`) exactly
+    when its :func:`host_key` is the first, or lies in the range. ``/``
+    follows ``.``; a plain prefix range would also take ``example.org-x``."""
+    key = host_key(domain)
+    return key, key + ".", key + "/"
+
+
 def host_variants(host: str) -> set[str]:
     """Every normalised host the crawl may contact for a URL naming *host*.
 

@@ -9,139 +9,144 @@ decision about a target (its record's outcome, rule and reason) is appended
 when the record is committed.
 
 Storage has one owner per crawler (:meth:`AuditTrail.for_crawler`) behind a
-small interface with two backends: a SQLite file in ``WALSH_STATE_DIR``
-(``audit.sqlite3``; WAL, so an entry written survives SIGKILL) and, with
-``WALSH_REDIS_URL``, one Redis stream for the whole fleet. Entries older
-than ``WALSH_AUDIT_RETENTION`` (90 days) are dropped when a crawl opens.
+small interface (:class:`AuditStore`) with three backends, each indexed by
+host and time so one host's report reads that host's entries only:
+
+* a SQLite file in ``WALSH_STATE_DIR`` (``audit.sqlite3``; WAL, so an entry
+  written survives SIGKILL), for one process or the workers of one machine;
+* with ``WALSH_AUDIT_URL``, a PostgreSQL table partitioned by day: a fleet's
+  evidence, from every machine, for months (:mod:`.audit_postgres`);
+* with ``WALSH_REDIS_URL`` and no ``WALSH_AUDIT_URL``, one Redis stream per
+  host kept ``WALSH_AUDIT_REDIS_WINDOW`` (7 days): Redis is memory, and a
+  busy fleet's 90 days of evidence outgrow it (:mod:`.audit_redis`).
+
+Entries older than ``WALSH_AUDIT_RETENTION`` (90 days) are dropped when a
+crawl opens (PostgreSQL drops whole days).
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
+import logging
 import time
 import uuid
 import weakref
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlsplit
 
 from scrapy import signals
+from scrapy.exceptions import CloseSpider
 
 from scrapy_walsh_research.core.timestamps import utc_iso
-from scrapy_walsh_research.core.urls import in_domain, is_http_url, url_host
+from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
+from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from scrapy import Request
     from scrapy.crawler import Crawler
 
-    from scrapy_walsh_research.state.redis.connection import RedisConnection
+logger = logging.getLogger(__name__)
+
+#: the spider's close reason when the audit store refuses the bundle at start
+AUDIT_REFUSED = "walsh_audit_refused"
+
+
+def _days(seconds: float) -> str:
+    return f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds:g} s"
 
 
 class AuditStore(Protocol):
     """Where entries go. ``append`` returns None when the entry is already
-    durable, or an awaitable that completes when it is."""
+    durable, or an awaitable that completes when it is. Reads stream, in
+    time order, only what they ask for: a host (and its subdomains) through
+    an index by host and time, never the whole log; a read that cannot
+    finish raises :class:`~scrapy_walsh_research.errors.WalshAuditUnavailable`."""
 
     def append(self, entry: dict[str, Any]) -> Awaitable[None] | None: ...
 
-    async def query(
-        self, host: str | None = None, since: float | None = None
-    ) -> list[dict[str, Any]]: ...
+    def entries(
+        self, host: str | None = None, since: float | None = None, *, subdomains: bool = True
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def hosts(self, since: float | None = None) -> list[str]:
+        """Every exact host with an entry (from *since* on, where the store
+        can tell)."""
+        ...
 
     async def prune(self, before: float) -> None: ...
 
-
-class SQLiteAudit:
-    """Entries in ``audit.sqlite3``; a write is committed before it returns
-    (WAL: it survives the process being killed)."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        # seq is the rowid, max + 1 on insert: in order, since only the oldest
-        # entries are ever deleted. AUTOINCREMENT (kept by files that have it)
-        # wrote one more page per entry, ~15 % of an entry's commit.
-        self.db.execute(
-            "CREATE TABLE IF NOT EXISTS audit (seq INTEGER PRIMARY KEY,"
-            " t REAL NOT NULL, host TEXT NOT NULL, entry TEXT NOT NULL)"
-        )
-        self.db.execute("CREATE INDEX IF NOT EXISTS audit_host_t ON audit (host, t)")
-        self.db.execute("CREATE INDEX IF NOT EXISTS audit_t ON audit (t)")
-
-    def append(self, entry: dict[str, Any]) -> None:
-        self.db.execute(
-            "INSERT INTO audit (t, host, entry) VALUES (?, ?, ?)",
-            (entry["t"], entry.get("host") or "", json.dumps(entry, sort_keys=True)),
-        )
-
-    async def query(
-        self, host: str | None = None, since: float | None = None
-    ) -> list[dict[str, Any]]:
-        sql = "SELECT entry FROM audit WHERE t >= ?"
-        args: list[object] = [since or 0.0]
-        if host is not None:  # the host or a subdomain (no LIKE: '%' and '_' are literal)
-            sql += " AND (host = ? OR substr(host, -?) = ?)"
-            args += [host, len(host) + 1, f".{host}"]
-        rows = self.db.execute(sql + " ORDER BY seq", args).fetchall()
-        return [json.loads(row[0]) for row in rows]
-
-    async def prune(self, before: float) -> None:
-        self.db.execute("DELETE FROM audit WHERE t < ?", (before,))
-
-    def close(self) -> None:
-        self.db.close()
+    async def close(self) -> None: ...
 
 
-class RedisAudit:
-    """Every worker's entries in one stream, ``<prefix>:audit``; a write is
-    acknowledged by Redis before the request it describes is sent."""
+async def read_all(
+    store: AuditStore, host: str | None = None, since: float | None = None
+) -> list[dict[str, Any]]:
+    """Every entry of *host* (and its subdomains) from *since* on, as a list:
+    for a small read (a purge's exported records, a test), not a report."""
+    return [entry async for entry in store.entries(host, since)]
 
-    def __init__(self, conn: RedisConnection, retention: float) -> None:
-        self.conn = conn
-        self.key = conn.key("audit")
-        self.retention = retention
 
-    def append(self, entry: dict[str, Any]) -> Awaitable[None]:
-        data = json.dumps(entry, sort_keys=True)
-        floor = int((time.time() - self.retention) * 1000)
-
-        async def add() -> None:
-            await self.conn.call(
-                "audit",
-                lambda r: r.xadd(self.key, {"e": data}, minid=floor, approximate=True),
+def open_store(crawler: Crawler, retention: float) -> AuditStore:
+    """The crawler's audit store: PostgreSQL when ``WALSH_AUDIT_URL`` is set;
+    else, with ``WALSH_REDIS_URL``, per-host Redis streams kept
+    ``WALSH_AUDIT_REDIS_WINDOW``; else ``audit.sqlite3`` in the state dir."""
+    settings = crawler.settings
+    url = settings.get("WALSH_AUDIT_URL") or None
+    if url:
+        if urlsplit(url).scheme not in ("postgresql", "postgres"):
+            raise WalshConfigurationError(
+                f"WALSH_AUDIT_URL={url!r}: the fleet's audit log for months is a PostgreSQL "
+                "table; give a postgresql://user:password@host:port/database URL, or unset it "
+                "(the audit then goes to Redis for WALSH_AUDIT_REDIS_WINDOW, or to "
+                "audit.sqlite3 in WALSH_STATE_DIR without Redis)."
             )
-
-        return add()
-
-    async def query(
-        self, host: str | None = None, since: float | None = None
-    ) -> list[dict[str, Any]]:
-        start = str(int((since or 0) * 1000))
-        # redis-py types a stream read as optional; XRANGE always answers a list
-        rows = cast(
-            "list[tuple[str, dict[str, str]]]",
-            await self.conn.call("audit", lambda r: r.xrange(self.key, min=start)),
+        try:
+            # psycopg is the optional [postgres] extra: imported only when in use
+            from scrapy_walsh_research.evidence.audit_postgres import PostgresAudit, table_name
+        except ImportError as exc:
+            raise WalshConfigurationError(
+                f"WALSH_AUDIT_URL is set but psycopg cannot be imported ({exc}): "
+                "pip install 'scrapy-walsh-research[postgres]'."
+            ) from None
+        prefix = settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
+        return PostgresAudit(
+            url,
+            table_name(prefix),
+            crawler=crawler,
+            max_backoff=settings.getfloat(
+                "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
+            ),
         )
-        out = []
-        for _, fields in rows:
-            entry = json.loads(fields["e"])
-            h = entry.get("host") or ""
-            if host is None or in_domain(h, host):
-                out.append(entry)
-        return out
+    if redis_url(crawler):
+        # redis is the optional [redis] extra: imported only when in use
+        from scrapy_walsh_research.evidence.audit_redis import RedisAudit
+        from scrapy_walsh_research.state.redis.connection import RedisConnection
 
-    async def prune(self, before: float) -> None:
-        minid = str(int(before * 1000))
-        await self.conn.call("audit", lambda r: r.xtrim(self.key, minid=minid, approximate=True))
+        window = min(retention, redis_window(crawler))
+        return RedisAudit(RedisConnection.for_crawler(crawler), window)
+    return SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
+
+
+def redis_window(crawler: Crawler) -> float:
+    """``WALSH_AUDIT_REDIS_WINDOW``, checked: how long a fleet without
+    ``WALSH_AUDIT_URL`` keeps its audit entries in Redis."""
+    settings = crawler.settings
+    window = settings.getfloat("WALSH_AUDIT_REDIS_WINDOW", defaults.WALSH_AUDIT_REDIS_WINDOW)
+    if not window > 0:
+        raise WalshConfigurationError(
+            f"WALSH_AUDIT_REDIS_WINDOW={settings.get('WALSH_AUDIT_REDIS_WINDOW')!r}: the "
+            "audit log is the evidence a site owner is shown, and this would keep none of it. "
+            "Give how long a fleet keeps its entries in Redis, in seconds (default "
+            f"{defaults.WALSH_AUDIT_REDIS_WINDOW:.0f}, 7 days), or set WALSH_AUDIT_URL to keep "
+            "WALSH_AUDIT_RETENTION of them in PostgreSQL."
+        )
+    return window
 
 
 class AuditTrail:
@@ -180,22 +185,36 @@ class AuditTrail:
                 "it. Give how long to keep entries, in seconds "
                 f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
             )
-        store: AuditStore
-        if redis_url(crawler):
-            # redis is the optional [redis] extra: imported only when in use
-            from scrapy_walsh_research.state.redis.connection import RedisConnection
+        store = open_store(crawler, retention)
+        crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
+        trail = cls(store, retention)
+        if prune:
+            # a crawl opens the store (a server that refuses it stops the
+            # crawl before anything is sent) and drops what is past the
+            # retention; the commands that only read the log do neither
+            crawler.signals.connect(trail.opened, signal=signals.spider_opened, weak=False)
+        return trail
 
-            store = RedisAudit(RedisConnection.for_crawler(crawler), retention)
-        else:
-            store = SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
-            crawler.signals.connect(
-                lambda: store.close(), signal=signals.engine_stopped, weak=False
+    async def opened(self) -> None:
+        """At the crawl's start: the store is ready, and holds nothing past
+        the retention."""
+        opener = getattr(self.store, "open", None)
+        if opener is not None:
+            try:
+                await opener()
+            except WalshConfigurationError:
+                raise CloseSpider(AUDIT_REFUSED) from None
+        await self.store.prune(time.time() - self.retention)
+        window = getattr(self.store, "window", None)
+        if window is not None and window < self.retention:
+            logger.warning(
+                "The fleet's audit log is kept in Redis for %(w)s (WALSH_AUDIT_REDIS_WINDOW), "
+                "not the %(r)s of WALSH_AUDIT_RETENTION: Redis is memory, and a busy fleet's "
+                "evidence (about 490 B an entry, 3 to 4 entries a target) outgrows it. To keep "
+                "%(r)s of evidence, set WALSH_AUDIT_URL=postgresql://user:password@host/db "
+                "(pip install 'scrapy-walsh-research[postgres]').",
+                {"w": _days(window), "r": _days(self.retention)},
             )
-            # past the retention: dropped as the crawl opens (Redis trims
-            # the stream on every append)
-            if prune:
-                store.db.execute("DELETE FROM audit WHERE t < ?", (time.time() - retention,))
-        return cls(store, retention)
 
     def _base(self, event: str, url: str) -> dict[str, Any]:
         now = time.time()

@@ -19,6 +19,8 @@ from __future__ import annotations
 import html
 import json
 import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from scrapy_walsh_research.evidence.host_evidence import HostEvidence, Sent
@@ -135,9 +137,9 @@ def _facts(ev: HostEvidence) -> str:
     under = ev.under
     return (
         '<dl class="facts">'
-        f'<dt>requests sent</dt><dd id="request-count">{len(ev.requests)}</dd>'
+        f'<dt>requests sent</dt><dd id="request-count">{ev.request_count}</dd>'
         f'<dt>targets denied (a rule or the site said no)</dt>'
-        f'<dd id="denied-count">{len(ev.denied)}</dd>'
+        f'<dd id="denied-count">{ev.denied_count}</dd>'
         f'<dt>targets not fetched, by outcome</dt><dd id="not-fetched-count">'
         f"{esc(_counts(ev)) or 0}</dd>"
         f'<dt>smallest gap</dt><dd id="smallest-gap">{_seconds(smallest.gap if smallest else None)}'
@@ -151,6 +153,17 @@ def _facts(ev: HostEvidence) -> str:
         f'<dt>gaps under the interval</dt><dd id="under-count" '
         f'class="{"bad" if under else "ok"}">{len(under)}</dd>'
         "</dl>"
+    )
+
+
+def _kept(total: int, shown: int, what: str) -> str:
+    """A note when a table shows only the latest of its rows (the counts
+    above it cover them all)."""
+    if shown >= total:
+        return ""
+    return (
+        f'<p class="note rows-kept">The latest {shown:,} of {total:,} {esc(what)}; the counts '
+        "above cover them all (scrapy walsh-report --since narrows the period).</p>"
     )
 
 
@@ -296,7 +309,9 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         f'<p class="note">From the bot\'s audit log{scope}, written before each request left. '
         "Times are UTC (wall clock of the machine that sent).</p>"
         f"{_facts(ev)}<h2>Timeline</h2>{charts}"
-        '<h2>Requests</h2><table id="requests"><thead><tr><th>time (UTC)</th><th>host</th>'
+        "<h2>Requests</h2>"
+        + _kept(ev.request_count, len(ev.requests), "requests")
+        + '<table id="requests"><thead><tr><th>time (UTC)</th><th>host</th>'
         '<th>request</th><th>kind</th><th>answer</th><th class="n">gap</th>'
         '<th class="n">interval</th><th>set by</th><th>User-Agent</th><th>keyid</th></tr>'
         "</thead><tbody>"
@@ -305,6 +320,7 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         "site said no: robots.txt, the operator blocklist, a usage preference), skipped (not "
         "due, R8; the host held or given up, R4/R5; a duplicate line) or failed (an HTTP "
         "error such as 404, a network failure).</p>"
+        + _kept(ev.not_fetched_count, len(ev.not_fetched), "targets not fetched")
         + _table(NOT_FETCHED_HEADS, not_fetched, "none", "not-fetched")
         + "<h2>robots.txt</h2><p>Versions in force (by sha256 of the file):</p>"
         + _table(
@@ -345,24 +361,48 @@ def host_file(host: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", host) + ".html"
 
 
-def summary_page(hosts: dict[str, HostEvidence], link_dir: str, *, since: str | None = None) -> str:
-    rows = []
-    for host, ev in hosts.items():
+@dataclass(frozen=True)
+class HostSummary:
+    """One host's line on the summary page: what is left of its evidence
+    once its own page is written (the summary of 10^5 hosts holds no rows)."""
+
+    requests: int
+    denied: int
+    skipped_or_failed: int
+    smallest_gap: float | None
+    under: int
+
+    @classmethod
+    def of(cls, ev: HostEvidence) -> HostSummary:
         smallest = ev.smallest_gap
+        return cls(
+            requests=ev.request_count,
+            denied=ev.denied_count,
+            skipped_or_failed=ev.not_fetched_count - ev.denied_count,
+            smallest_gap=smallest.gap if smallest else None,
+            under=len(ev.under),
+        )
+
+
+def summary_page(
+    hosts: Mapping[str, HostSummary], link_dir: str, *, since: str | None = None
+) -> str:
+    rows = []
+    for host, h in hosts.items():
         rows.append(
-            f'<tr class="host{" under" if ev.under else ""}">'
+            f'<tr class="host{" under" if h.under else ""}">'
             f'<td><a href="{esc(link_dir)}/{esc(host_file(host))}">{esc(host)}</a></td>'
-            f'<td class="n">{len(ev.requests)}</td><td class="n">{len(ev.denied)}</td>'
-            f'<td class="n">{len(ev.not_fetched) - len(ev.denied)}</td>'
-            f'<td class="n">{_seconds(smallest.gap if smallest else None)}</td>'
-            f'<td class="n">{len(ev.under)}</td></tr>'
+            f'<td class="n">{h.requests}</td><td class="n">{h.denied}</td>'
+            f'<td class="n">{h.skipped_or_failed}</td>'
+            f'<td class="n">{_seconds(h.smallest_gap)}</td>'
+            f'<td class="n">{h.under}</td></tr>'
         )
     scope = f" since {esc(since)}" if since else ""
     body = (
         f"<h1>Walsh-Research bot: evidence, all hosts{scope}</h1>"
         f'<dl class="facts"><dt>hosts</dt><dd id="host-count">{len(hosts)}</dd>'
         f'<dt>requests sent</dt><dd id="request-count">'
-        f"{sum(len(h.requests) for h in hosts.values())}</dd></dl>"
+        f"{sum(h.requests for h in hosts.values())}</dd></dl>"
         '<table id="hosts"><thead><tr><th>host</th><th class="n">requests</th>'
         '<th class="n">targets denied</th><th class="n">skipped or failed</th>'
         '<th class="n">smallest gap</th>'

@@ -58,6 +58,13 @@ WALSH_SIGNATURE_COMPONENTS: tuple[str, ...] = ()
 WALSH_ATTESTATION_KEY: str | None = None
 #: 90 days
 WALSH_AUDIT_RETENTION = 90 * 86400
+#: unset: the audit log is ``audit.sqlite3`` in ``WALSH_STATE_DIR`` (one
+#: machine), or, with ``WALSH_REDIS_URL``, Redis for WALSH_AUDIT_REDIS_WINDOW;
+#: a ``postgresql://`` URL keeps a fleet's evidence for WALSH_AUDIT_RETENTION
+WALSH_AUDIT_URL: str | None = None
+#: how long a fleet without WALSH_AUDIT_URL keeps its audit log in Redis:
+#: 7 days (a week of a busy fleet's entries, not 90 days, fits in memory)
+WALSH_AUDIT_REDIS_WINDOW = 7 * 86400.0
 WALSH_GC_FREEZE = True
 
 # -- Redis (a fleet) -------------------------------------------------------------
