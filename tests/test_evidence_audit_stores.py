@@ -118,7 +118,8 @@ async def test_a_postgresql_that_refuses_the_bundle_stops_the_crawl_before_anyth
     await proc.ended
     assert server.origin.hits == []
     assert b"refuses the audit log" in proc.err and b"WALSH_AUDIT_URL" in proc.err
-    assert b"walsh_audit_refused" in proc.err
+    assert b"walsh_audit_refused" in proc.err and b"Traceback" not in proc.err
+    assert proc.code == 1
 
 
 @pytest_twisted.ensureDeferred

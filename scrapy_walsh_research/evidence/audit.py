@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
 from scrapy import signals
-from scrapy.exceptions import CloseSpider
 
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import is_http_url, url_host
@@ -52,10 +51,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-
-#: the spider's close reason when the audit store refuses the bundle at start
-AUDIT_REFUSED = "walsh_audit_refused"
-
 
 def _days(seconds: float) -> str:
     return f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds:g} s"
@@ -189,21 +184,22 @@ class AuditTrail:
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
         trail = cls(store, retention)
         if prune:
-            # a crawl opens the store (a server that refuses it stops the
-            # crawl before anything is sent) and drops what is past the
-            # retention; the commands that only read the log do neither
-            crawler.signals.connect(trail.opened, signal=signals.spider_opened, weak=False)
+            # a crawl opens the store once its engine runs (a server that
+            # refuses it stops the crawl, exit code 1, before anything is
+            # sent: no request leaves before its entry is stored) and drops
+            # what is past the retention; the commands that only read do neither
+            crawler.signals.connect(trail.opened, signal=signals.engine_started, weak=False)
         return trail
 
     async def opened(self) -> None:
-        """At the crawl's start: the store is ready, and holds nothing past
-        the retention."""
+        """As the crawl's engine starts: the store is ready, and holds nothing
+        past the retention."""
         opener = getattr(self.store, "open", None)
         if opener is not None:
             try:
                 await opener()
             except WalshConfigurationError:
-                raise CloseSpider(AUDIT_REFUSED) from None
+                return  # the store has said why, and stopped the crawl (exit 1)
         await self.store.prune(time.time() - self.retention)
         window = getattr(self.store, "window", None)
         if window is not None and window < self.retention:

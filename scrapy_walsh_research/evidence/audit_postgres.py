@@ -34,10 +34,13 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.core.urls import domain_key_range, host_key
-from scrapy_walsh_research.errors import WalshAuditUnavailable, WalshConfigurationError
+from scrapy_walsh_research.errors import (
+    WalshAuditUnavailable,
+    WalshConfigurationError,
+    stop_refused,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -196,12 +199,9 @@ class PostgresAudit:
             "is sent without its audit entry, so the crawl stops."
         )
         logger.error(message)
-        crawler = self.crawler
-        if crawler is not None and crawler.engine is not None and crawler.engine.spider:
+        if self.crawler is not None:
             self._stat("refused")
-            deferred_from_coro(crawler.engine.close_spider_async(reason=AUDIT_REFUSED)).addErrback(
-                lambda f: logger.debug("closing the spider: %(f)s", {"f": f.getErrorMessage()})
-            )
+            stop_refused(self.crawler, AUDIT_REFUSED)
         raise WalshConfigurationError(message) from exc
 
     def _stat(self, name: str) -> None:
