@@ -132,6 +132,14 @@ WALSH_RUN_INTERVAL = 86400.0
 WALSH_LLMS_PROBE = True
 WALSH_ONLY_NEW = False
 
+# -- how long stored state lasts (state.namespaces.retention) -------------------------
+
+#: what is stored per target URL or origin (validators, cadence, first-seen
+#: entries, past answers, robots.txt copies, sitemap readings) is forgotten this
+#: long after it was last written (14 days); a namespace that must hold longer
+#: (cadence: WALSH_RUN_INTERVAL; robots.txt: its 30-day last good copy) does
+WALSH_STATE_TTL = 14 * 86400.0
+
 # -- R7 with sitemaps (gates.sitemaps, docs/sitemaps.rst) ---------------------------
 
 #: read the sitemaps robots.txt declares and skip what they say has not changed;

@@ -35,7 +35,7 @@ class SQLiteStateStore:
     #: no fleet shares its state through this store
     shared = False
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, ttls: dict[str, float] | None = None) -> None:
         self.path = Path(path)
         # One process at a time opens it: the first connections to a new file
         # each switch it to WAL, and SQLite refuses all but one at once with
@@ -54,6 +54,13 @@ class SQLiteStateStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS kv (namespace TEXT NOT NULL, key TEXT NOT NULL,"
                 " value TEXT NOT NULL, updated REAL NOT NULL, PRIMARY KEY (namespace, key))"
+            )
+            # what a namespace keeps only so long (namespaces.retention) is
+            # forgotten when a crawl opens the store: one crawl at a time holds it
+            now = time.time()
+            self._db.executemany(
+                "DELETE FROM kv WHERE namespace = ? AND updated < ?",
+                [(namespace, now - ttl) for namespace, ttl in (ttls or {}).items()],
             )
 
     # -- blobs: files beside the database, written in a thread ----------------
