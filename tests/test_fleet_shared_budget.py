@@ -36,7 +36,7 @@ from tests.support.crawling import (
     json_reply,
     sleep,
 )
-from tests.support.fleet import crawl_feed, redis_settings
+from tests.support.fleet import crawl_feed, redis_settings, stored_state
 from tests.support.redis_server import RedisServer
 
 
@@ -332,11 +332,9 @@ async def test_killing_redis_mid_crawl_sends_nothing_until_it_returns_and_loses_
         assert min(gaps(server.origin.hits_for("k.test"))) >= 1.0
         assert res.stats["walsh/redis/outages"] >= 1
         # every target's validator and cadence entry is in Redis after the restart
-        r = own.client()
         prefix = settings["WALSH_REDIS_PREFIX"]
-        assert r.hlen(f"{prefix}:state:validators") == 5
-        assert r.hlen(f"{prefix}:state:cadence") == 5
-        r.close()
+        assert len(stored_state(own, prefix, "validators")) == 5
+        assert len(stored_state(own, prefix, "cadence")) == 5
     finally:
         own.kill()
 

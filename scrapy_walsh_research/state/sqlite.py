@@ -19,6 +19,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.state.directory import machine_lock
+from scrapy_walsh_research.state.namespaces import key_host, key_prefixes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -150,6 +151,19 @@ class SQLiteStateStore:
             self.db.executemany(
                 "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
             )
+
+    async def hosts(self, namespace: str) -> list[str]:
+        return sorted({h for k in await self.keys(namespace) if (h := key_host(k)) is not None})
+
+    async def forget(self, namespace: str, host: str) -> int:
+        found = [
+            k
+            for prefix in key_prefixes(host)
+            for k in await self.keys(namespace, prefix)
+            if key_host(k) == host
+        ]
+        await self.delete_many(namespace, found)
+        return len(found)
 
     async def put_if_absent(self, namespace: str, key: str, value: Any) -> Any:
         self.db.execute(

@@ -29,6 +29,7 @@ from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
+from scrapy_walsh_research.state.redis import layout
 from scrapy_walsh_research.state.redis.client import client_options
 from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
 
@@ -154,15 +155,19 @@ async def finish(
     Redis's time)."""
     script = conn.client.register_script(FINISH)
     index, member = _index_entry(conn, ticket, record)
+    host = layout.bucket_host(cadence_key or claim_key)
     keys = [
         ticket["records"],
         ticket["inflight"],
-        conn.key("state", CADENCE),
-        conn.key("state", CADENCE_CLAIMS),
+        layout.bucket(conn, CADENCE, host),
+        layout.bucket(conn, CADENCE_CLAIMS, host),
         index,
+        layout.legacy(conn, CADENCE),
     ]
-    args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,
-            CLAIMS_TTL_S, claim_key, conn.worker, member]  # fmt: skip
+    args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"],
+            layout.field(cadence_key, host) if cadence_key else "", CLAIMS_TTL_S,
+            layout.field(claim_key, host) if claim_key else "", conn.worker, member,
+            cadence_key, layout.retention_of(conn)[CADENCE]]  # fmt: skip
     first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
     return bool(int(first)), float(now)
 
