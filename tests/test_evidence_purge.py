@@ -298,20 +298,20 @@ async def test_a_record_finished_while_a_purge_runs_is_left_for_the_next_purge(r
 
     async def scenario() -> list[dict[str, Any]]:
         await feed.finish(conn, fed.ticket("1", "b1"), record(1), "", "")
-        read = conn.client.smembers
+        read = conn.client.zrange
 
-        async def smembers(name: str) -> Any:
-            members = await read(name)
+        async def zrange(name: str, *args: Any) -> Any:
+            members = await read(name, *args)
             await feed.finish(conn, fed.ticket("2", "b1"), record(2), "", "")  # meanwhile
             return members
 
-        conn.client.smembers = smembers  # type: ignore[method-assign]
+        conn.client.zrange = zrange  # type: ignore[method-assign]
         try:
             await feed.purge_records(
                 conn, lambda h: h == "x.test", lambda h: "opt-out", "t", "x.test"
             )
         finally:
-            conn.client.smembers = read  # type: ignore[method-assign]
+            conn.client.zrange = read  # type: ignore[method-assign]
         await feed.purge_records(conn, lambda h: h == "x.test", lambda h: "opt-out", "t", "x.test")
         stored = await conn.client.hgetall(conn.key("targets", "records", "b1"))
         await conn.close()

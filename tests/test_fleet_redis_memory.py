@@ -1,8 +1,9 @@
 """Redis's memory is bounded: nothing a fleet stores there grows for as long
 as it runs. What is stored per target URL or origin is kept per host and
 forgotten ``WALSH_STATE_TTL`` after it was last written; a host crawled
-all the time with new URLs keeps a bounded hash; and a fleet upgraded from
-the layout before keeps its cadence and validators.
+all the time with new URLs keeps a bounded hash; a host's record index keeps what the records
+keep; and a fleet upgraded from the layout before keeps its cadence and
+validators.
 
 Real crawls (in this process, or real ``scrapy crawl targets`` workers) on
 a real ``redis-server``, judged at the origin and by what Redis holds.
@@ -119,6 +120,36 @@ async def test_a_host_crawled_all_the_time_with_new_urls_keeps_a_bounded_hash(
     latest = stored_state(redis_server, shared["WALSH_REDIS_PREFIX"], "seen")
     last = max(res.items, key=lambda i: i["line"])
     assert {f"{last['url']}\tf{feeds - 1}-{i}" for i in range(per_feed)} <= set(latest)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hosts_record_index_names_only_records_that_are_kept(
+    server, redis_server, tmp_path
+):
+    """The index a purge reads a host's records by (``records:host:<host>``)
+    loses a member once its record is gone (WALSH_RECORDS_TTL after its
+    batch's last record), although the host is written to all the time and
+    the index never expires; members of a batch still kept stay."""
+    shared = redis_settings(redis_server, WALSH_RECORDS_TTL=2)
+    prefix = shared["WALSH_REDIS_PREFIX"]
+    push(redis_server, shared, [conditional(server, "often.test", "/first")], tmp_path)
+    later = [conditional(server, "often.test", f"/p{i}") for i in range(6)]
+    push(redis_server, shared, later, tmp_path)  # another batch
+    res = await deferred_from_coro(
+        crawl_feed(base_settings(server, tmp_path / "s", **shared), "targets")
+    )
+    assert len(res.items) == 7
+    r = redis_server.client()
+    try:
+        members = [json.loads(m) for m in r.zrange(f"{prefix}:records:host:often.test", 0, -1)]
+        for records, _claims, line in members:
+            assert r.hexists(records, str(line)), (records, members)
+        # the first batch's record went two seconds after it was written;
+        # the second batch's stay while its records do
+        (kept,) = r.scan_iter(f"{prefix}:targets:records:*")
+        assert {m[0] for m in members} == {kept} and len(members) >= 2, members
+    finally:
+        r.close()
 
 
 @pytest_twisted.ensureDeferred

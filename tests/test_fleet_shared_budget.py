@@ -386,7 +386,8 @@ async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
     import redis.asyncio as aioredis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from scrapy_walsh_research.state.redis.target_queue import CLAIMS_TTL_S, RedisFeed
+    from scrapy_walsh_research.settings.defaults import WALSH_RECORDS_TTL
+    from scrapy_walsh_research.state.redis.target_queue import RedisFeed
 
     prefix = redis_settings(redis_server)["WALSH_REDIS_PREFIX"]
     conn = RedisConnection(redis_server.url, prefix)
@@ -405,7 +406,7 @@ async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
     try:
         assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 7)) is None
         ttl = await deferred_from_coro(conn.client.ttl(conn.key("targets", "canonical", "b1")))
-        assert 0 < ttl <= CLAIMS_TTL_S, (ttl, answered)
+        assert 0 < ttl <= WALSH_RECORDS_TTL, (ttl, answered)
         assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 9)) == 7
     finally:
         await deferred_from_coro(conn.close())

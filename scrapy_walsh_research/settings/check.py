@@ -295,10 +295,10 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
 
 
 def _retention_problems(settings: BaseSettings) -> list[str]:
-    """How long stored state is kept: some time, or what a crawl stores
-    would be gone before it is read."""
+    """How long stored state and fed records are kept: some time, or what a
+    crawl stores would be gone before it is read."""
     found: list[str] = []
-    for name in ("WALSH_STATE_TTL",):
+    for name in ("WALSH_STATE_TTL", "WALSH_RECORDS_TTL"):
         try:
             value = float(settings.get(name, getattr(defaults, name)))
         except (TypeError, ValueError):

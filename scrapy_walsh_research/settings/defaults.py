@@ -79,6 +79,10 @@ WALSH_REDIS_MARGIN = 0.05
 #: costs its host this long at most
 WALSH_REDIS_LEASE = 15.0
 WALSH_REDIS_MAX_BACKOFF = 10.0
+#: the records of lines fed through Redis (``walsh-records``), the index a
+#: purge reads them by, and each machine's copies of them, are kept this long
+#: after they were written (a week)
+WALSH_RECORDS_TTL = 7 * 86400.0
 
 # -- R2 and the usage preferences ----------------------------------------------
 

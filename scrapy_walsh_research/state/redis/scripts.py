@@ -574,8 +574,49 @@ end
 return redis.call('HGET', KEYS[1], ARGV[1])
 """
 
+#: a record into its host's index (a sorted set, scored by when each member
+#: was written or last found alive): a member stays while its record does.
+#: Each record written looks at a few members dated *ttl* ago or more: one
+#: whose record is gone goes, one whose batch is still kept is dated now.
+#: (An index of the layout before, a set, becomes a sorted set dated now.)
+INDEX = """
+local function index_record(key, member, ttl)
+  if redis.call('TYPE', key).ok == 'set' then
+    local old = redis.call('SMEMBERS', key)
+    redis.call('DEL', key)
+    for i = 1, #old do redis.call('ZADD', key, now, old[i]) end
+  end
+  redis.call('ZADD', key, now, member)
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', string.format('%.6f', now - ttl),
+                         'LIMIT', 0, 8)
+  for _, m in ipairs(due) do
+    local ok, entry = pcall(cjson.decode, m)
+    if ok and type(entry) == 'table' and type(entry[1]) == 'string' and entry[3]
+       and redis.call('HEXISTS', entry[1], tostring(entry[3])) == 1 then
+      redis.call('ZADD', key, now, m)
+    else
+      redis.call('ZREM', key, m)
+    end
+  end
+  redis.call('EXPIRE', key, math.ceil(ttl))
+end
+"""
+
+#: publishing a record again (RecordCopies.republish): first record wins
+REPUBLISH = NOW + INDEX + """
+-- KEYS[1] records of the batch, KEYS[2] the host's record index, KEYS[3] the
+-- in-flight list the line came back to; ARGV[1] line, ARGV[2] record, ARGV[3]
+-- records TTL, ARGV[4] its member in the index ('' for no host), ARGV[5] the
+-- line as queued ('' if unknown)
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3])))
+if ARGV[4] ~= '' then index_record(KEYS[2], ARGV[4], tonumber(ARGV[3])) end
+if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
+return 1
+"""
+
 #: one record per line, the line acknowledged and its cadence written, in one step
-FINISH = NOW + BUCKETS + """
+FINISH = NOW + BUCKETS + INDEX + """
 -- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
 -- KEYS[3] the host's cadence hash, KEYS[4] its cadence claims hash
 -- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
@@ -585,11 +626,8 @@ FINISH = NOW + BUCKETS + """
 -- KEYS[6] the legacy cadence hash, ARGV[9] the target (its legacy key),
 -- ARGV[10] the cadence's retention s
 local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-if ARGV[8] ~= '' then
-  redis.call('SADD', KEYS[5], ARGV[8])
-  redis.call('EXPIRE', KEYS[5], ARGV[5])
-end
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[5])))
+if ARGV[8] ~= '' then index_record(KEYS[5], ARGV[8], tonumber(ARGV[5])) end
 redis.call('LREM', KEYS[2], 1, ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[4], stamp(string.format('%.6f', now)))
