@@ -1,7 +1,8 @@
 """Redis's memory is bounded: nothing a fleet stores there grows for as long
 as it runs. What is stored per target URL or origin is kept per host and
-forgotten ``WALSH_STATE_TTL`` after it was last written; a host crawled
-all the time with new URLs keeps a bounded hash; a host's record index keeps what the records
+forgotten ``WALSH_STATE_TTL`` after it was last written (whatever is still
+in use is written again meanwhile); a host crawled all the time with new
+URLs keeps a bounded hash; a host's record index keeps what the records
 keep; and a fleet upgraded from the layout before keeps its cadence and
 validators.
 
@@ -18,6 +19,7 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.redis import layout
 from tests.support.crawling import base_settings, crawl, crawl_task, sleep
 from tests.support.fleet import crawl_feed, redis_settings, stored_state
 from tests.test_fleet_workers import push
@@ -82,6 +84,62 @@ async def test_what_is_stored_about_a_host_goes_once_unwritten_for_the_state_ttl
     _, second = server.origin.hits_for("idle.test", "/doc")
     assert "if-none-match" not in second.headers  # the validators were forgotten
     assert again.items[0]["outcome"] == "fetched"
+
+
+def stamped(redis_server: Any, prefix: str, namespace: str, key: str) -> tuple[int, str]:
+    """(when *key* was last written, in whole seconds; its value as JSON)."""
+    host = layout.bucket_host(key)
+    r = redis_server.client()
+    try:
+        raw = r.hget(f"{prefix}:state:{namespace}:{host}", layout.field(key))
+    finally:
+        r.close()
+    at, value = layout.unstamped(raw)
+    assert at is not None
+    return int(at), value
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_page_answering_304_has_its_validators_written_again(
+    server, redis_server, tmp_path
+):
+    """A 304 writes the target's validators again, so a page that never
+    changes keeps them past WALSH_STATE_TTL (they go only WALSH_STATE_TTL
+    after the last answer), however long ago its last 200 was."""
+    url = conditional(server, "same.test")
+    shared = redis_settings(redis_server)
+    prefix = shared["WALSH_REDIS_PREFIX"]
+    settings = base_settings(server, tmp_path / "s", **shared)
+    await crawl(settings, [url], tmp_path)  # 200: validators stored
+    first = stamped(redis_server, prefix, "validators", url)
+    await sleep(1.5)  # stamps are whole seconds
+    again = await crawl(settings, [url], tmp_path / "2")
+    assert [h.headers.get("if-none-match") for h in server.origin.hits_for("same.test")
+            if h.path == "/doc"] == [None, ETAG]  # fmt: skip
+    assert again.items[0]["outcome"] == "not_modified"
+    second = stamped(redis_server, prefix, "validators", url)
+    assert second[0] > first[0] and second[1] == first[1]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_feed_entry_still_listed_is_written_again_with_its_first_sighting(
+    server, redis_server, tmp_path
+):
+    """Every entry a feed still lists is written again, its first sighting
+    kept: it is not forgotten (nor reported new again) WALSH_STATE_TTL after
+    it was first seen while the feed lists it."""
+    url = feed(server, "news.test", lambda: ["a"])
+    shared = redis_settings(redis_server)
+    prefix = shared["WALSH_REDIS_PREFIX"]
+    settings = base_settings(server, tmp_path / "s", **shared)
+    first = await crawl(settings, [url], tmp_path)
+    seen = first.items[0]["entries"][0]["first_seen"]
+    before = stamped(redis_server, prefix, "seen", f"{url}\ta")
+    await sleep(1.5)
+    again = await crawl(settings, [url], tmp_path / "2")
+    assert [(e["new"], e["first_seen"]) for e in again.items[0]["entries"]] == [(False, seen)]
+    after = stamped(redis_server, prefix, "seen", f"{url}\ta")
+    assert after[0] > before[0] and json.loads(after[1]) == seen == json.loads(before[1])
 
 
 @pytest_twisted.ensureDeferred
