@@ -49,8 +49,8 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 
 PREFIX = "bench"
 #: a host's hash holds at most this many times the entries its retention
-#: keeps (a compaction starts when it has doubled: state/redis/scripts.py)
-COMPACT_BOUND = 2.0
+#: keeps (a compaction starts when it has grown by half: state/redis/scripts.py)
+COMPACT_BOUND = 1.5
 #: upstream Redis 7's limits for the compact encodings (Debian's build raises them)
 ENCODING = ["--hash-max-listpack-entries", "128", "--hash-max-listpack-value", "64",
             "--zset-max-listpack-entries", "128", "--zset-max-listpack-value", "64"]  # fmt: skip
@@ -150,7 +150,7 @@ def project(a: argparse.Namespace, per: dict[str, dict[str, float]]) -> dict[str
     records = per["compact"]["record"] * t * record_days
     same = per["compact"]["target"] * t  # each target's state written again daily
     # all new: WALSH_STATE_TTL of targets, in the hosts' large hashes; a
-    # host's hash holds up to twice what it keeps before its compaction
+    # host's hash holds up to half again what it keeps before its compaction
     # comes round (COMPACT_BOUND)
     new = per["hashtable"]["target"] * t * state_days * COMPACT_BOUND
     fixed = per["compact"]["fixed_total"]

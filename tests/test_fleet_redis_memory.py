@@ -151,7 +151,7 @@ async def test_a_host_crawled_all_the_time_with_new_urls_keeps_a_bounded_hash(
     the time, so it never expires as a whole; the entries written
     WALSH_STATE_TTL ago or more go by compaction, a few at each write, and
     the hash holds about the last TTL's entries (two or three feeds'), at
-    most about twice that: never every entry seen."""
+    most about half again that: never every entry seen."""
     per_feed, feeds = 40, 16
     urls = [
         feed(server, "busy.test", lambda n=n: [f"f{n}-{i}" for i in range(per_feed)], f"/rss/{n}")

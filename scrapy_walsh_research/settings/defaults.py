@@ -140,9 +140,10 @@ WALSH_ONLY_NEW = False
 
 #: what is stored per target URL or origin (validators, cadence, first-seen
 #: entries, past answers, robots.txt copies, sitemap readings) is forgotten this
-#: long after it was last written (14 days); a namespace that must hold longer
-#: (cadence: WALSH_RUN_INTERVAL; robots.txt: its 30-day last good copy) does
-WALSH_STATE_TTL = 14 * 86400.0
+#: long after it was last written: 8 days, so a weekly re-run still finds its
+#: validators; a namespace that must hold longer (cadence: WALSH_RUN_INTERVAL;
+#: robots.txt: its 30-day last good copy) does
+WALSH_STATE_TTL = 8 * 86400.0
 
 # -- R7 with sitemaps (gates.sitemaps, docs/sitemaps.rst) ---------------------------
 

@@ -374,11 +374,12 @@ return 0
 #: written. Each write refreshes the hash's expiry (``touch``: an idle host's
 #: hash goes as a whole) and takes one step of its compaction, which drops
 #: the entries written *retention* seconds ago or more (readers ignore them
-#: meanwhile). A compaction starts once the hash has doubled since the last
-#: one ended (or has SMALL fields), and HSCANs STEP fields per write until it
-#: comes round: each write does a bounded amount of work, the work is paid
-#: for by the writes that grew the hash, and a hash holds at most about twice
-#: the entries written within the retention (or SMALL). Its progress is the
+#: meanwhile). A compaction starts once the hash has grown by half since the
+#: last one ended (or has SMALL fields), and HSCANs STEP fields per write
+#: until it comes round: each write does a bounded amount of work, the work
+#: is paid for by the writes that grew the hash (three fields looked at per
+#: field added), and a hash holds at most about half again the entries
+#: written within the retention (or SMALL). Its progress is the
 #: field '#' (``<fields after the last one> <cursor>``).
 BUCKETS = """
 local MARK, SMALL, STEP = '#', 64, 64
@@ -396,7 +397,9 @@ local function compact(key, ttl)
     local a, b = string.match(mark, '^(%d+) (%d+)$')
     if a then size, cursor = tonumber(a), b end
   end
-  if cursor == '0' and redis.call('HLEN', key) < math.max(2 * size, SMALL) then return end
+  if cursor == '0' and redis.call('HLEN', key) < math.max(size + math.floor(size / 2), SMALL) then
+    return
+  end
   local res = redis.call('HSCAN', key, cursor, 'COUNT', STEP)
   local items, cutoff = res[2], now - ttl
   for i = 1, #items, 2 do
