@@ -49,7 +49,7 @@ from tests.support.redis_server import RedisServer  # noqa: E402
 
 PREFIX = "bench"
 #: a host's hash holds at most this many times the entries its retention
-#: keeps (a compaction starts when it has grown by half: state/redis/scripts.py)
+#: keeps (a compaction starts when it has grown by half: state/redis/layout_scripts.py)
 COMPACT_BOUND = 1.5
 #: upstream Redis 7's limits for the compact encodings (Debian's build raises them)
 ENCODING = ["--hash-max-listpack-entries", "128", "--hash-max-listpack-value", "64",

@@ -60,7 +60,7 @@ from scrapy_walsh_research.components import (
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import adaptive, defaults
+from scrapy_walsh_research.settings import adaptive, defaults, options
 from scrapy_walsh_research.settings.options import (
     RENAMED,
     declared_purposes,
@@ -124,8 +124,7 @@ def problems(settings: BaseSettings) -> list[str]:
             "requests. Set CONCURRENT_REQUESTS=1."
         )
     found.extend(_list_problems(settings))
-    found.extend(_freshness_problems(settings))
-    found.extend(_retention_problems(settings))
+    found.extend(_freshness_problems(settings) + options.retention_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(
@@ -291,21 +290,6 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
             "above 0 and at most WALSH_BLOCKLIST_MAX_REFRESH "
             f"(default {defaults.WALSH_BLOCKLIST_MIN_REFRESH:g})."
         )
-    return found
-
-
-def _retention_problems(settings: BaseSettings) -> list[str]:
-    """How long stored state and fed records are kept: some time, or what a
-    crawl stores would be gone before it is read."""
-    found: list[str] = []
-    for name in ("WALSH_STATE_TTL", "WALSH_RECORDS_TTL"):
-        try:
-            value = float(settings.get(name, getattr(defaults, name)))
-        except (TypeError, ValueError):
-            value = 0.0
-        if not value > 0:
-            found.append(f"{name}={settings.get(name)!r}: a number of seconds above 0 "
-                         f"(default {getattr(defaults, name):g}).")  # fmt: skip
     return found
 
 

@@ -8,7 +8,7 @@ write refreshes the hash's expiry to the namespace's retention
 left alone goes as a whole, and stamps each value (``<unix seconds> <JSON>``)
 so that, inside a host written to all the time, entries older than the
 retention are dropped a few at a time by the writes themselves (the
-``COMPACT`` step of :mod:`.scripts`) and never read. A purge deletes a
+``compact`` step of :mod:`.layout_scripts`) and never read. A purge deletes a
 host's hashes.
 
 A field is the key without the part the hash already names: ``s`` or ``h``

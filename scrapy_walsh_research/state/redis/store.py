@@ -19,8 +19,9 @@ from scrapy_walsh_research.state.namespaces import BY_HOST, key_host, key_prefix
 from scrapy_walsh_research.state.protocols import FlightBusy
 from scrapy_walsh_research.state.redis import layout
 from scrapy_walsh_research.state.redis.connection import RedisConnection
+from scrapy_walsh_research.state.redis.layout_scripts import MIGRATE, PUT, PUT_IF_ABSENT
 from scrapy_walsh_research.state.redis.lock import RedisLocks
-from scrapy_walsh_research.state.redis.scripts import MIGRATE, PUT, PUT_IF_ABSENT, glob_escape
+from scrapy_walsh_research.state.redis.scripts import glob_escape
 from scrapy_walsh_research.state.redis.target_queue import purge_records
 
 if TYPE_CHECKING:
