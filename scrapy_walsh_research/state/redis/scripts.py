@@ -475,3 +475,21 @@ if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[7] then
 end
 return {first, string.format('%.6f', now)}
 """
+
+
+# -- the audit log's window in Redis (evidence.audit_redis) -------------------------
+
+#: drop from the hosts' index the hosts whose stream has expired, checking
+#: and removing in one step: a worker's first entry for a host landing
+#: between the two must not lose the host from the index
+AUDIT_FORGET_HOSTS = """
+-- KEYS[1] the hosts' index; ARGV pairs: a member (reversed host), its stream
+local removed = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('EXISTS', ARGV[i + 1]) == 0 then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed
+"""
