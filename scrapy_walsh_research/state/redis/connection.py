@@ -16,6 +16,11 @@
   ``INFO`` inside its scripts: a Redis that refuses it (renamed, an ACL) stops
   the crawl before anything is sent, saying what to allow; nothing guesses
   "no restart".
+* **A failover is seen too.** A replica promoted after its primary died has
+  the fleet's record but maybe not its last writes. Every guarded call
+  stamps the fleet's stamp and the Redis's own copy, kept in its own AOF and
+  never replicated: a Redis whose own copy is not the fleet's latest stamp
+  did not write it, and its history counts as lost from now.
 * **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
   own monotonic clock on every answer (:class:`FleetGuard`); a forward step
   makes stored times look older than they are, so the hosts contacted before
@@ -133,8 +138,11 @@ class FleetGuard:
         self._prepared: asyncio.Task[None] | None = None
 
     def keys(self) -> list[str]:
+        """The guard's keys (G in :data:`~.guard_scripts.GUARD`): run,
+        quarantine, lost, clock, stamp, own stamp."""
         key = self.conn.key
-        return [key("run"), key("quarantine"), key("lost"), key("clock")]
+        return [key("run"), key("quarantine"), key("lost"), key("clock"), key("stamp"),
+                key("stamp", "own")]  # fmt: skip
 
     @property
     def young(self) -> float:
@@ -202,8 +210,9 @@ class FleetGuard:
             self.conn.inc_stat("history_unknown")
             logger.warning(
                 "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
-                "restarted without AOF appendfsync always, came back without the fleet's "
-                "records whatever its config, or was met only seconds old): hosts wait "
+                "restarted without AOF appendfsync always, failed over to a replica that may "
+                "lack its last writes, came back without the fleet's records whatever its "
+                "config, or was met only seconds old): hosts wait "
                 "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
                 "this worker publishes again what it holds.",
                 {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
@@ -273,11 +282,19 @@ class FleetGuard:
 
     async def _read_redis(self) -> None:
         try:
-            run, up = await self.conn.call("check INFO", lambda r: self._probe(client=r))
+            run, up, own = await self.conn.call("check INFO", lambda r: self._probe(client=r))
         except ResponseError as exc:
             self._refuse(f"refuses it ({exc})")
         if not run or not up:
             self._refuse("answers INFO server without run_id or uptime_in_seconds")
+        if not own:
+            logger.warning(
+                "Redis at %(url)s does not let a script write to its AOF alone "
+                "(redis.set_repl): the guard cannot tell a restart of this Redis from a "
+                "failover to a replica that may lack the last writes, so every restart counts "
+                "as lost history (every host waits WALSH_MAX_CRAWL_DELAY).",
+                {"url": self.conn.shown_url},
+            )
         await self._read_persistence()
 
     def _refuse(self, problem: str) -> NoReturn:

@@ -171,8 +171,9 @@ class RedisHostClock(RobotsIntervals):
         seen = self.journal.gen if self.journal else 0
         guard = self.conn.guard
         await guard.prepare()
-        run, quarantine, lost, clock = guard.keys()
-        keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock]
+        run, quarantine, lost, clock, stamp, own = guard.keys()
+        keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock,
+                stamp, own]  # fmt: skip
         lossless, _, _, was, young, token = guard.args()
         args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, lossless, was, young, token]
         asked = time.monotonic()
@@ -293,10 +294,10 @@ class RedisHostClock(RobotsIntervals):
         guard = self.conn.guard
         while True:
             epoch = await self._ensure_epoch()
-            run, quarantine, lost, clock = guard.keys()
+            run, quarantine, lost, clock, stamp, own = guard.keys()
             keys = [
                 self._host_key(host), self.conn.key("epoch"), quarantine, self.conn.key("gen"),
-                run, lost, clock, self.conn.key("clockq"),
+                run, lost, clock, self.conn.key("clockq"), stamp, own,
             ]  # fmt: skip
             lossless, _, checked, seen, young, token = guard.args()
             args: list[str | float] = [
