@@ -677,6 +677,79 @@ async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_re
         redis.kill()
 
 
+# -- case 2c: a Redis started plainly (RDB snapshots, Debian's default) ------------
+
+
+def plain_redis(tmp: Path) -> tuple[RedisServer, dict[str, Any]]:
+    """``redis-server`` started with no configuration (RDB snapshots on its
+    save schedule, no AOF), up longer than a fleet that meets it for the
+    first time counts as young; and the fleet's settings."""
+    redis = RedisServer(tmp / "redis", persist="plain").start()
+    shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=12, WALSH_REDIS_MAX_BACKOFF=0.5)
+    redis.age(young_redis_s(12, 0.5))
+    return redis, shared
+
+
+#: what the persistence message tells the operator to put in redis.conf
+CONF_LINES = "appendonly yes / appendfsync always / maxmemory-policy noeviction"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_plainly_started_redis_gets_one_persistence_message_and_no_loss_alarm(
+    server, tmp_path
+):
+    """A new fleet on a ``redis-server`` started plainly, up a while: each
+    worker says once what the persistence costs and which redis.conf lines
+    to use, and raises no alarm of lost history, waits for nothing, and
+    publishes nothing again, also at its next start. (Before: every worker
+    warned that the fleet's history was incomplete, and every later start
+    said "Published again N records".)"""
+    redis, shared = plain_redis(tmp_path)
+    try:
+        for i in range(2):  # two starts on one machine
+            push(redis, shared, site(server, f"o{i}.test", 1), tmp_path)
+            spawned = time.monotonic()
+            worker = spawn_worker(server, "targets", tmp_path / "machine", **shared)
+            await worker.ended
+            err = worker.err.decode()
+            assert pages(server, f"o{i}.test") == ["/p/0"], err[-3000:]
+            assert server.origin.hits_for(f"o{i}.test")[-1].t - spawned < 12.0, "waited"
+            assert err.count("Redis persistence at") == 1, err[-3000:]
+            assert "RDB snapshots only" in err and CONF_LINES in err
+            assert "history in Redis" not in err, err[-3000:]
+            assert "Published again" not in err and "Blocklist: Redis lost" not in err
+            assert "'log_count/WARNING': 1," in err, err[-3000:]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_plainly_started_redis_never_lets_a_first_blocklist_failure_fail_open(
+    server, tmp_path
+):
+    """Nothing in a Redis without AOF always vouches that it did not come
+    back from a snapshot older than an earlier fleet's records, blocklist
+    included. A worker with no list of its own, whose first fetch fails,
+    must not fail open on a fleet's Redis it cannot vouch for, even though
+    it raises no alarm (R3)."""
+    redis, shared = plain_redis(tmp_path)
+    try:
+        site(server, "optout.test", 1)
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(404, "gone"))
+        push(redis, shared, [server.url("optout.test", "/p/0")], tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", log=tmp_path / "w.jl",
+                              **shared, WALSH_POLICY_WAIT=3)  # fmt: skip
+        await worker.ended
+        got = [json.loads(x) for x in (tmp_path / "w.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("skipped", "R3")], (
+            worker.err.decode()[-3000:]
+        )
+        assert "history in Redis is incomplete" in got[0]["reason"]
+        assert server.origin.hits_for("optout.test") == []
+    finally:
+        redis.kill()
+
+
 # -- case 3: Redis rolled back to an older snapshot ---------------------------------
 
 

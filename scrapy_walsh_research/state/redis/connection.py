@@ -12,7 +12,9 @@
   every host waits ``WALSH_MAX_CRAWL_DELAY``, and the fleet's history is
   marked unknown (the blocklist then never fails open). A worker that never
   ran sees a restart too, and takes a Redis only seconds old for one that
-  may have lost a fleet's records (:attr:`FleetGuard.young`). The guard reads
+  may have lost a fleet's records (:attr:`FleetGuard.young`); an older one
+  without AOF always and without the fleet's records costs nothing, but
+  vouches for nothing it held before (:attr:`FleetGuard.vouched`). The guard reads
   ``INFO`` inside its scripts: a Redis that refuses it (renamed, an ACL) stops
   the crawl before anything is sent, saying what to allow; nothing guesses
   "no restart".
@@ -53,7 +55,7 @@ from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.hostclock import pause_on_loss
-from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE, UNVOUCHED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -164,9 +166,9 @@ class FleetGuard:
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call *callback* when this worker first sees the fleet's history
-        marked unknown (Redis restarted without AOF always, lost the fleet's
-        records, or was met seconds old): what it holds that the fleet may
-        have lost, it publishes again."""
+        marked unknown (Redis restarted without AOF always, failed over, lost
+        the fleet's records, or was met seconds old): what it holds that the
+        fleet may have lost, it publishes again."""
         self._on_lost.append(callback)
 
     def joined(self, server_now: float, clock: str) -> None:
@@ -337,47 +339,70 @@ class FleetGuard:
                 {"exc": exc},
             )
             return
-        self.lossless = bool(int(info.get("aof_enabled", 0))) and fsync == "always"
-        if evicts != "noeviction":
-            logger.warning(
-                "Redis maxmemory-policy is %(p)s: under memory pressure Redis drops keys of the "
-                "fleet's state (host clocks, the blocklist, records) without a restart anyone "
-                "could notice. Set maxmemory-policy noeviction.",
-                {"p": evicts},
-            )
-        if int(info.get("aof_enabled", 0)):
-            logger.info(
-                "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
-                {
-                    "f": fsync,
-                    "loss": "nothing"
-                    if self.lossless
-                    else "about a second, so after a restart every host waits "
-                    "WALSH_MAX_CRAWL_DELAY from Redis's start",
-                },
+        aof = bool(int(info.get("aof_enabled", 0)))
+        self.lossless = aof and fsync == "always"
+        if aof:
+            has = f"AOF with appendfsync {fsync}"
+            costs = (
+                "a crash loses nothing"
+                if self.lossless
+                else "a crash loses about a second of writes, so after a restart every host "
+                "waits WALSH_MAX_CRAWL_DELAY from Redis's start"
             )
         elif save:
-            logger.warning(
-                "Redis persistence: RDB snapshots only (save %(s)s): a Redis crash rolls the "
-                "fleet's state back to the last snapshot; after a restart every host waits "
-                "WALSH_MAX_CRAWL_DELAY from Redis's start, and workers publish again the "
-                "blocklist and records they hold. Run Redis with appendonly yes.",
-                {"s": save},
+            has = f"RDB snapshots only (save {save})"
+            costs = (
+                "a crash rolls the fleet's state back to the last snapshot, so after a restart "
+                "every host waits WALSH_MAX_CRAWL_DELAY from Redis's start and the workers "
+                "publish again the blocklist and records they hold"
             )
         else:
-            logger.warning(
-                "Redis persistence: none: a Redis restart loses every host clock, hold, record "
-                "and claim (every host then waits WALSH_MAX_CRAWL_DELAY from Redis's start). "
-                "Run Redis with appendonly yes."
+            has = "no persistence"
+            costs = (
+                "a restart loses every host clock, hold, record and claim, so every host then "
+                "waits WALSH_MAX_CRAWL_DELAY from Redis's start"
             )
+        if evicts != "noeviction":
+            costs += (
+                f"; and with maxmemory-policy {evicts}, under memory pressure Redis drops keys "
+                "of the fleet's state without a restart anyone could notice"
+            )
+        if self.lossless and evicts == "noeviction":
+            logger.info(
+                "Redis persistence at %(url)s: %(has)s, maxmemory-policy noeviction: %(costs)s.",
+                {"url": self.conn.shown_url, "has": has, "costs": costs},
+            )
+            return
+        if not self.lossless:
+            costs += (
+                ". Nor does anything vouch for what Redis held before the fleet's records, so "
+                "a worker that holds no blocklist never fails open on a failed first fetch"
+            )
+        # one message, saying what to change (a Redis started plainly has
+        # snapshots only: a new fleet meets this first of all)
+        logger.warning(
+            "Redis persistence at %(url)s: %(has)s: %(costs)s. For a Redis restart to cost the "
+            "fleet nothing, put these lines in its redis.conf (and keep its data directory "
+            "where it outlives the process): appendonly yes / appendfsync always / "
+            "maxmemory-policy noeviction.",
+            {"url": self.conn.shown_url, "has": has, "costs": costs},
+        )
+
+    @property
+    def vouched(self) -> bool:
+        """Whether the Redis the fleet's records were first made on vouched
+        for what it held before: AOF with appendfsync always (a Redis without
+        it, met with none of the fleet's records, may have come back older
+        than an earlier fleet's; see :data:`~.guard_scripts.GUARD`)."""
+        return not self.seen.partition("|")[2].startswith(UNVOUCHED)
 
     async def history_complete(self) -> bool:
         """Whether Redis holds all the fleet ever wrote, as far as anyone can
-        tell: no restart without AOF always and no loss seen since the fleet
-        began (a Redis met seconds old, or one without AOF always where the
-        fleet found no records of its own, counts as a loss)."""
+        tell: no loss seen since the fleet began (a restart without AOF
+        always, a failover, a Redis met seconds old), and the fleet began on a
+        Redis that vouched for what came before (:attr:`vouched`)."""
         await self.check()
-        return not self.lost
+        return not self.lost and self.vouched
 
 
 #: a live holder renews its lease this many times per lease (host clock, locks)

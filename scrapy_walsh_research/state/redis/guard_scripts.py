@@ -12,6 +12,12 @@ from __future__ import annotations
 
 # -- shared pieces: Redis's clock and the fleet's guard -----------------------
 
+#: how the token of the fleet's record of Redis starts when the records were
+#: first made on a Redis without AOF appendfsync always: nothing vouched for
+#: what that Redis held before, so a worker holding no blocklist never fails
+#: open (see :data:`GUARD`)
+UNVOUCHED = "unvouched:"
+
 #: Redis's clock, which every script that reads it starts with (the host
 #: clock's PRELUDE builds on it); f() keeps six decimals
 NOW = """
@@ -85,11 +91,16 @@ local function guard(G, A)
     -- whatever its persistence says. This worker saw them: lost (when, it
     -- cannot tell: every host waits from now). A Redis only seconds old may
     -- have lost the records of a fleet whose live workers have not called
-    -- yet: lost (young), so they can publish again what they hold. Without
-    -- AOF always, nothing in Redis vouches for what came before its start.
-    if A[4] ~= '' or up < tonumber(A[5]) then lost(now)
-    elseif not lossless() then lost(now - up) end
+    -- yet: lost (young), so they can publish again what they hold.
+    -- Older than that, no live worker saw records here (it would have
+    -- called, and said so) and no request made before Redis started binds a
+    -- host: nothing to wait for, nothing to publish. But without AOF always
+    -- nothing vouches for what Redis held before (a snapshot older than an
+    -- earlier fleet's records): the token says so, and a worker that holds
+    -- no blocklist never fails open (a list that fleet adopted may be lost).
+    if A[4] ~= '' or up < tonumber(A[5]) then lost(now) end
     token = A[6]
+    if not lossless() then token = '""" + UNVOUCHED + """' .. token end
     redis.call('SET', G[1], run .. '|' .. token)
   elseif A[4] ~= '' and string.match(A[4], '|(.*)$') ~= token then
     -- the records this worker saw were lost, and made again by another
