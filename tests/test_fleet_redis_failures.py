@@ -750,6 +750,46 @@ async def test_a_plainly_started_redis_never_lets_a_first_blocklist_failure_fail
         redis.kill()
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_real_loss_of_a_plainly_started_redis_warns_and_is_published_again_once(
+    server, tmp_path
+):
+    """A Redis started plainly, which the fleet used, loses data: killed and
+    started again (without AOF, from its last snapshot if any). The next worker of the machine
+    warns, waits WALSH_MAX_CRAWL_DELAY from Redis's start and publishes again
+    the records the machine holds; the one after it does neither. A second
+    loss is published again once more. (Before: every start published again
+    and said so.)"""
+    redis, shared = plain_redis(tmp_path)
+    machine = tmp_path / "machine"
+
+    async def start(i: int) -> str:
+        push(redis, shared, site(server, f"o{i}.test", 1), tmp_path)
+        worker = spawn_worker(server, "targets", machine, **shared)
+        await worker.ended
+        assert pages(server, f"o{i}.test") == ["/p/0"], worker.err.decode()[-3000:]
+        return worker.err.decode()
+
+    def lose() -> float:
+        redis.kill()
+        restarted = time.monotonic()
+        redis.start()
+        return restarted
+
+    try:
+        await start(0)
+        for loss in range(2):
+            restarted = lose()
+            err = await start(1 + 2 * loss)
+            assert "history in Redis" in err and "Published again" in err, err[-3000:]
+            assert server.origin.hits_for(f"o{1 + 2 * loss}.test")[-1].t - restarted >= 12.0
+            err = await start(2 + 2 * loss)
+            assert "Published again" not in err, err[-3000:]
+            assert "'log_count/WARNING': 1," in err, err[-3000:]  # the persistence message
+    finally:
+        redis.kill()
+
+
 # -- case 3: Redis rolled back to an older snapshot ---------------------------------
 
 

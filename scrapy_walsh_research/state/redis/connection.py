@@ -37,6 +37,7 @@ the heartbeat) passes its answers through it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
@@ -54,8 +55,10 @@ from twisted.internet import task
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import pause_on_loss
 from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE, UNVOUCHED
+from scrapy_walsh_research.state.redis.journal import FleetJournal
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -165,10 +168,11 @@ class FleetGuard:
         return [lossless, self.pause, checked, self.seen, self.young, self.token]
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Call *callback* when this worker first sees the fleet's history
-        marked unknown (Redis restarted without AOF always, failed over, lost
-        the fleet's records, or was met seconds old): what it holds that the
-        fleet may have lost, it publishes again."""
+        """Call *callback* when this worker sees the fleet's history marked
+        unknown (Redis restarted without AOF always, failed over, lost the
+        fleet's records, or was met seconds old), unless a worker of this
+        machine did for that loss already (the journal says which): what the
+        machine holds that the fleet may have lost, it publishes again."""
         self._on_lost.append(callback)
 
     def joined(self, server_now: float, clock: str) -> None:
@@ -210,6 +214,17 @@ class FleetGuard:
         if lost and lost != self.lost:
             self.lost = lost
             self.conn.inc_stat("history_unknown")
+            journal = self.conn.journal
+            if journal is not None and not journal.claim_loss(lost):
+                # this machine's workers published again what they held for
+                # this loss: the wait it set is Redis's, and nothing is new
+                logger.info(
+                    "The fleet's history in Redis at %(url)s is incomplete since %(t)s, as "
+                    "this machine's workers saw before (they published again what they held "
+                    "then): no worker fails open on the blocklist.",
+                    {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
+                )
+                return step
             logger.warning(
                 "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
                 "restarted without AOF appendfsync always, failed over to a replica that may "
@@ -219,15 +234,24 @@ class FleetGuard:
                 "this worker publishes again what it holds.",
                 {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
             )
-            for callback in self._on_lost:
-                # in the background: a reservation does not wait for it
-                deferred_from_coro(callback()).addErrback(
-                    lambda f: logger.error(
-                        "Publishing again after Redis lost history failed: %(f)s",
-                        {"f": f.getErrorMessage()},
-                    )
-                )
+            # in the background: a reservation does not wait for it
+            deferred_from_coro(self._publish_again(lost))
         return step
+
+    async def _publish_again(self, lost: str) -> None:
+        """What this machine holds that the fleet may have lost, published
+        again once for the loss *lost*; if a part fails, the next worker of
+        the machine that sees the loss tries again."""
+        results = await asyncio.gather(
+            *(callback() for callback in self._on_lost), return_exceptions=True
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for exc in failed:
+            logger.error(
+                "Publishing again after Redis lost history failed: %(exc)s", {"exc": exc}
+            )
+        if failed and self.conn.journal is not None:
+            self.conn.journal.release_loss(lost)
 
     def _stepped_back(self, seconds: float) -> None:
         self.conn.inc_stat("clock_steps_back")
@@ -481,6 +505,9 @@ class RedisConnection:
         self._beat: Any = None
         #: what this worker knows of the fleet's Redis across calls
         self.guard = FleetGuard(self)
+        #: what this machine's workers saw of the fleet's Redis, on disk
+        #: (None: not kept, as for a connection made outside a crawl)
+        self.journal: FleetJournal | None = None
 
     async def announce(self) -> None:
         """Start this worker's heartbeat (once): others may take back what it
@@ -525,6 +552,8 @@ class RedisConnection:
             ),
         )
         conn.guard.pause = lost_history_wait(settings)
+        digest = hashlib.sha256(f"{conn.url}\x00{conn.prefix}".encode()).hexdigest()[:12]
+        conn.journal = FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json")
         return conn
 
     def key(self, *parts: str) -> str:
