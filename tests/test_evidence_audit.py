@@ -165,3 +165,51 @@ async def test_a_fleet_writes_one_log_any_worker_can_read(server, redis_server, 
     data = json.loads(report.stdout)
     assert len(data["requests"]) == len(server.origin.hits_for("r0.test")) == 5  # + tdmrep.json
     assert data["under_interval"] == 0 and data["smallest_gap"] >= 1.0
+
+
+def a_03_audit_log(path: Path, n: int) -> None:
+    """audit.sqlite3 as 0.3 left it: (seq, t, host, entry), indexes
+    (host, t) and (t), *n* entries of 5,000 hosts over the last 30 days."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE audit (seq INTEGER PRIMARY KEY, t REAL NOT NULL,"
+               " host TEXT NOT NULL, entry TEXT NOT NULL)")  # fmt: skip
+    start = time.time() - 30 * 86400
+    db.execute(
+        "WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i < ?)"
+        " INSERT INTO audit (t, host, entry)"
+        " SELECT ? + i * 0.8, 'h' || (i % 5000) || '.example.org',"
+        " json_object('t', ? + i * 0.8, 'ts', 'x', 'event', 'request', 'host',"
+        " 'h' || (i % 5000) || '.example.org', 'url', 'http://h' || (i % 5000) ||"
+        " '.example.org/' || i, 'id', printf('%016x', i), 'interval', 1.0) FROM c",
+        (n - 1, start, start),
+    )
+    db.execute("CREATE INDEX audit_host_t ON audit (host, t)")
+    db.execute("CREATE INDEX audit_t ON audit (t)")
+    db.commit()
+    db.close()
+
+
+def test_two_processes_opening_a_large_03_audit_log_at_once_both_work(tmp_path):
+    """A 0.3 audit.sqlite3 of 3 x 10^6 entries, opened by two processes at
+    once (a second worker of the machine, an operator's walsh-report during
+    the upgrade): both work, and both reports find the host's entries. The
+    upgrade keys the rows in committed batches, and an opener waits for the
+    other. (One transaction of ~7 s: the second died after sqlite3's 5 s
+    busy timeout with "database is locked" and a traceback.)"""
+    import subprocess
+    import sys
+
+    state = tmp_path / "s"
+    a_03_audit_log(state / "audit.sqlite3", 3_000_000)
+    cmd = [sys.executable, "-m", "scrapy", "walsh-report", "--host", "h1.example.org",
+           "--json", "-s", f"WALSH_STATE_DIR={state}"]  # fmt: skip
+    first = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    time.sleep(1.5)  # the first is upgrading
+    second = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr[-2000:]
+    assert json.loads(out)["request_count"] == json.loads(second.stdout)["request_count"] == 600

@@ -7,6 +7,7 @@ PostgreSQL; judged by what the origin saw."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -21,11 +22,12 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.evidence.audit import read_all
+from scrapy_walsh_research.evidence.audit_postgres import table_name
 from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
 from scrapy_walsh_research.evidence.host_evidence import ROWS, collect
 from tests.support.crawling import sleep, write_list
 from tests.support.fleet import redis_settings
-from tests.support.processes import spawn_targets_crawl
+from tests.support.processes import spawn_targets_crawl, spawn_worker
 from tests.test_fleet_workers import ended, push, site, workers
 
 
@@ -60,7 +62,7 @@ async def test_a_fleet_with_walsh_audit_url_keeps_its_log_in_postgresql_and_none
     shared = redis_settings(redis_server, WALSH_AUDIT_URL=postgres_server.url)
     push(redis_server, shared, urls, tmp_path)
     await ended(*workers(server, shared, tmp_path, 2))
-    table = f"{shared['WALSH_REDIS_PREFIX'].lower().replace('-', '_')}_audit"
+    table = table_name(shared["WALSH_REDIS_PREFIX"])
     log = pg_rows(postgres_server, table)
     # every request the origin saw has its entry, and no other request
     assert request_paths(log, server.port) == sorted((h.host, h.path) for h in server.origin.hits)
@@ -322,3 +324,157 @@ def test_a_report_whose_store_does_not_answer_fails_with_a_clear_message(store, 
     assert done.returncode == 1, done.stderr
     assert "could not be read" in done.stderr and "Traceback" not in done.stderr
     assert took < 60
+
+
+# -- the Redis window: many subdomains, and the hosts' index --------------------------
+
+
+def stream_entry(host: str, t: float, i: int) -> str:
+    return json.dumps({
+        "t": t, "ts": f"{t:.3f}", "event": "request", "host": host, "id": f"{host}-{i}",
+        "url": f"http://{host}/some/path/{i}?q=1", "kind": "target", "method": "GET",
+        "user_agent": "Mozilla/5.0 (compatible; Walsh-Research/1.0; +https://wal.sh/bot/)",
+        "interval": 1.0, "interval_set_by": "floor", "robots_sha256": "ab" * 32,
+        "blocklist": {"sha256": "cd" * 32, "updated": "2026-11-01T00:00:00Z"}, "keyid": None,
+    }, sort_keys=True)  # fmt: skip
+
+
+def fill_stream(client: Any, prefix: str, host: str, n: int, start: float) -> None:
+    key = ".".join(reversed(host.split(".")))
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.xadd(f"{prefix}:audit:h:{host}", {"e": stream_entry(host, start + i * 1.5, i)})
+        if i % 5000 == 4999:
+            pipe.execute()
+    pipe.zadd(f"{prefix}:audit:hosts", {key: 0})
+    pipe.execute()
+
+
+def peak_rss_mb(args: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run *args*; its own peak RSS (wait4), as bench/report_bench.py measures it."""
+    log = cwd / f"stderr-{time.time_ns()}.txt"
+    with open(log, "wb") as stderr:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)
+    err = log.read_text()
+    done = subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(status), "", err)
+    return usage.ru_maxrss / 1024, done
+
+
+def test_a_domains_report_over_many_subdomain_streams_holds_bounded_memory(redis_server, tmp_path):
+    """A domain whose entries are spread over 300 subdomains' streams is
+    read in about the memory of one host's: each stream is read a page small
+    enough that the merge holds about one page in all (each read its first
+    1,000 entries at once: 376 MB against 141 MB)."""
+    shared = redis_settings(redis_server)
+    prefix = shared["WALSH_REDIS_PREFIX"]
+    client = redis_server.client()
+    start = time.time() - 6 * 86400
+    try:
+        fill_stream(client, prefix, "one.test", 300_000, start)
+        for i in range(300):
+            fill_stream(client, prefix, f"s{i}.many.test", 1000, start + i * 0.001)
+    finally:
+        client.close()
+    at = ["-s", f"WALSH_REDIS_URL={redis_server.url}", "-s", f"WALSH_REDIS_PREFIX={prefix}"]
+    base = [sys.executable, "-m", "scrapy", "walsh-report", *at, "--json", "--host"]
+    one, done_one = peak_rss_mb([*base, "one.test"], tmp_path)
+    many, done_many = peak_rss_mb([*base, "many.test"], tmp_path)
+    assert done_one.returncode == 0 and done_many.returncode == 0, done_many.stderr[-2000:]
+    assert many < 1.5 * one, f"{many:.0f} MB for many.test vs {one:.0f} MB for one.test"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_hosts_fresh_stream_stays_in_the_hosts_index_through_another_workers_prune(
+    redis_server, tmp_path
+):
+    """A worker's first entry for a host whose stream had expired, landing
+    while another worker's retention pass forgets expired hosts, keeps the
+    host in the hosts' index: the check and the removal are one script. (Two
+    round trips: the host vanished from the all-hosts and the domain report.)"""
+    from scrapy_walsh_research.evidence.audit_redis import RedisAudit
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
+
+    prefix = redis_settings(redis_server)["WALSH_REDIS_PREFIX"]
+    pruner = RedisAudit(RedisConnection(redis_server.url, prefix), 3600)
+    worker = RedisAudit(RedisConnection(redis_server.url, prefix), 3600)
+    now = time.time()
+
+    async def run() -> tuple[list[str], list[str]]:
+        # late.example.test had a stream once; it expired (idle past the window)
+        await worker.append({"t": now - 10, "event": "request", "host": "late.example.test",
+                             "url": "http://late.example.test/", "id": "0"})  # fmt: skip
+        await worker.conn.client.delete(f"{prefix}:audit:h:late.example.test")
+        client = pruner.conn.client
+        register = client.register_script
+
+        def racing(script: str) -> Any:
+            real = register(script)
+
+            async def run_after_the_other_worker(**kwargs: Any) -> Any:
+                # the other worker's first entry for the host since lands
+                # after prune read the index, before it forgets a host
+                await worker.append({"t": time.time(), "ts": "x", "event": "request",
+                                     "host": "late.example.test",
+                                     "url": "http://late.example.test/1", "id": "1",
+                                     "interval": 1.0})  # fmt: skip
+                return await real(**kwargs)
+
+            return run_after_the_other_worker
+
+        client.register_script = racing  # type: ignore[method-assign]
+        await pruner.prune(now - 86400)
+        client.register_script = register  # type: ignore[method-assign]
+        hosts = await pruner.hosts()
+        under = [e["id"] async for e in pruner.entries("example.test")]
+        await pruner.conn.close()
+        await worker.conn.close()
+        return hosts, under
+
+    hosts, under = await deferred_from_coro(run())
+    assert "late.example.test" in hosts
+    assert "1" in under
+
+
+# -- a fleet whose clocks differ ------------------------------------------------------
+
+SLOW_CLOCK = """
+import time
+_real = time.time
+time.time = lambda: _real() - 0.7
+"""
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_fleet_whose_clocks_differ_shows_no_gap_under_the_interval_the_origin_never_saw(
+    server, redis_server, postgres_server, tmp_path
+):
+    """Two workers whose machines' clocks differ by 0.7 s keep the
+    interval at the origin, and the report shows no gap under it: an entry
+    is stamped with the fleet's clock (Redis's, which pacing keeps), the
+    machine's own in ``t_local``. (Each machine's clock: four gaps of 0.36 s
+    that the origin never saw.)"""
+    slow = tmp_path / "slow-clock"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(SLOW_CLOCK)
+    urls = site(server, "skew.test", 10)
+    shared = redis_settings(redis_server, WALSH_AUDIT_URL=postgres_server.url)
+    push(redis_server, shared, urls, tmp_path)
+    procs = [
+        spawn_worker(server, "targets", tmp_path / "w0", **shared),
+        spawn_worker(server, "targets", tmp_path / "w1", extra_path=slow, **shared),
+    ]
+    await ended(*procs)
+    hits = server.origin.hits_for("skew.test")
+    seen = [b.t - a.t for a, b in itertools.pairwise(hits)]
+    assert min(seen) >= 0.99, seen  # the fleet kept the interval, as the origin saw it
+    done = subprocess.run(
+        [sys.executable, "-m", "scrapy", "walsh-report", "--host", "skew.test", "--json",
+         "-s", f"WALSH_AUDIT_URL={postgres_server.url}",
+         "-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    data = json.loads(done.stdout)
+    assert data["request_count"] == len(hits)
+    shown = sorted(round(r["gap"], 3) for r in data["requests"] if r["gap"] is not None)
+    assert data["under_interval"] == 0, f"report's gaps {shown}; origin's {sorted(seen)}"

@@ -11,13 +11,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_twisted
 
-from scrapy_walsh_research.evidence.host_evidence import collect
+from scrapy_walsh_research.evidence.host_evidence import ROWS, collect
 from scrapy_walsh_research.evidence.pages import host_page
 from scrapy_walsh_research.gates.useragent import USER_AGENT
 from scrapy_walsh_research.identity.signing import Signer, generate_key, load_key
@@ -242,3 +243,48 @@ def test_a_gap_across_the_since_cut_is_still_measured():
     ev = collect(log, "h.test", since=100.1)
     assert [r.path for r in ev.requests] == ["/b"]
     assert ev.requests[0].gap == pytest.approx(0.3) and len(ev.under) == 1
+
+
+def logged_requests(host: str, n: int, step: float, start: float = 0.0) -> list[dict[str, Any]]:
+    return [
+        {"t": start + i * step, "ts": f"T{i:07d}", "event": "request", "host": host,
+         "id": f"{host}-{i}", "url": f"http://{host}/{i}", "interval": 1.0, "kind": "target"}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_a_request_under_the_interval_is_listed_however_old():
+    """A request under the interval older than the latest ROWS requests is
+    listed in the report all the same (HTML and JSON): the breaches have a
+    table of their own. (Only counted: it hid among rows not listed.)"""
+    log = logged_requests("big.test", ROWS + 500, 1.5)
+    log.insert(10, {**log[10], "t": log[9]["t"] + 0.2, "ts": "UNDER-0.2s", "id": "early"})
+    ev = collect(log, "big.test")
+    assert len(ev.under) == 1
+    page = host_page(ev)
+    data = json.dumps(ev.as_json())
+    assert "UNDER-0.2s" in data, "the breach is not in the JSON report"
+    assert "UNDER-0.2s" in page, "the breach is not in the HTML report"
+
+
+def _peak(log: list[dict[str, Any]]) -> int:
+    tracemalloc.start()
+    try:
+        collect(iter(log), "h.test")
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_one_hosts_report_holds_bounded_memory_however_many_requests_are_under_the_interval():
+    """A host whose every gap is under the interval (a misconfigured
+    Crawl-delay, clocks apart) is reported in about the memory of one that
+    kept it: the breaches are counted, the latest ROWS kept."""
+    n = 150_000
+    paced = logged_requests("h.test", n, 1.5)  # every gap over the interval
+    under = logged_requests("h.test", n, 0.9)  # every gap under it
+    base = _peak(paced)
+    grown = _peak(under)
+    assert grown < 1.5 * base, (
+        f"peak {grown / 1e6:.0f} MB vs {base / 1e6:.0f} MB for the same log size"
+    )

@@ -38,6 +38,7 @@ from tests.support.crawling import (
 from tests.support.fleet import redis_settings
 from tests.support.processes import spawn_worker
 from tests.support.redis_server import RedisServer
+from tests.support.tcp_proxy import TcpProxy
 from tests.test_fleet_workers import durable_records, ended, push, site, workers
 
 if TYPE_CHECKING:
@@ -104,13 +105,16 @@ async def test_a_worker_that_never_ran_waits_after_redis_came_back_empty(server,
         redis.kill()
 
 
+@pytest.mark.parametrize("replicated", [False, True], ids=["alone", "with a replica"])
 @pytest_twisted.ensureDeferred
-async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_path):
+async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_path, replicated):
     """AOF with appendfsync always keeps every acknowledged write: a restart
     that comes back whole is not lost history, and the next request goes
-    out at once (the fleet's own spacing still holds). A new fleet on a
-    Redis that has been up a while pays nothing either."""
+    out at once (the fleet's own spacing still holds), also while a replica
+    follows it (a restart is no failover). A new fleet on a Redis that has
+    been up a while pays nothing either."""
     redis = own_redis(tmp_path).age(young_redis_s(20))
+    replica = RedisServer(tmp_path / "replica", replicaof=redis).start() if replicated else None
     try:
         urls = site(server, "a.test", 1) + site(server, "b.test", 1)
         shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=20)
@@ -118,6 +122,8 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
         first = spawn_worker(server, "targets", tmp_path / "a", **shared)
         await first.ended
         assert "history in Redis" not in first.err.decode(), first.err.decode()[-2000:]
+        if replica is not None:
+            replica.synced()
         redis.kill()
         redis.start()  # from its AOF: everything is there
         push(redis, shared, urls[1:], tmp_path)
@@ -130,6 +136,8 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
         assert "history in Redis" not in worker.err.decode()
     finally:
         redis.kill()
+        if replica is not None:
+            replica.kill()
 
 
 async def fleet_then_fresh_volume(
@@ -253,6 +261,251 @@ async def test_a_flushall_is_seen_at_the_heartbeat_of_a_worker_that_ran_before(t
         for clock in [old, *others]:
             await deferred_from_coro(clock.conn.close())
         redis.kill()
+
+
+# -- case 1b: Redis failed over to a replica ----------------------------------------
+
+
+def primary_and_replica(tmp: Path) -> tuple[RedisServer, RedisServer, TcpProxy]:
+    """A primary and its replica, both AOF with appendfsync always, and the
+    one endpoint the workers use (a managed Redis's address), on the primary."""
+    primary = own_redis(tmp)
+    replica = RedisServer(tmp / "replica", replicaof=primary).start().synced()
+    return primary, replica, TcpProxy(primary.port).start()
+
+
+def fail_over(primary: RedisServer, replica: RedisServer, endpoint: TcpProxy) -> None:
+    """The primary dies; the replica is promoted with what it had applied,
+    and the endpoint now reaches it (as Sentinel or a managed service does)."""
+    primary.kill()
+    replica.promote()
+    endpoint.point_at(replica.port)
+
+
+def lines_recorded(redis: RedisServer, shared: dict[str, Any]) -> list[list[int]]:
+    """The lines that have a record, batch by batch (one record per line, and
+    a batch of n lines has lines 1 to n)."""
+    client = redis.client()
+    try:
+        pattern = f"{shared['WALSH_REDIS_PREFIX']}:targets:records:*"
+        return sorted(sorted(map(int, client.hkeys(k))) for k in client.scan_iter(pattern))
+    finally:
+        client.close()
+
+
+def failover_settings(redis: RedisServer, endpoint: TcpProxy) -> dict[str, Any]:
+    """The fleet's settings, on the endpoint; a primary older than the time a
+    fleet that meets it for the first time counts it as young."""
+    shared = redis_settings(redis, WALSH_REDIS_URL=endpoint.url, WALSH_MAX_CRAWL_DELAY=12,
+                            WALSH_REDIS_MAX_BACKOFF=0.5)  # fmt: skip
+    redis.age(young_redis_s(12, 0.5))
+    return shared
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failover_to_a_replica_that_lags_keeps_a_crawl_delay_for_a_worker_that_joins(
+    server, tmp_path
+):
+    """The fleet's Redis fails over to a replica that had not applied the
+    last writes (Sentinel's or a managed service's failover: ``REPLICAOF NO
+    ONE``, one endpoint switched to it). The fleet crawled cd.test
+    (Crawl-delay 10), and worker A came back to it a while later: A's
+    request, its record and its line taken were acknowledged by the primary
+    only. B, which never ran, joins at once on another machine: it must keep
+    cd.test's Crawl-delay from A's request, and every line keeps one record.
+    (Before: with AOF always on both, and the fleet's run record replicated,
+    the new Redis's run id read as a lossless restart, and B's request went
+    out ~4 s after A's.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    try:
+        cd = site(server, "cd.test", 3, "User-agent: *\nCrawl-delay: 10\n")
+        shared = failover_settings(primary, endpoint)
+        # the fleet's history, replicated: cd.test's robots.txt and a page
+        push(primary, shared, cd[:1], tmp_path)
+        first = spawn_worker(server, "targets", tmp_path / "a0", **shared)
+        await first.ended
+        assert pages(server, "cd.test") == ["/p/0"], first.err.decode()[-2000:]
+        push(primary, shared, cd[1:2], tmp_path)
+        replica.synced()
+        # the replica stops applying the stream: from here on, only the
+        # primary has what the fleet writes
+        replica.lag(120_000)
+        # A comes back to cd.test longer than WALSH_MAX_CRAWL_DELAY after the
+        # fleet's page: nothing the replica holds about cd.test binds B then
+        # (a worker that joins doubts the clock for at most that long)
+        await sleep(max(0.0, server.origin.hits_for("cd.test")[-1].t + 20.0 - time.monotonic()))
+        a = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await a.ended
+        assert pages(server, "cd.test") == ["/p/0", "/p/1"], a.err.decode()[-2000:]
+        assert replica.behind() > 0
+        fail_over(primary, replica, endpoint)
+        push(replica, shared, cd[2:], tmp_path)
+        b = spawn_worker(server, "targets", tmp_path / "b", **shared)
+        await b.ended
+        err = b.err.decode()[-3000:]
+        hits = server.origin.hits_for("cd.test")
+        # A's line came back with the replica (its record was lost): B fetches it again
+        assert pages(server, "cd.test") == ["/p/0", "/p/1", "/p/1", "/p/2"], err
+        assert min(gaps(hits)) >= 10.0, ([(h.path, round(h.t, 2)) for h in hits], err)
+        assert "failed over to a replica" in b.err.decode()
+        assert lines_recorded(replica, shared) == [[1], [1], [1]], err
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_opt_out_adopted_just_before_a_failover_to_a_lagging_replica_holds(
+    server, tmp_path
+):
+    """The operator publishes its first list (blocking optout.test) and
+    worker A adopts it, acknowledged by the primary only; Redis then fails
+    over to the replica, and the operator's URL fails. B, which never ran and
+    holds no list, cannot tell a first-ever failure from a list the fleet
+    adopted and lost: it must not contact optout.test (R3), and every line
+    keeps one record. (Before: B took the failure for a first-ever one and
+    crawled optout.test.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    try:
+        site(server, "optout.test", 1)
+        o = site(server, "o.test", 2)
+        shared = failover_settings(primary, endpoint)
+        # the fleet ran before, the operator publishing no list then (a
+        # first-ever failure: no list)
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(404, "none yet"))
+        push(primary, shared, o[:1], tmp_path)
+        await spawn_worker(server, "targets", tmp_path / "a0", **shared).ended
+        push(primary, shared, o[1:], tmp_path)
+        replica.synced()
+        replica.lag(120_000)
+        server.origin.route(
+            BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("optout.test"))
+        )
+        a = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await a.ended
+        assert "Blocklist adopted" in a.err.decode(), a.err.decode()[-2000:]
+        assert replica.behind() > 0
+        fail_over(primary, replica, endpoint)
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(404, "gone"))
+        push(replica, shared, [server.url("optout.test", "/p/0")], tmp_path)
+        # the list stays unknown: its targets wait (briefly here), then are skipped
+        b = spawn_worker(server, "targets", tmp_path / "b", log=tmp_path / "b.jl", **shared,
+                         WALSH_POLICY_WAIT=3)  # fmt: skip
+        await b.ended
+        err = b.err.decode()[-3000:]
+        assert server.origin.hits_for("optout.test") == [], err
+        got = [json.loads(x) for x in (tmp_path / "b.jl").read_text().splitlines()]
+        assert {(r["outcome"], r["rule"]) for r in got} <= {("skipped", "R3"), ("denied", "R3")}
+        assert lines_recorded(replica, shared) == [[1], [1], [1]], err
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_failover_to_a_replica_in_sync_costs_the_wait_of_lost_history(server, tmp_path):
+    """Nothing in a promoted replica says whether it had applied every
+    write the old primary acknowledged (replication is asynchronous): a
+    failover to a replica that was in sync costs what any loss costs, as
+    docs/redis.rst says. Every host waits WALSH_MAX_CRAWL_DELAY (12 s here)
+    from when a worker first sees it, and every line keeps one record."""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    try:
+        o = site(server, "o.test", 2)
+        shared = failover_settings(primary, endpoint)
+        push(primary, shared, o[:1], tmp_path)
+        first = spawn_worker(server, "targets", tmp_path / "a", **shared)
+        await first.ended
+        push(primary, shared, o[1:], tmp_path)
+        replica.synced()
+        fail_over(primary, replica, endpoint)
+        failed_at = time.monotonic()
+        b = spawn_worker(server, "targets", tmp_path / "b", **shared)
+        await b.ended
+        err = b.err.decode()
+        assert pages(server, "o.test") == ["/p/0", "/p/1"], err[-3000:]
+        assert server.origin.hits_for("o.test")[-1].t - failed_at >= 12.0
+        assert "failed over to a replica" in err
+        assert lines_recorded(replica, shared) == [[1], [1]], err[-3000:]
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+def guarded_worker(url: str) -> RedisHostClock:
+    """A worker's host clock (its guard included), in this process: a
+    Crawl-delay-5 host waits 5 s, lost history 8 s."""
+    conn = RedisConnection(url, "failover", max_backoff=0.25)
+    return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0)
+
+
+async def reserve_and_send(clock: RedisHostClock, host: str) -> float:
+    """Reserve *host* (interval 5 s); if granted, its request goes out now."""
+    wait = await deferred_from_coro(clock.reserve(host, 0.0, 5.0))
+    if wait == 0.0:
+        await deferred_from_coro(clock.commit(host, time.monotonic(), 5.0))
+    return float(wait)
+
+
+async def lose_a_request_in_a_replica_lag(tmp_path: Path) -> tuple[RedisServer, RedisServer]:
+    """A worker's request to lost.test is acknowledged by the primary only
+    (its earlier one to seen.test reached the replica); the primary dies and
+    the replica is promoted. No worker calls it yet."""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    endpoint.stop()
+    old = guarded_worker(primary.url)
+    try:
+        primary.age(old.conn.guard.young)
+        assert await reserve_and_send(old, "seen.test") == 0.0
+        replica.synced()
+        replica.lag(60_000)
+        assert await reserve_and_send(old, "lost.test") == 0.0
+        assert replica.behind() > 0
+    finally:
+        await deferred_from_coro(old.conn.close())
+    primary.kill()
+    replica.promote()
+    return primary, replica
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_lagging_replica_promoted_then_restarted_is_still_lost_history(tmp_path):
+    """The promoted replica restarts (from its own AOF, as a primary)
+    before any worker called it: its run id is new again, and nothing in
+    INFO shows it was ever a replica. A worker that never ran must still not
+    take lost.test's slot, whose last request only the dead primary had."""
+    primary, replica = await lose_a_request_in_a_replica_lag(tmp_path)
+    new = guarded_worker(replica.url)
+    try:
+        replica.kill()
+        replica.start()
+        assert await reserve_and_send(new, "lost.test") > 5.0
+    finally:
+        await deferred_from_coro(new.conn.close())
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_two_failovers_in_a_row_are_lost_history(tmp_path):
+    """After the first failover (no worker called the new primary), a second
+    replica syncs from it in full and is promoted in turn: a full sync
+    copies every key, this Redis's own stamp too. A worker that never ran,
+    on the third Redis, must still not take lost.test's slot."""
+    primary, first = await lose_a_request_in_a_replica_lag(tmp_path)
+    second = RedisServer(tmp_path / "second", replicaof=first).start().synced()
+    new = guarded_worker(second.url)
+    try:
+        first.kill()
+        second.promote()
+        assert await reserve_and_send(new, "lost.test") > 5.0
+    finally:
+        await deferred_from_coro(new.conn.close())
+        for redis in (primary, first, second):
+            redis.kill()
 
 
 # -- case 2: the same, with an opt-out ----------------------------------------------
@@ -423,6 +676,124 @@ async def test_a_redis_that_refuses_the_guard_info_stops_the_crawl_before_any_re
         # a service manager or a shell script sees the refusal too
         assert worker.code == 1, err[-2000:]
         assert "Traceback" not in err, err[-3000:]
+    finally:
+        redis.kill()
+
+
+# -- case 2c: a Redis started plainly (RDB snapshots, Debian's default) ------------
+
+
+def plain_redis(tmp: Path) -> tuple[RedisServer, dict[str, Any]]:
+    """``redis-server`` started with no configuration (RDB snapshots on its
+    save schedule, no AOF), up longer than a fleet that meets it for the
+    first time counts as young; and the fleet's settings."""
+    redis = RedisServer(tmp / "redis", persist="plain").start()
+    # the audit log kept in Redis as long as its retention: no warning of
+    # its own (WALSH_AUDIT_REDIS_WINDOW), so a WARNING counted is the guard's
+    shared = redis_settings(
+        redis, WALSH_MAX_CRAWL_DELAY=12, WALSH_REDIS_MAX_BACKOFF=0.5,
+        WALSH_AUDIT_REDIS_WINDOW=7776000,
+    )  # fmt: skip
+    redis.age(young_redis_s(12, 0.5))
+    return redis, shared
+
+
+#: what the persistence message tells the operator to put in redis.conf
+CONF_LINES = "appendonly yes / appendfsync always / maxmemory-policy noeviction"
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_plainly_started_redis_gets_one_persistence_message_and_no_loss_alarm(
+    server, tmp_path
+):
+    """A new fleet on a ``redis-server`` started plainly, up a while: each
+    worker says once what the persistence costs and which redis.conf lines
+    to use, and raises no alarm of lost history, waits for nothing, and
+    publishes nothing again, also at its next start. (Before: every worker
+    warned that the fleet's history was incomplete, and every later start
+    said "Published again N records".)"""
+    redis, shared = plain_redis(tmp_path)
+    try:
+        for i in range(2):  # two starts on one machine
+            push(redis, shared, site(server, f"o{i}.test", 1), tmp_path)
+            spawned = time.monotonic()
+            worker = spawn_worker(server, "targets", tmp_path / "machine", **shared)
+            await worker.ended
+            err = worker.err.decode()
+            assert pages(server, f"o{i}.test") == ["/p/0"], err[-3000:]
+            assert server.origin.hits_for(f"o{i}.test")[-1].t - spawned < 12.0, "waited"
+            assert err.count("Redis persistence at") == 1, err[-3000:]
+            assert "RDB snapshots only" in err and CONF_LINES in err
+            assert "history in Redis" not in err, err[-3000:]
+            assert "Published again" not in err and "Blocklist: Redis lost" not in err
+            assert "'log_count/WARNING': 1," in err, err[-3000:]
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_plainly_started_redis_never_lets_a_first_blocklist_failure_fail_open(
+    server, tmp_path
+):
+    """Nothing in a Redis without AOF always vouches that it did not come
+    back from a snapshot older than an earlier fleet's records, blocklist
+    included. A worker with no list of its own, whose first fetch fails,
+    must not fail open on a fleet's Redis it cannot vouch for, even though
+    it raises no alarm (R3)."""
+    redis, shared = plain_redis(tmp_path)
+    try:
+        site(server, "optout.test", 1)
+        server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, Reply(404, "gone"))
+        push(redis, shared, [server.url("optout.test", "/p/0")], tmp_path)
+        worker = spawn_worker(server, "targets", tmp_path / "w", log=tmp_path / "w.jl",
+                              **shared, WALSH_POLICY_WAIT=3)  # fmt: skip
+        await worker.ended
+        got = [json.loads(x) for x in (tmp_path / "w.jl").read_text().splitlines()]
+        assert [(r["outcome"], r["rule"]) for r in got] == [("skipped", "R3")], (
+            worker.err.decode()[-3000:]
+        )
+        assert "history in Redis is incomplete" in got[0]["reason"]
+        assert server.origin.hits_for("optout.test") == []
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_real_loss_of_a_plainly_started_redis_warns_and_is_published_again_once(
+    server, tmp_path
+):
+    """A Redis started plainly, which the fleet used, loses data: killed and
+    started again (without AOF, from its last snapshot if any). The next worker of the machine
+    warns, waits WALSH_MAX_CRAWL_DELAY from Redis's start and publishes again
+    the records the machine holds; the one after it does neither. A second
+    loss is published again once more. (Before: every start published again
+    and said so.)"""
+    redis, shared = plain_redis(tmp_path)
+    machine = tmp_path / "machine"
+
+    async def start(i: int) -> str:
+        push(redis, shared, site(server, f"o{i}.test", 1), tmp_path)
+        worker = spawn_worker(server, "targets", machine, **shared)
+        await worker.ended
+        assert pages(server, f"o{i}.test") == ["/p/0"], worker.err.decode()[-3000:]
+        return worker.err.decode()
+
+    def lose() -> float:
+        redis.kill()
+        restarted = time.monotonic()
+        redis.start()
+        return restarted
+
+    try:
+        await start(0)
+        for loss in range(2):
+            restarted = lose()
+            err = await start(1 + 2 * loss)
+            assert "history in Redis" in err and "Published again" in err, err[-3000:]
+            assert server.origin.hits_for(f"o{1 + 2 * loss}.test")[-1].t - restarted >= 12.0
+            err = await start(2 + 2 * loss)
+            assert "Published again" not in err, err[-3000:]
+            assert "'log_count/WARNING': 1," in err, err[-3000:]  # the persistence message
     finally:
         redis.kill()
 

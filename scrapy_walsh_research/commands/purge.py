@@ -27,7 +27,9 @@ class Command(ScrapyCommand):
         return "Delete what was stored about HOST and its subdomains (purge on opt-out)"
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        from scrapy_walsh_research.errors import WalshConfigurationError
+        import sys
+
+        from scrapy_walsh_research.errors import WalshAuditUnavailable, WalshConfigurationError
         from scrapy_walsh_research.evidence.purge import host_argument
 
         if len(args) != 1:
@@ -41,22 +43,31 @@ class Command(ScrapyCommand):
             asyncio.run(self._purge(crawler, host))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc)) from None
+        except WalshAuditUnavailable as exc:
+            print(f"walsh-purge: {exc}", file=sys.stderr)
+            self.exitcode = 1
 
     async def _purge(self, crawler: Crawler, host: str) -> None:
-        from scrapy_walsh_research.evidence.audit import AuditTrail, read_all
+        from scrapy_walsh_research.evidence.audit import AuditTrail
         from scrapy_walsh_research.evidence.purge import covers, purge, total
         from scrapy_walsh_research.state import state_for
 
         store = state_for(crawler)
         audit = AuditTrail.for_crawler(crawler, prune=False)
+        exported, first, last = 0, "", ""
         try:
+            # the purge's own entry must be storable before anything is
+            # deleted: a purge the audit log does not show never happens
+            opener = getattr(audit.store, "open", None)
+            if opener is not None:
+                await opener()
             purged = await purge(
                 store, covers(host), cause="scrapy walsh-purge (on demand)", audit=audit
             )
-            exported = [
-                e for e in await read_all(audit.store, host)
-                if e.get("event") == "decision" and e.get("outcome") in ("fetched", "not_modified")
-            ]  # fmt: skip
+            async for e in audit.store.entries(host):
+                if e.get("event") == "decision" and e.get("outcome") in ("fetched", "not_modified"):
+                    exported += 1
+                    first, last = first or str(e.get("ts")), str(e.get("ts"))
         finally:
             await audit.store.close()
             await store.close()
@@ -65,7 +76,6 @@ class Command(ScrapyCommand):
             print(f"  {name}: {counts}")
         if exported:
             print(
-                f"{len(exported)} records of {host} were exported with -O/FEEDS between "
-                f"{exported[0]['ts']} and {exported[-1]['ts']} (audit log decisions): those "
-                "files are yours to delete"
+                f"{exported} records of {host} were exported with -O/FEEDS between "
+                f"{first} and {last} (audit log decisions): those files are yours to delete"
             )

@@ -115,7 +115,7 @@ class Command(ScrapyCommand):
             f"targets not fetched: {evidence.denied_count} denied, "
             f"{evidence.not_fetched_count - evidence.denied_count} skipped or failed; smallest "
             f"gap {'—' if smallest is None else f'{smallest.gap:.3f} s'}, "
-            f"{len(evidence.under)} under the interval"
+            f"{evidence.under_count} under the interval"
         )
 
     async def _all(self, store: AuditStore, opts: argparse.Namespace, since: float | None) -> None:

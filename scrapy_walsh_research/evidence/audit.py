@@ -52,6 +52,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: how long a command (a report, a purge) waits for an unreachable audit
+#: store before it says so and stops
+COMMAND_PATIENCE_S = 30.0
+
+
 def _days(seconds: float) -> str:
     return f"{seconds / 86400:g} days" if seconds >= 86400 else f"{seconds:g} s"
 
@@ -87,7 +92,17 @@ async def read_all(
     return [entry async for entry in store.entries(host, since)]
 
 
-def open_store(crawler: Crawler, retention: float) -> AuditStore:
+def fleet_clock(crawler: Crawler) -> Callable[[], float]:
+    """The clock an entry is stamped with: Redis's, as the worker last
+    measured it, in a fleet (pacing's clock); else this machine's."""
+    if redis_url(crawler):
+        from scrapy_walsh_research.state.redis.connection import RedisConnection
+
+        return RedisConnection.for_crawler(crawler).time
+    return time.time
+
+
+def open_store(crawler: Crawler, retention: float, patience: float | None = None) -> AuditStore:
     """The crawler's audit store: PostgreSQL when ``WALSH_AUDIT_URL`` is set;
     else, with ``WALSH_REDIS_URL``, per-host Redis streams kept
     ``WALSH_AUDIT_REDIS_WINDOW``; else ``audit.sqlite3`` in the state dir."""
@@ -114,6 +129,7 @@ def open_store(crawler: Crawler, retention: float) -> AuditStore:
             url,
             table_name(prefix),
             crawler=crawler,
+            patience=patience,
             max_backoff=settings.getfloat(
                 "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
             ),
@@ -148,9 +164,15 @@ class AuditTrail:
     """Builds the entries; the gates register what is in force (the
     blocklist version, each origin's robots.txt, the signing keyid)."""
 
-    def __init__(self, store: AuditStore, retention: float) -> None:
+    def __init__(
+        self, store: AuditStore, retention: float, clock: Callable[[], float] = time.time
+    ) -> None:
         self.store = store
         self.retention = retention
+        #: the time an entry is stamped with: in a fleet, the clock every
+        #: worker paces by (Redis's), so gaps between two workers' requests
+        #: are measured as pacing kept them, whatever their machines' clocks
+        self.clock = clock
         self.blocklist: Callable[[], dict[str, Any] | None] = lambda: None
         self.robots: Callable[[str], str | None] = lambda url: None
         #: the interval pacing kept before a request went out, and what set it
@@ -180,9 +202,11 @@ class AuditTrail:
                 "it. Give how long to keep entries, in seconds "
                 f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
             )
-        store = open_store(crawler, retention)
+        # a command waits a bounded time for its store; a crawl, as long as
+        # it takes (nothing is sent meanwhile)
+        store = open_store(crawler, retention, patience=None if prune else COMMAND_PATIENCE_S)
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
-        trail = cls(store, retention)
+        trail = cls(store, retention, fleet_clock(crawler))
         if prune:
             # a crawl opens the store once its engine runs (a server that
             # refuses it stops the crawl, exit code 1, before anything is
@@ -213,15 +237,19 @@ class AuditTrail:
             )
 
     def _base(self, event: str, url: str) -> dict[str, Any]:
-        now = time.time()
         host = url_host(url) if is_http_url(url) else ""
-        return {
-            "t": now,
-            "ts": utc_iso(now, "milliseconds"),
-            "event": event,
-            "url": url,
-            "host": host,
-        }
+        return self._stamped({"event": event, "url": url, "host": host})
+
+    def _stamped(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """*entry* with its time and its own id (``eid``: a write retried
+        after its acknowledgement was lost stores it twice; the report
+        counts it once); in a fleet, also the machine's own time."""
+        now = self.clock()
+        local = time.time()
+        stamped = {"t": now, "ts": utc_iso(now, "milliseconds"), "eid": uuid.uuid4().hex[:16]}
+        if abs(now - local) >= 0.001:
+            stamped["t_local"] = local
+        return {**stamped, **entry}
 
     def sent(self, request: Request, kind: str) -> Awaitable[None] | None:
         """The entry for *request*, about to go onto its connection."""
@@ -306,9 +334,9 @@ class AuditTrail:
             await done
 
     async def purged(self, host: str, cause: str, counts: dict[str, int]) -> None:
-        now = time.time()
-        entry = {"t": now, "ts": utc_iso(now, "milliseconds"), "event": "purge", "url": "",
-                 "host": host, "reason": cause, "deleted": counts}  # fmt: skip
+        entry = self._stamped(
+            {"event": "purge", "url": "", "host": host, "reason": cause, "deleted": counts}
+        )
         done = self.store.append(entry)
         if done is not None:
             await done

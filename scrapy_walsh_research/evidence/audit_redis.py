@@ -5,7 +5,8 @@ Redis is memory: a busy fleet's 90 days of evidence (about 490 B an entry,
 is PostgreSQL (``WALSH_AUDIT_URL``, :mod:`.audit_postgres`) and Redis keeps,
 without it, only ``WALSH_AUDIT_REDIS_WINDOW``. Each host's entries are a
 stream of their own (``<prefix>:audit:h:<host>``, trimmed to the window on
-every append and gone a day after its host's last entry), and the hosts
+every append and gone a day past the window after its host's last entry),
+and the hosts
 with a stream are a sorted set by reversed host (``<prefix>:audit:hosts``),
 so one host's report reads that host's streams only.
 
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from scrapy_walsh_research.core.urls import domain_key_range, host_key, in_domain
 from scrapy_walsh_research.errors import WalshAuditUnavailable
 from scrapy_walsh_research.state.redis.connection import UNAVAILABLE
+from scrapy_walsh_research.state.redis.scripts import AUDIT_FORGET_HOSTS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -84,7 +86,10 @@ class RedisAudit:
             names = await self._domain(host)
         else:
             names = [host]
-        streams = [self._stream(self.base + name, since) for name in names]
+        # a page per stream that keeps the whole merge within about PAGE
+        # entries, however many subdomains a domain has
+        page = max(10, PAGE // max(1, len(names)))
+        streams = [self._stream(self.base + name, since, page) for name in names]
         legacy = self._legacy(host, since, subdomains)
         async for entry in _merge([*streams, legacy]):
             yield entry
@@ -108,20 +113,22 @@ class RedisAudit:
         )
         return [domain, *(host_key(k) for k in under if k != key)]
 
-    async def _stream(self, key: str, since: float | None) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(
+        self, key: str, since: float | None, page: int = PAGE
+    ) -> AsyncIterator[dict[str, Any]]:
         start = str(int((since or 0) * 1000))
         while True:
             rows = cast(
                 "list[tuple[str, dict[str, str]]]",
                 await self._read(
-                    lambda r, s=start: r.xrange(key, min=s, max="+", count=PAGE)  # type: ignore[misc]
+                    lambda r, s=start: r.xrange(key, min=s, max="+", count=page)  # type: ignore[misc]
                 ),
             )
             for _, fields in rows:
                 entry = json.loads(fields["e"])
                 if since is None or entry.get("t", 0.0) >= since:
                     yield entry
-            if len(rows) < PAGE:
+            if len(rows) < page:
                 return
             start = "(" + rows[-1][0]
 
@@ -155,19 +162,15 @@ class RedisAudit:
         )
         # redis-py types a range as any of its reply shapes; members are str here
         keys = cast("list[str]", await self.conn.call("audit", self._members))
+        forget = self.conn.client.register_script(AUDIT_FORGET_HOSTS)
         for i in range(0, len(keys), PAGE):
-            chunk = keys[i : i + PAGE]
-
-            async def drop(r: aioredis.Redis, chunk: list[str] = chunk) -> None:
-                pipe = r.pipeline(transaction=False)
-                for k in chunk:
-                    pipe.exists(self.base + host_key(k))
-                alive = await pipe.execute()
-                gone = [k for k, n in zip(chunk, alive, strict=True) if not n]
-                if gone:
-                    await r.zrem(self.hosts_key, *gone)
-
-            await self.conn.call("audit", drop)
+            pairs = [x for k in keys[i : i + PAGE] for x in (k, self.base + host_key(k))]
+            await self.conn.call(
+                "audit",
+                lambda r, pairs=pairs: forget(  # type: ignore[misc]
+                    keys=[self.hosts_key], args=pairs, client=r
+                ),
+            )
 
     async def close(self) -> None:
         """Nothing: the crawler's Redis connection is closed by its owner."""

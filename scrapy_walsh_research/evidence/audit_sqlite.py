@@ -9,18 +9,27 @@ one host's report reads that host's entries, never the whole log.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.urls import domain_key_range, host_key
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterator
     from pathlib import Path
+
+logger = logging.getLogger(__name__)
 
 #: rows fetched from SQLite at a time while a report streams
 PAGE = 1000
+#: rows given their key per transaction when an older file is upgraded
+MIGRATION_BATCH = 50_000
+#: how long opening the file waits for another process that holds it (an
+#: upgrade's batch, or building the index over a large log)
+BUSY_TIMEOUT_S = 120.0
 
 
 class SQLiteAudit:
@@ -29,7 +38,10 @@ class SQLiteAudit:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        # another process may be upgrading the file: wait for it a while
+        self.db = sqlite3.connect(
+            str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S
+        )
         self.db.create_function("walsh_host_key", 1, host_key, deterministic=True)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -44,21 +56,45 @@ class SQLiteAudit:
         self.db.execute("CREATE INDEX IF NOT EXISTS audit_t ON audit (t)")
 
     def _index_by_host(self) -> None:
-        """The (reversed host, time) index; a file written before it had
-        one on (host, t), which cannot find subdomains: its rows get their
-        key once, in one transaction (another process may do it first)."""
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        """The (reversed host, time) index. A file written before it (an
+        index on (host, t), which cannot find subdomains) gets the column,
+        then its rows their key in committed batches, so another process
+        opening the file meanwhile waits a batch, not the whole upgrade
+        (and takes its share of it)."""
+        with self._immediate():
             columns = {row[1] for row in self.db.execute("PRAGMA table_info(audit)")}
             if "rhost" not in columns:
                 self.db.execute("ALTER TABLE audit ADD COLUMN rhost TEXT")
-            self.db.execute("UPDATE audit SET rhost = walsh_host_key(host) WHERE rhost IS NULL")
+        upgrading = False
+        while True:
+            with self._immediate():
+                done = self.db.execute(
+                    "UPDATE audit SET rhost = walsh_host_key(host) WHERE seq IN"
+                    " (SELECT seq FROM audit WHERE rhost IS NULL LIMIT ?)",
+                    (MIGRATION_BATCH,),
+                ).rowcount
+            if done < MIGRATION_BATCH:
+                break
+            if not upgrading:
+                upgrading = True
+                logger.info(
+                    "Upgrading the audit log %(p)s: each entry gets its host's reversed name, "
+                    "for the index by host (once; a large log takes a minute).",
+                    {"p": self.path},
+                )
+        with self._immediate():
             self.db.execute("DROP INDEX IF EXISTS audit_host_t")
             self.db.execute("CREATE INDEX IF NOT EXISTS audit_rhost_t ON audit (rhost, t)")
-            self.db.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _immediate(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
+        self.db.execute("COMMIT")
 
     def append(self, entry: dict[str, Any]) -> None:
         host = entry.get("host") or ""

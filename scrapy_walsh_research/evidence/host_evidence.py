@@ -120,10 +120,11 @@ class HostEvidence:
     #: what the bot made of the host's sitemaps: ``trusted``,
     #: ``contradicted``, ``stale``, ``ignored`` (the sitemaps gate)
     sitemaps: list[dict[str, Any]] = field(default_factory=list)
-    #: gaps measured, and the requests under the interval (all of them: each
-    #: is a breach the operator must see)
+    #: gaps measured; the requests under the interval (each a breach the
+    #: operator must see): every one counted, the latest ROWS listed
     gap_count: int = 0
     under: list[Sent] = field(default_factory=list)
+    under_count: int = 0
     smallest_gap: Sent | None = None
     #: targets not fetched by "outcome (rule)", and how many were denied
     outcomes: dict[str, int] = field(default_factory=dict)
@@ -220,7 +221,8 @@ class HostEvidence:
             "sitemaps": self.sitemaps,
             "sitemap_facts": self.sitemap_facts(),
             "smallest_gap": None if smallest is None else smallest.gap,
-            "under_interval": len(self.under),
+            "under_interval": self.under_count,
+            "under": [r.as_json() for r in self.under],
             "rows_kept": ROWS,
         }
 
@@ -244,9 +246,11 @@ class Collector:
             for name in ("purges", "waits", "sitemaps", "skips")
         }
         self._robots_fetches: deque[Sent] = deque(maxlen=ROWS)
+        self._under: deque[Sent] = deque(maxlen=ROWS)
         #: requests waiting for their answer, and the ids already taken
         self._open: OrderedDict[str, Sent] = OrderedDict()
         self._ids: OrderedDict[str, None] = OrderedDict()
+        self._eids: OrderedDict[str, None] = OrderedDict()
         self._previous: dict[str, Sent] = {}
         self._holds: dict[str, tuple[float, str]] = {}
 
@@ -267,9 +271,17 @@ class Collector:
         ev.sitemaps = list(self._lists["sitemaps"])
         ev.sitemap_skip_rows = list(self._lists["skips"])
         ev.robots_fetch_rows = list(self._robots_fetches)
+        ev.under = list(self._under)
         return ev
 
     def _take(self, e: dict[str, Any]) -> None:
+        eid = e.get("eid")
+        if eid:
+            if eid in self._eids:
+                return  # the same entry written twice (a write retried)
+            self._eids[eid] = None
+            if len(self._eids) > IDS:
+                self._eids.popitem(last=False)
         event = e.get("event")
         if event == "request":
             self._request(e)
@@ -312,7 +324,8 @@ class Collector:
             if ev.smallest_gap is None or r.gap < (ev.smallest_gap.gap or 0.0):
                 ev.smallest_gap = r
             if r.under:
-                ev.under.append(r)
+                ev.under_count += 1
+                self._under.append(r)
         if r.kind.startswith("sitemap"):
             ev.sitemap_counts["fetched"] += 1
         if r.kind.startswith("robots"):

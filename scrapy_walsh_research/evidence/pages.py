@@ -134,7 +134,7 @@ def _slug(text: str) -> str:
 
 def _facts(ev: HostEvidence) -> str:
     smallest = ev.smallest_gap
-    under = ev.under
+    under = ev.under_count
     return (
         '<dl class="facts">'
         f'<dt>requests sent</dt><dd id="request-count">{ev.request_count}</dd>'
@@ -151,8 +151,28 @@ def _facts(ev: HostEvidence) -> str:
         )
         + "</dd>"
         f'<dt>gaps under the interval</dt><dd id="under-count" '
-        f'class="{"bad" if under else "ok"}">{len(under)}</dd>'
+        f'class="{"bad" if under else "ok"}">{under}</dd>'
         "</dl>"
+    )
+
+
+def _under(ev: HostEvidence) -> str:
+    """Every request sent sooner after the previous one than the interval
+    that applied (the latest ROWS of them), apart from the request table,
+    which lists only the latest requests."""
+    if not ev.under_count:
+        return ""
+    rows = [
+        f'<tr class="request under"><td class="mono">{esc(r.ts)}</td><td>{esc(r.host)}</td>'
+        f'<td class="mono">{esc(r.method)} {esc(r.path)}</td><td>{esc(r.set_by or "—")}</td>'
+        f'<td class="n">{_seconds(r.gap)}</td><td class="n">{_seconds(r.required)}</td></tr>'
+        for r in ev.under
+    ]
+    heads = ["time (UTC)", "host", "request", "interval set by", "gap", "interval"]
+    return (
+        "<h2>Gaps under the interval</h2>"
+        + _kept(ev.under_count, len(ev.under), "requests under the interval")
+        + _table(heads, rows, "none", "under", n_cols=2)
     )
 
 
@@ -308,7 +328,7 @@ def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
         f'<h1>Walsh-Research bot: evidence for <span id="host">{esc(ev.host)}</span></h1>'
         f'<p class="note">From the bot\'s audit log{scope}, written before each request left. '
         "Times are UTC (wall clock of the machine that sent).</p>"
-        f"{_facts(ev)}<h2>Timeline</h2>{charts}"
+        f"{_facts(ev)}{_under(ev)}<h2>Timeline</h2>{charts}"
         "<h2>Requests</h2>"
         + _kept(ev.request_count, len(ev.requests), "requests")
         + '<table id="requests"><thead><tr><th>time (UTC)</th><th>host</th>'
@@ -380,7 +400,7 @@ class HostSummary:
             denied=ev.denied_count,
             skipped_or_failed=ev.not_fetched_count - ev.denied_count,
             smallest_gap=smallest.gap if smallest else None,
-            under=len(ev.under),
+            under=ev.under_count,
         )
 
 

@@ -7,6 +7,16 @@ operators to run it, so a SIGKILL loses nothing that was acknowledged. With
 :meth:`restore` puts back before a start: Redis restarted from an older
 snapshot, as Debian's default persistence would after a crash.
 
+With ``persist="plain"`` it runs as ``redis-server`` does when started with
+no configuration (Debian's default too): RDB snapshots on its ``save``
+schedule, no AOF.
+
+With ``replicaof`` it is a replica of that server (its configuration kept:
+AOF with ``appendfsync always``, as a managed replica runs): made to lag
+(:meth:`lag`, ``CLIENT PAUSE WRITE`` on it, so the stream it reads queues)
+and promoted (:meth:`promote`, ``REPLICAOF NO ONE``), as Sentinel or a
+managed service fails over to it.
+
 With ``steppable_clock`` its wall clock can be stepped while it runs
 (:meth:`step_clock`), as an NTP correction on the Redis host steps it: a
 small shim (``stepclock.c``, compiled with the system's C compiler on first
@@ -46,6 +56,7 @@ class RedisServer:
         persist: bool | str = True,
         steppable_clock: bool = False,
         config: Sequence[str] = (),
+        replicaof: RedisServer | None = None,
     ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
@@ -57,6 +68,8 @@ class RedisServer:
         self.persist = persist
         #: further redis-server arguments (``--rename-command INFO ""``, ...)
         self.config = list(config)
+        #: the primary this server replicates (None: it is a primary)
+        self.replicaof = replicaof
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         workdir.mkdir(parents=True, exist_ok=True)
@@ -77,15 +90,20 @@ class RedisServer:
     def start(self) -> RedisServer:
         args = [
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
-            "--dir", str(self.workdir), "--save", "", "--daemonize", "no",
+            "--dir", str(self.workdir), "--daemonize", "no",
             "--logfile", str(self.workdir / "redis.log"),
+            # a replica that connects is sent the data at once, not 5 s later
+            "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
+        # "plain": redis-server's own defaults (RDB snapshots on its save schedule)
         if self.persist == "rdb":
-            args += ["--appendonly", "no", "--dbfilename", "dump.rdb"]
-        elif self.persist:
-            args += ["--appendonly", "yes", "--appendfsync", "always"]
-        else:
-            args += ["--appendonly", "no"]
+            args += ["--save", "", "--appendonly", "no", "--dbfilename", "dump.rdb"]
+        elif self.persist and self.persist != "plain":
+            args += ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
+        elif not self.persist:
+            args += ["--save", "", "--appendonly", "no"]
+        if self.replicaof is not None:
+            args += ["--replicaof", "127.0.0.1", str(self.replicaof.port)]
         args += self.config
         self.proc = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env
@@ -146,6 +164,56 @@ class RedisServer:
             client.close()
         time.sleep(max(0.0, seconds - up + 1.0))  # uptime is whole seconds
         return self
+
+    def synced(self, timeout: float = 30.0) -> RedisServer:
+        """Wait until this replica holds every write its primary has."""
+        assert self.replicaof is not None, "not a replica"
+        primary, replica = self.replicaof.client(), self.client()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                mine = replica.info("replication")
+                theirs = primary.info("replication")["master_repl_offset"]
+                if mine.get("master_link_status") == "up" and mine["slave_repl_offset"] == theirs:
+                    return self
+                time.sleep(0.05)
+        finally:
+            primary.close()
+            replica.close()
+        raise RuntimeError("the replica did not catch up with its primary")
+
+    def lag(self, ms: int) -> None:
+        """Apply nothing more of the primary's stream for *ms* milliseconds
+        (``CLIENT PAUSE <ms> WRITE`` on this replica): what the primary
+        acknowledges meanwhile queues here, and is lost if it fails over."""
+        client = self.client()
+        try:
+            client.execute_command("CLIENT", "PAUSE", str(ms), "WRITE")
+        finally:
+            client.close()
+
+    def behind(self) -> int:
+        """Bytes of its primary's stream this replica has not applied."""
+        assert self.replicaof is not None, "not a replica"
+        primary, replica = self.replicaof.client(), self.client()
+        try:
+            theirs = int(primary.info("replication")["master_repl_offset"])
+            return theirs - int(replica.info("replication")["slave_repl_offset"])
+        finally:
+            primary.close()
+            replica.close()
+
+    def promote(self) -> None:
+        """``REPLICAOF NO ONE``, as Sentinel or a managed service does on a
+        failover (what it had not applied of the stream is dropped), then
+        let clients write again. A later :meth:`start` starts it as a primary."""
+        client = self.client()
+        try:
+            client.execute_command("REPLICAOF", "NO", "ONE")
+            client.execute_command("CLIENT", "UNPAUSE")
+        finally:
+            client.close()
+        self.replicaof = None
 
     def snapshot(self, name: str) -> None:
         """SAVE now and keep the snapshot as *name*."""

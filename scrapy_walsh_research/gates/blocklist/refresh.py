@@ -351,9 +351,10 @@ class Refresher:
             self.stats.inc_value("walsh/blocklist/history_unknown")
             held.mark_lost(
                 "no blocklist is held and the fleet's history in Redis is incomplete (Redis "
-                "restarted without AOF appendfsync always, or lost the fleet's records), so a "
-                "list the fleet adopted may be lost: no host is contacted until a list is "
-                "fetched or another worker publishes its copy",
+                "restarted without AOF appendfsync always, failed over, or lost the fleet's "
+                "records; or, without AOF always, nothing vouches for what it held before "
+                "them), so a list the fleet adopted may be lost: no host is contacted until a "
+                "list is fetched or another worker publishes its copy",
                 wait_for_fleet=True,
             )
 

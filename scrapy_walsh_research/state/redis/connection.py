@@ -12,10 +12,17 @@
   every host waits ``WALSH_MAX_CRAWL_DELAY``, and the fleet's history is
   marked unknown (the blocklist then never fails open). A worker that never
   ran sees a restart too, and takes a Redis only seconds old for one that
-  may have lost a fleet's records (:attr:`FleetGuard.young`). The guard reads
+  may have lost a fleet's records (:attr:`FleetGuard.young`); an older one
+  without AOF always and without the fleet's records costs nothing, but
+  vouches for nothing it held before (:attr:`FleetGuard.vouched`). The guard reads
   ``INFO`` inside its scripts: a Redis that refuses it (renamed, an ACL) stops
   the crawl before anything is sent, saying what to allow; nothing guesses
   "no restart".
+* **A failover is seen too.** A replica promoted after its primary died has
+  the fleet's record but maybe not its last writes. Every guarded call
+  stamps the fleet's stamp and the Redis's own copy, kept in its own AOF and
+  never replicated: a Redis whose own copy is not the fleet's latest stamp
+  did not write it, and its history counts as lost from now.
 * **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
   own monotonic clock on every answer (:class:`FleetGuard`); a forward step
   makes stored times look older than they are, so the hosts contacted before
@@ -30,6 +37,7 @@ the heartbeat) passes its answers through it.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
@@ -47,9 +55,11 @@ from twisted.internet import task
 from scrapy_walsh_research.errors import WalshConfigurationError, stop_refused
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import pause_on_loss
 from scrapy_walsh_research.state.redis.client import client_options
-from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET, PROBE, UNVOUCHED
+from scrapy_walsh_research.state.redis.journal import FleetJournal
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -134,8 +144,11 @@ class FleetGuard:
         self._prepared: asyncio.Task[None] | None = None
 
     def keys(self) -> list[str]:
+        """The guard's keys (G in :data:`~.guard_scripts.GUARD`): run,
+        quarantine, lost, clock, stamp, own stamp."""
         key = self.conn.key
-        return [key("run"), key("quarantine"), key("lost"), key("clock")]
+        return [key("run"), key("quarantine"), key("lost"), key("clock"), key("stamp"),
+                key("stamp", "own")]  # fmt: skip
 
     @property
     def young(self) -> float:
@@ -156,10 +169,11 @@ class FleetGuard:
         return [lossless, self.pause, checked, self.seen, self.young, self.token]
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
-        """Call *callback* when this worker first sees the fleet's history
-        marked unknown (Redis restarted without AOF always, lost the fleet's
-        records, or was met seconds old): what it holds that the fleet may
-        have lost, it publishes again."""
+        """Call *callback* when this worker sees the fleet's history marked
+        unknown (Redis restarted without AOF always, failed over, lost the
+        fleet's records, or was met seconds old), unless a worker of this
+        machine did for that loss already (the journal says which): what the
+        machine holds that the fleet may have lost, it publishes again."""
         self._on_lost.append(callback)
 
     def joined(self, server_now: float, clock: str) -> None:
@@ -201,23 +215,44 @@ class FleetGuard:
         if lost and lost != self.lost:
             self.lost = lost
             self.conn.inc_stat("history_unknown")
+            journal = self.conn.journal
+            if journal is not None and not journal.claim_loss(lost):
+                # this machine's workers published again what they held for
+                # this loss: the wait it set is Redis's, and nothing is new
+                logger.info(
+                    "The fleet's history in Redis at %(url)s is incomplete since %(t)s, as "
+                    "this machine's workers saw before (they published again what they held "
+                    "then): no worker fails open on the blocklist.",
+                    {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
+                )
+                return step
             logger.warning(
                 "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
-                "restarted without AOF appendfsync always, came back without the fleet's "
-                "records whatever its config, or was met only seconds old): hosts wait "
+                "restarted without AOF appendfsync always, failed over to a replica that may "
+                "lack its last writes, came back without the fleet's records whatever its "
+                "config, or was met only seconds old): hosts wait "
                 "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
                 "this worker publishes again what it holds.",
                 {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
             )
-            for callback in self._on_lost:
-                # in the background: a reservation does not wait for it
-                deferred_from_coro(callback()).addErrback(
-                    lambda f: logger.error(
-                        "Publishing again after Redis lost history failed: %(f)s",
-                        {"f": f.getErrorMessage()},
-                    )
-                )
+            # in the background: a reservation does not wait for it
+            deferred_from_coro(self._publish_again(lost))
         return step
+
+    async def _publish_again(self, lost: str) -> None:
+        """What this machine holds that the fleet may have lost, published
+        again once for the loss *lost*; if a part fails, the next worker of
+        the machine that sees the loss tries again."""
+        results = await asyncio.gather(
+            *(callback() for callback in self._on_lost), return_exceptions=True
+        )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for exc in failed:
+            logger.error(
+                "Publishing again after Redis lost history failed: %(exc)s", {"exc": exc}
+            )
+        if failed and self.conn.journal is not None:
+            self.conn.journal.release_loss(lost)
 
     def _stepped_back(self, seconds: float) -> None:
         self.conn.inc_stat("clock_steps_back")
@@ -274,11 +309,19 @@ class FleetGuard:
 
     async def _read_redis(self) -> None:
         try:
-            run, up = await self.conn.call("check INFO", lambda r: self._probe(client=r))
+            run, up, own = await self.conn.call("check INFO", lambda r: self._probe(client=r))
         except ResponseError as exc:
             self._refuse(f"refuses it ({exc})")
         if not run or not up:
             self._refuse("answers INFO server without run_id or uptime_in_seconds")
+        if not own:
+            logger.warning(
+                "Redis at %(url)s does not let a script write to its AOF alone "
+                "(redis.set_repl): the guard cannot tell a restart of this Redis from a "
+                "failover to a replica that may lack the last writes, so every restart counts "
+                "as lost history (every host waits WALSH_MAX_CRAWL_DELAY).",
+                {"url": self.conn.shown_url},
+            )
         await self._read_persistence()
 
     def _refuse(self, problem: str) -> NoReturn:
@@ -318,47 +361,70 @@ class FleetGuard:
                 {"exc": exc},
             )
             return
-        self.lossless = bool(int(info.get("aof_enabled", 0))) and fsync == "always"
-        if evicts != "noeviction":
-            logger.warning(
-                "Redis maxmemory-policy is %(p)s: under memory pressure Redis drops keys of the "
-                "fleet's state (host clocks, the blocklist, records) without a restart anyone "
-                "could notice. Set maxmemory-policy noeviction.",
-                {"p": evicts},
-            )
-        if int(info.get("aof_enabled", 0)):
-            logger.info(
-                "Redis persistence: AOF (appendfsync %(f)s): a Redis crash loses %(loss)s.",
-                {
-                    "f": fsync,
-                    "loss": "nothing"
-                    if self.lossless
-                    else "about a second, so after a restart every host waits "
-                    "WALSH_MAX_CRAWL_DELAY from Redis's start",
-                },
+        aof = bool(int(info.get("aof_enabled", 0)))
+        self.lossless = aof and fsync == "always"
+        if aof:
+            has = f"AOF with appendfsync {fsync}"
+            costs = (
+                "a crash loses nothing"
+                if self.lossless
+                else "a crash loses about a second of writes, so after a restart every host "
+                "waits WALSH_MAX_CRAWL_DELAY from Redis's start"
             )
         elif save:
-            logger.warning(
-                "Redis persistence: RDB snapshots only (save %(s)s): a Redis crash rolls the "
-                "fleet's state back to the last snapshot; after a restart every host waits "
-                "WALSH_MAX_CRAWL_DELAY from Redis's start, and workers publish again the "
-                "blocklist and records they hold. Run Redis with appendonly yes.",
-                {"s": save},
+            has = f"RDB snapshots only (save {save})"
+            costs = (
+                "a crash rolls the fleet's state back to the last snapshot, so after a restart "
+                "every host waits WALSH_MAX_CRAWL_DELAY from Redis's start and the workers "
+                "publish again the blocklist and records they hold"
             )
         else:
-            logger.warning(
-                "Redis persistence: none: a Redis restart loses every host clock, hold, record "
-                "and claim (every host then waits WALSH_MAX_CRAWL_DELAY from Redis's start). "
-                "Run Redis with appendonly yes."
+            has = "no persistence"
+            costs = (
+                "a restart loses every host clock, hold, record and claim, so every host then "
+                "waits WALSH_MAX_CRAWL_DELAY from Redis's start"
             )
+        if evicts != "noeviction":
+            costs += (
+                f"; and with maxmemory-policy {evicts}, under memory pressure Redis drops keys "
+                "of the fleet's state without a restart anyone could notice"
+            )
+        if self.lossless and evicts == "noeviction":
+            logger.info(
+                "Redis persistence at %(url)s: %(has)s, maxmemory-policy noeviction: %(costs)s.",
+                {"url": self.conn.shown_url, "has": has, "costs": costs},
+            )
+            return
+        if not self.lossless:
+            costs += (
+                ". Nor does anything vouch for what Redis held before the fleet's records, so "
+                "a worker that holds no blocklist never fails open on a failed first fetch"
+            )
+        # one message, saying what to change (a Redis started plainly has
+        # snapshots only: a new fleet meets this first of all)
+        logger.warning(
+            "Redis persistence at %(url)s: %(has)s: %(costs)s. For a Redis restart to cost the "
+            "fleet nothing, put these lines in its redis.conf (and keep its data directory "
+            "where it outlives the process): appendonly yes / appendfsync always / "
+            "maxmemory-policy noeviction.",
+            {"url": self.conn.shown_url, "has": has, "costs": costs},
+        )
+
+    @property
+    def vouched(self) -> bool:
+        """Whether the Redis the fleet's records were first made on vouched
+        for what it held before: AOF with appendfsync always (a Redis without
+        it, met with none of the fleet's records, may have come back older
+        than an earlier fleet's; see :data:`~.guard_scripts.GUARD`)."""
+        return not self.seen.partition("|")[2].startswith(UNVOUCHED)
 
     async def history_complete(self) -> bool:
         """Whether Redis holds all the fleet ever wrote, as far as anyone can
-        tell: no restart without AOF always and no loss seen since the fleet
-        began (a Redis met seconds old, or one without AOF always where the
-        fleet found no records of its own, counts as a loss)."""
+        tell: no loss seen since the fleet began (a restart without AOF
+        always, a failover, a Redis met seconds old), and the fleet began on a
+        Redis that vouched for what came before (:attr:`vouched`)."""
         await self.check()
-        return not self.lost
+        return not self.lost and self.vouched
 
 
 #: a live holder renews its lease this many times per lease (host clock, locks)
@@ -439,6 +505,9 @@ class RedisConnection:
         self._beat: Any = None
         #: what this worker knows of the fleet's Redis across calls
         self.guard = FleetGuard(self)
+        #: what this machine's workers saw of the fleet's Redis, on disk
+        #: (None: not kept, as for a connection made outside a crawl)
+        self.journal: FleetJournal | None = None
 
     async def announce(self) -> None:
         """Start this worker's heartbeat (once): others may take back what it
@@ -483,6 +552,8 @@ class RedisConnection:
             ),
         )
         conn.guard.pause = lost_history_wait(settings)
+        digest = hashlib.sha256(f"{conn.url}\x00{conn.prefix}".encode()).hexdigest()[:12]
+        conn.journal = FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json")
         return conn
 
     def key(self, *parts: str) -> str:

@@ -12,6 +12,12 @@ from __future__ import annotations
 
 # -- shared pieces: Redis's clock and the fleet's guard -----------------------
 
+#: how the token of the fleet's record of Redis starts when the records were
+#: first made on a Redis without AOF appendfsync always: nothing vouched for
+#: what that Redis held before, so a worker holding no blocklist never fails
+#: open (see :data:`GUARD`)
+UNVOUCHED = "unvouched:"
+
 #: Redis's clock, which every script that reads it starts with (the host
 #: clock's PRELUDE builds on it); f() keeps six decimals
 NOW = """
@@ -32,8 +38,19 @@ local function f(x) return string.format('%.6f', x) end
 #: Redis that lost them (a lost volume, FLUSHALL, eviction) has none, or has
 #: records another worker made again since (another token). Redis's
 #: persistence config says what it *should* keep, not what it kept.
+#:
+#: A failover keeps the records too (a replica has them) but not always the
+#: last writes: replication is asynchronous, and a replica promoted
+#: (``REPLICAOF NO ONE``, by Sentinel or a managed service) behind the stream
+#: never gets the rest. So every guarded call stamps the fleet's stamp key
+#: (replicated) and, with the same mark, this Redis's own copy, written with
+#: ``redis.set_repl(redis.REPL_AOF)``: into its own AOF, never to a replica.
+#: A Redis whose own copy is not the fleet's latest stamp did not write it:
+#: another Redis served the fleet last, and this one may lack its last writes
+#: (a replica has only the copy of its last full sync). A restart keeps both
+#: (one transaction in one AOF), so a lossless restart stays lossless.
 GUARD = """
--- G = {run key, quarantine key, lost key, clock key}
+-- G = {run key, quarantine key, lost key, clock key, stamp key, own stamp key}
 -- A = {lossless ('1': Redis runs AOF with appendfsync always), pause s,
 --      checked: the server time of this worker's previous answer, found
 --      consistent with its monotonic clock ('' if none),
@@ -67,20 +84,34 @@ local function guard(G, A)
     local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
     return A[1] == '1' and aof == '1'
   end
+  -- the fleet's latest stamp, and this Redis's own copy of the last one it wrote
+  local stamp, own = redis.call('GET', G[5]), redis.call('GET', G[6])
   if not stored then
     -- None of the fleet's records: a new fleet, or a Redis that lost them,
     -- whatever its persistence says. This worker saw them: lost (when, it
     -- cannot tell: every host waits from now). A Redis only seconds old may
     -- have lost the records of a fleet whose live workers have not called
-    -- yet: lost (young), so they can publish again what they hold. Without
-    -- AOF always, nothing in Redis vouches for what came before its start.
-    if A[4] ~= '' or up < tonumber(A[5]) then lost(now)
-    elseif not lossless() then lost(now - up) end
+    -- yet: lost (young), so they can publish again what they hold.
+    -- Older than that, no live worker saw records here (it would have
+    -- called, and said so) and no request made before Redis started binds a
+    -- host: nothing to wait for, nothing to publish. But without AOF always
+    -- nothing vouches for what Redis held before (a snapshot older than an
+    -- earlier fleet's records): the token says so, and a worker that holds
+    -- no blocklist never fails open (a list that fleet adopted may be lost).
+    if A[4] ~= '' or up < tonumber(A[5]) then lost(now) end
     token = A[6]
+    if not lossless() then token = '""" + UNVOUCHED + """' .. token end
     redis.call('SET', G[1], run .. '|' .. token)
   elseif A[4] ~= '' and string.match(A[4], '|(.*)$') ~= token then
     -- the records this worker saw were lost, and made again by another
     -- worker since (which may have taken Redis for a new fleet's)
+    lost(now)
+  elseif (stamp and stamp ~= own) or (srun ~= run and not own) then
+    -- Another Redis wrote the fleet's latest stamp (or this one kept none
+    -- of its own, and cannot vouch for its restart): a replica promoted
+    -- since the fleet last looked, which may lack the last writes of the
+    -- Redis it replaced. Since when, nothing in it says: every host waits from now.
+    redis.call('SET', G[1], run .. '|' .. token)
     lost(now)
   elseif srun ~= run then
     -- Redis restarted since the fleet last looked, and kept its records.
@@ -88,6 +119,14 @@ local function guard(G, A)
     -- other Redis may have come back older, which nothing in it says.
     redis.call('SET', G[1], run .. '|' .. token)
     if not lossless() then lost(now - up) end
+  end
+  -- this call's stamp: the fleet's, and this Redis's own copy (AOF only:
+  -- a replica keeps the copy of its last full sync, never a later one)
+  local mark = run .. '@' .. f(now)
+  redis.call('SET', G[5], mark)
+  if pcall(redis.set_repl, redis.REPL_AOF) then
+    redis.call('SET', G[6], mark)
+    redis.set_repl(redis.REPL_ALL)
   end
   -- the fleet's clock is good up to the latest time a worker checked against
   -- its own monotonic clock (kept coarse: one write per quarter second at most)
@@ -102,13 +141,17 @@ end
 
 
 #: What GUARD reads from ``INFO server``, read as it reads it (inside a
-#: script), once at a worker's start: {run id, uptime} ('' for a field INFO
-#: does not give). A Redis that refuses it (INFO renamed away, an ACL without
-#: +info, scripts refused) cannot show the fleet a restart.
+#: script), once at a worker's start: {run id, uptime, '1' if a script may
+#: write to the AOF alone} ('' for a field INFO does not give). A Redis that
+#: refuses INFO (renamed away, an ACL without +info, scripts refused) cannot
+#: show the fleet a restart; one without ``redis.set_repl`` keeps no stamp of
+#: its own, so the guard counts its every restart as a failover.
 PROBE = """
 local info = redis.call('INFO', 'server')
+local own = pcall(redis.set_repl, redis.REPL_AOF)
+if own then redis.set_repl(redis.REPL_ALL) end
 return {string.match(info, 'run_id:(%x+)') or '',
-        string.match(info, 'uptime_in_seconds:(%d+)') or ''}
+        string.match(info, 'uptime_in_seconds:(%d+)') or '', own and '1' or ''}
 """
 
 
@@ -120,18 +163,18 @@ FLEET = (
 -- question "is the fleet's history whole?". With ARGV[7] (a step of Redis's
 -- clock this worker measured): hosts last contacted in [ARGV[8], now) wait
 -- until ARGV[7] seconds from now, and the clock counts as checked from now.
--- KEYS run, quarantine, lost, clock, clock quarantine; ARGV[1..6] lossless,
--- pause, checked, seen, young, token (GUARD)
-local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4]},
+-- KEYS run, quarantine, lost, clock, stamp, own stamp (GUARD), clock
+-- quarantine; ARGV[1..6] lossless, pause, checked, seen, young, token (GUARD)
+local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},
                 {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
 if ARGV[7] ~= '' then
   local u, lo = now + tonumber(ARGV[7]), tonumber(ARGV[8])
-  local old = redis.call('GET', KEYS[5])
+  local old = redis.call('GET', KEYS[7])
   if old then
     local ou, olo = string.match(old, '([^|]+)|([^|]+)|')
     u, lo = math.max(u, tonumber(ou)), math.min(lo, tonumber(olo))
   end
-  redis.call('SET', KEYS[5], f(u) .. '|' .. f(lo) .. '|' .. f(now))
+  redis.call('SET', KEYS[7], f(u) .. '|' .. f(lo) .. '|' .. f(now))
   redis.call('SET', KEYS[4], f(now))
   g[4] = f(now)
 end

@@ -22,7 +22,6 @@ each request's slot from one per-host clock in Redis.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import os
@@ -36,7 +35,6 @@ from twisted.internet import task
 
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
-from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
 from scrapy_walsh_research.state.hostload import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.state.redis.connection import (
@@ -44,7 +42,6 @@ from scrapy_walsh_research.state.redis.connection import (
     UNAVAILABLE,
     RedisConnection,
 )
-from scrapy_walsh_research.state.redis.journal import FleetJournal
 from scrapy_walsh_research.state.redis.scripts import (
     ANSWER,
     COMMIT,
@@ -63,6 +60,7 @@ if TYPE_CHECKING:
 
     from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
     from scrapy_walsh_research.state.hostload import Answer
+    from scrapy_walsh_research.state.redis.journal import FleetJournal
 
 logger = logging.getLogger(__name__)
 
@@ -137,12 +135,11 @@ class RedisHostClock(RobotsIntervals):
     def from_crawler(cls, crawler: Crawler) -> Self:
         settings = crawler.settings
         conn = RedisConnection.for_crawler(crawler)
-        digest = hashlib.sha256(f"{conn.url}\x00{conn.prefix}".encode()).hexdigest()[:12]
         clock = cls(
             conn,
             lease=settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE),
             margin=settings.getfloat("WALSH_REDIS_MARGIN", defaults.WALSH_REDIS_MARGIN),
-            journal=FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json"),
+            journal=conn.journal,
             cache_size=cache_size(
                 settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
             ),
@@ -171,8 +168,9 @@ class RedisHostClock(RobotsIntervals):
         seen = self.journal.gen if self.journal else 0
         guard = self.conn.guard
         await guard.prepare()
-        run, quarantine, lost, clock = guard.keys()
-        keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock]
+        run, quarantine, lost, clock, stamp, own = guard.keys()
+        keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock,
+                stamp, own]  # fmt: skip
         lossless, _, _, was, young, token = guard.args()
         args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, lossless, was, young, token]
         asked = time.monotonic()
@@ -293,10 +291,10 @@ class RedisHostClock(RobotsIntervals):
         guard = self.conn.guard
         while True:
             epoch = await self._ensure_epoch()
-            run, quarantine, lost, clock = guard.keys()
+            run, quarantine, lost, clock, stamp, own = guard.keys()
             keys = [
                 self._host_key(host), self.conn.key("epoch"), quarantine, self.conn.key("gen"),
-                run, lost, clock, self.conn.key("clockq"),
+                run, lost, clock, self.conn.key("clockq"), stamp, own,
             ]  # fmt: skip
             lossless, _, checked, seen, young, token = guard.args()
             args: list[str | float] = [

@@ -2,7 +2,9 @@
 
 Kept in ``WALSH_STATE_DIR`` so that a Redis that comes back empty or older
 is noticed at start-up (:data:`~.scripts.HELLO`) by any worker that ran
-before, whatever order the workers start in.
+before, whatever order the workers start in; and so that what this machine
+holds is published again once per loss of the fleet's history, not at
+every start (:meth:`FleetJournal.claim_loss`).
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -26,7 +28,8 @@ class FleetJournal:
     kept in its ``WALSH_STATE_DIR`` so that a Redis that comes back empty or
     older is noticed by any worker that ran before, whatever order the
     workers start in. Written at most once a second while the crawl runs and
-    once at its end.
+    once at its end. It also names the loss of the fleet's history that this
+    machine's workers last published again for (:meth:`claim_loss`).
 
     Workers started from one project on one machine share that directory
     (it defaults to the project's), so a write merges with the file under a
@@ -37,17 +40,22 @@ class FleetJournal:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.epoch, self.gen = self._read()
+        saved = self._load()
+        self.epoch, self.gen = str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
         self._written = (self.epoch, self.gen)
         self._at = 0.0
         self._warned = False
 
-    def _read(self) -> tuple[str, int]:
+    def _load(self) -> dict[str, Any]:
         try:
             saved = json.loads(self.path.read_text())
-            return str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
+            return {
+                "epoch": str(saved.get("epoch") or ""),
+                "gen": int(saved.get("gen") or 0),
+                **({"published": str(saved["published"])} if saved.get("published") else {}),
+            }
         except (OSError, ValueError, TypeError, AttributeError):
-            return "", 0
+            return {}
 
     def saw(self, epoch: str, gen: int) -> None:
         if epoch != self.epoch:
@@ -60,13 +68,47 @@ class FleetJournal:
     def flush(self) -> None:
         if (self.epoch, self.gen) == self._written or not self.epoch:
             return
+
+        def merge(saved: dict[str, Any]) -> dict[str, Any]:
+            if saved.get("epoch") == self.epoch:
+                self.gen = max(self.gen, int(saved.get("gen") or 0))
+            return {**saved, "epoch": self.epoch, "gen": self.gen}
+
+        if self._update(merge):
+            self._written, self._at = (self.epoch, self.gen), time.monotonic()
+
+    def claim_loss(self, marker: str) -> bool:
+        """Whether this machine's workers have yet to publish again what they
+        hold for the loss *marker* (when the fleet's history was marked
+        incomplete, as Redis keeps it): True once per loss, to the worker
+        that will (noted at once, under the lock, so workers that start
+        together publish once). A journal that cannot be written says True:
+        publishing twice costs a message, never a record."""
+        claimed = True
+
+        def claim(saved: dict[str, Any]) -> dict[str, Any]:
+            nonlocal claimed
+            claimed = saved.get("published") != marker
+            return {**saved, "published": marker}
+
+        self._update(claim)
+        return claimed
+
+    def release_loss(self, marker: str) -> None:
+        """Publishing again for *marker* failed: the next worker tries again."""
+        self._update(
+            lambda saved: {k: v for k, v in saved.items() if (k, v) != ("published", marker)}
+        )
+
+    def _update(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
+        """Rewrite the file with *change* applied to what it holds, under the
+        lock, through a temp file of this process's; False (logged once) if
+        it cannot be written."""
         try:
             with _locked(self.path.with_name(self.path.name + ".lock")):
-                epoch, gen = self._read()
-                if epoch == self.epoch:
-                    self.gen = max(self.gen, gen)
+                saved = change(self._load())
                 tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-                tmp.write_text(json.dumps({"epoch": self.epoch, "gen": self.gen}))
+                tmp.write_text(json.dumps(saved))
                 os.replace(tmp, self.path)
         except OSError as exc:
             if not self._warned:
@@ -76,8 +118,8 @@ class FleetJournal:
                     "data, this worker will not notice it on its next start",
                     {"path": self.path, "exc": exc},
                 )
-            return
-        self._written, self._at = (self.epoch, self.gen), time.monotonic()
+            return False
+        return True
 
 
 @contextlib.contextmanager

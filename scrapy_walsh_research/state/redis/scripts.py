@@ -77,12 +77,13 @@ RESERVE = (
 -- KEYS[1] host hash, KEYS[2] epoch, KEYS[3] quarantine, KEYS[4] generation
 -- ARGV[1] interval s (with margins), ARGV[2] lease s, ARGV[3] epoch seen, ARGV[4] owner,
 -- ARGV[5] pause s, ARGV[6] generation seen, ARGV[7] margins s
--- KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine;
+-- KEYS[5..7] run, lost, clock (GUARD), KEYS[8] clock quarantine, KEYS[9..10]
+-- stamp, own stamp (GUARD);
 -- ARGV[8] lossless, ARGV[9] checked, ARGV[10] seconds this worker cannot
 -- rule out as a clock step before it joined, for records older than ARGV[11],
 -- ARGV[12..14] seen, young, token (GUARD).
 -- Every answer ends with {now, run, lost, clock} for the worker's guard.
-local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7]},
+local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7], KEYS[9], KEYS[10]},
                 {ARGV[8], ARGV[5], ARGV[9], ARGV[12], ARGV[13], ARGV[14]})
 local function answer(t)
   for _, v in ipairs({f(now), g[2], g[3], g[4]}) do table.insert(t, v) end
@@ -330,8 +331,9 @@ HELLO = (
 -- ARGV[1] epoch this worker knew ('' if none), ARGV[2] generation it saw,
 -- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
 -- worker left (or a new fleet), or was it lost or rolled back?
--- KEYS[4..6] run, lost, clock; ARGV[5..7] lossless, seen, young; ARGV[8] token (GUARD).
-local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6]},
+-- KEYS[4..8] run, lost, clock, stamp, own stamp; ARGV[5..7] lossless, seen,
+-- young; ARGV[8] token (GUARD).
+local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8]},
                 {ARGV[5], ARGV[4], '', ARGV[6], ARGV[7], ARGV[8]})
 local epoch = redis.call('GET', KEYS[1])
 local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
@@ -411,10 +413,11 @@ return 0
 TAKE_BODY = """
 -- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
 -- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
--- KEYS[4..7] run, quarantine, lost, clock and ARGV[4..9] lossless,
--- pause, checked, seen, young, token (GUARD). Answers {line or false, lines
--- in flight elsewhere, seconds to wait before asking again, now, run, lost, clock}.
-local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7]},
+-- KEYS[4..9] run, quarantine, lost, clock, stamp, own stamp and ARGV[4..9]
+-- lossless, pause, checked, seen, young, token (GUARD). Answers {line or
+-- false, lines in flight elsewhere, seconds to wait before asking again, now,
+-- run, lost, clock}.
+local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]},
                 {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]})
 local function answer(raw, pending, wait)
   return {raw, pending, f(wait), f(now), g[2], g[3], g[4]}
@@ -533,4 +536,22 @@ if ARGV[6] ~= '' and unstamp(redis.call('HGET', KEYS[4], ARGV[6])) == ARGV[7] th
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
 return {first, string.format('%.6f', now)}
+"""
+
+
+# -- the audit log's window in Redis (evidence.audit_redis) -------------------------
+
+#: drop from the hosts' index the hosts whose stream has expired, checking
+#: and removing in one step: a worker's first entry for a host landing
+#: between the two must not lose the host from the index
+AUDIT_FORGET_HOSTS = """
+-- KEYS[1] the hosts' index; ARGV pairs: a member (reversed host), its stream
+local removed = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('EXISTS', ARGV[i + 1]) == 0 then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    removed = removed + 1
+  end
+end
+return removed
 """
