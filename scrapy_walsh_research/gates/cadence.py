@@ -5,7 +5,7 @@ Cadence has one home, here: the gate, each target's last fetch (persisted
 in the state store, by canonical URL, so the rule holds across runs, which
 is where it matters), and with a fleet the claim a worker holds on a target
 while it fetches it, and its release. The claim's Lua is
-:data:`~scrapy_walsh_research.state.redis.scripts.CADENCE_CLAIM`, beside the
+:data:`~scrapy_walsh_research.state.redis.layout_scripts.CADENCE_CLAIM`, beside the
 Redis backend's other scripts, on the per-host hashes of
 :mod:`scrapy_walsh_research.state.redis.layout`; the namespaces are named
 once in :mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
@@ -76,7 +76,10 @@ class CadenceMiddleware:
         if redis_url(crawler):
             # redis is the optional [redis] extra: imported only when in use
             from scrapy_walsh_research.state.redis.connection import RedisConnection
-            from scrapy_walsh_research.state.redis.scripts import CADENCE_CLAIM, RELEASE_CLAIM
+            from scrapy_walsh_research.state.redis.layout_scripts import (
+                CADENCE_CLAIM,
+                RELEASE_CLAIM,
+            )
 
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CADENCE_CLAIM)

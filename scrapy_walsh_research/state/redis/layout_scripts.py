@@ -1,7 +1,8 @@
 """The Lua of the state store's per-host hashes (:mod:`.layout`): how a
 write stamps a value, refreshes its hash's expiry and compacts it
-(``BUCKETS``, which the cadence claim and a line's FINISH in
-:mod:`.scripts` run too), and the store's own writes. Kept apart from
+(``BUCKETS``, which a line's FINISH in :mod:`.scripts` runs too), the
+store's own writes, and R8's claim on a target and its release (the R8
+gate, :mod:`scrapy_walsh_research.gates.cadence`, calls them). Kept apart from
 :mod:`.scripts` as the guard's are (:mod:`.guard_scripts`), for the same
 reasons: plain strings, no Redis client needed to import them.
 """
@@ -115,4 +116,38 @@ for k = 1, #KEYS - 1 do
   touch(KEYS[k], ttl)
 end
 return moved
+"""
+
+
+# -- R8 cadence (gates.cadence) ------------------------------------------------------
+
+#: only one worker of a fleet fetches a target at a time: same URL, other batch
+CADENCE_CLAIM = NOW + BUCKETS + """
+-- KEYS[1] the host's cadence hash, KEYS[2] its claims hash, KEYS[3], KEYS[4]
+-- the legacy cadence and claims hashes
+-- ARGV[1] the target's field, ARGV[2] interval s, ARGV[3] worker id,
+-- ARGV[4] heartbeat prefix, ARGV[5] the target (its legacy key), ARGV[6]
+-- the claims' retention s
+local value = unstamp(redis.call('HGET', KEYS[1], ARGV[1]))
+local last = tonumber(value or redis.call('HGET', KEYS[3], ARGV[5]) or '')
+if last and now - last < tonumber(ARGV[2]) and last <= now then
+  return {'recent', string.format('%.6f', last)}
+end
+local owner = unstamp(redis.call('HGET', KEYS[2], ARGV[1])) or redis.call('HGET', KEYS[4], ARGV[5])
+if owner and owner ~= ARGV[3] and redis.call('EXISTS', ARGV[4] .. owner) == 1 then
+  return {'taken', owner}
+end
+redis.call('HSET', KEYS[2], ARGV[1], stamp(ARGV[3]))
+touch(KEYS[2], tonumber(ARGV[6]))
+return {'ok', ''}
+"""
+
+#: a claim goes, if it is still this worker's
+RELEASE_CLAIM = """
+-- KEYS[1] the host's claims hash; ARGV[1] the target's field, ARGV[2] worker id
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v and (v == ARGV[2] or string.match(v, '^%d+ (.*)$') == ARGV[2]) then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0
 """

@@ -1,11 +1,11 @@
 """The Lua scripts of the Redis backend's components: a script is data
 (a string sent to Redis, run there atomically), so they live together here,
 each with its KEYS and ARGV, and the Python that calls it lives with its
-component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`, and the
-R8 gate, :mod:`scrapy_walsh_research.gates.cadence`). The
+component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`). The
 fleet's guard, which every deciding script runs first, is in
-:mod:`.guard_scripts`; the state store's, and the steps every write to a
-per-host hash takes (``BUCKETS``), in :mod:`.layout_scripts`.
+:mod:`.guard_scripts`; the scripts on the state store's per-host hashes
+(the store's writes, R8's cadence claim, and the steps every write to such
+a hash takes, ``BUCKETS``), in :mod:`.layout_scripts`.
 
 Plain strings: importing them needs no Redis client, so the target queue's
 list reader stays usable without the ``redis`` extra. The SCAN patterns'
@@ -368,40 +368,6 @@ return 0
 #: a DEL could delete the lock another worker took in between
 RELEASE_LOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-# -- R8 cadence (gates.cadence) ------------------------------------------------------
-
-#: only one worker of a fleet fetches a target at a time: same URL, other batch
-CADENCE_CLAIM = NOW + BUCKETS + """
--- KEYS[1] the host's cadence hash, KEYS[2] its claims hash, KEYS[3], KEYS[4]
--- the legacy cadence and claims hashes
--- ARGV[1] the target's field, ARGV[2] interval s, ARGV[3] worker id,
--- ARGV[4] heartbeat prefix, ARGV[5] the target (its legacy key), ARGV[6]
--- the claims' retention s
-local value = unstamp(redis.call('HGET', KEYS[1], ARGV[1]))
-local last = tonumber(value or redis.call('HGET', KEYS[3], ARGV[5]) or '')
-if last and now - last < tonumber(ARGV[2]) and last <= now then
-  return {'recent', string.format('%.6f', last)}
-end
-local owner = unstamp(redis.call('HGET', KEYS[2], ARGV[1])) or redis.call('HGET', KEYS[4], ARGV[5])
-if owner and owner ~= ARGV[3] and redis.call('EXISTS', ARGV[4] .. owner) == 1 then
-  return {'taken', owner}
-end
-redis.call('HSET', KEYS[2], ARGV[1], stamp(ARGV[3]))
-touch(KEYS[2], tonumber(ARGV[6]))
-return {'ok', ''}
-"""
-
-#: a claim goes, if it is still this worker's
-RELEASE_CLAIM = """
--- KEYS[1] the host's claims hash; ARGV[1] the target's field, ARGV[2] worker id
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if v and (v == ARGV[2] or string.match(v, '^%d+ (.*)$') == ARGV[2]) then
-  return redis.call('HDEL', KEYS[1], ARGV[1])
-end
 return 0
 """
 
