@@ -147,17 +147,25 @@ def open_store(crawler: Crawler, retention: float, patience: float | None = None
 def redis_window(crawler: Crawler) -> float:
     """``WALSH_AUDIT_REDIS_WINDOW``, checked: how long a fleet without
     ``WALSH_AUDIT_URL`` keeps its audit entries in Redis."""
+    return _positive(
+        crawler, "WALSH_AUDIT_REDIS_WINDOW", defaults.WALSH_AUDIT_REDIS_WINDOW,
+        "keep none of it. Give how long a fleet keeps its entries in Redis, in seconds "
+        f"(default {defaults.WALSH_AUDIT_REDIS_WINDOW:.0f}, 7 days), or set WALSH_AUDIT_URL "
+        "to keep WALSH_AUDIT_RETENTION of them in PostgreSQL",
+    )  # fmt: skip
+
+
+def _positive(crawler: Crawler, name: str, default: float, instead: str) -> float:
+    """Setting *name* in seconds, refused unless above 0: the audit log is
+    the evidence a site owner is shown, and 0 would *instead*."""
     settings = crawler.settings
-    window = settings.getfloat("WALSH_AUDIT_REDIS_WINDOW", defaults.WALSH_AUDIT_REDIS_WINDOW)
-    if not window > 0:
+    value = settings.getfloat(name, default)
+    if not value > 0:
         raise WalshConfigurationError(
-            f"WALSH_AUDIT_REDIS_WINDOW={settings.get('WALSH_AUDIT_REDIS_WINDOW')!r}: the "
-            "audit log is the evidence a site owner is shown, and this would keep none of it. "
-            "Give how long a fleet keeps its entries in Redis, in seconds (default "
-            f"{defaults.WALSH_AUDIT_REDIS_WINDOW:.0f}, 7 days), or set WALSH_AUDIT_URL to keep "
-            "WALSH_AUDIT_RETENTION of them in PostgreSQL."
+            f"{name}={settings.get(name)!r}: the audit log is the evidence a site owner is "
+            f"shown, and this would {instead}."
         )
-    return window
+    return value
 
 
 class AuditTrail:
@@ -193,15 +201,11 @@ class AuditTrail:
 
     @classmethod
     def _open(cls, crawler: Crawler, prune: bool) -> AuditTrail:
-        settings = crawler.settings
-        retention = settings.getfloat("WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION)
-        if not retention > 0:
-            raise WalshConfigurationError(
-                f"WALSH_AUDIT_RETENTION={settings.get('WALSH_AUDIT_RETENTION')!r}: the "
-                "audit log is the evidence a site owner is shown, and this would delete "
-                "it. Give how long to keep entries, in seconds "
-                f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)."
-            )
+        retention = _positive(
+            crawler, "WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION,
+            "delete it. Give how long to keep entries, in seconds "
+            f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)",
+        )  # fmt: skip
         # a command waits a bounded time for its store; a crawl, as long as
         # it takes (nothing is sent meanwhile)
         store = open_store(crawler, retention, patience=None if prune else COMMAND_PATIENCE_S)
