@@ -8,13 +8,23 @@ Tests and the conformance check assert on what *this* server saw (arrival
 times, headers, paths), never on what the crawler believes it sent. One
 listener on 127.0.0.1 serves every ``*.test`` host by its ``Host`` header;
 :class:`SandboxResolver` points those names at it.
+
+Arrival times are not this server's to take: it shares the crawler's
+reactor, which on a busy machine reads a request late. Crawlers connect to
+a front process of its own (:mod:`scrapy_walsh_research.sandbox.arrivals`)
+that forwards each request with the time the kernel received it, so load
+can only make the gaps the origin saw longer, never shorter.
 """
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +33,8 @@ from twisted.internet.interfaces import IHostnameResolver, IHostResolution
 from twisted.web import resource, server
 from twisted.web.http import Request as TxRequest
 from zope.interface import implementer  # type: ignore[import-untyped]
+
+from scrapy_walsh_research.sandbox.arrivals import ARRIVAL_HEADER
 
 
 def _reactor() -> Any:
@@ -99,13 +111,12 @@ class Origin(resource.Resource):
         path = urlsplit(uri).path or "/"
         query = urlsplit(uri).query
         full_path = f"{path}?{query}" if query else path
+        arrived, wall = _arrival(request)
         headers = {
             k.decode("latin-1").lower(): v[-1].decode("latin-1")
             for k, v in request.requestHeaders.getAllRawHeaders()
         }
-        hit = Hit(
-            host, full_path, request.method.decode(), headers, time.monotonic(), uri, time.time()
-        )
+        hit = Hit(host, full_path, request.method.decode(), headers, arrived, uri, wall)
         if self.verifier is not None:
             scheme = "https" if request.isSecure() else "http"
             hit.signature = self.verifier.verify(
@@ -148,6 +159,52 @@ class Origin(resource.Resource):
         return server.NOT_DONE_YET
 
 
+def _arrival(request: TxRequest) -> tuple[float, float]:
+    """When *request* arrived (monotonic, wall): as the front process's
+    kernel stamped it (its header, taken out here: the crawler did not send
+    it), else now (an https listener, which the front process cannot read)."""
+    marks = request.requestHeaders.getRawHeaders(ARRIVAL_HEADER) or []
+    request.requestHeaders.removeHeader(ARRIVAL_HEADER)
+    if marks:
+        # the front process puts its mark first; one the crawler sent comes after
+        monotonic, _, wall = marks[0].decode("latin-1").partition(" ")
+        with contextlib.suppress(ValueError):
+            return float(monotonic), float(wall)
+    return time.monotonic(), time.time()
+
+
+class _Front:
+    """The front process of one plain-http listener (see
+    :mod:`scrapy_walsh_research.sandbox.arrivals`)."""
+
+    def __init__(self, backend_port: int) -> None:
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                str(Path(__file__).with_name("arrivals.py")),
+                str(backend_port),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"the sandbox's front process did not start: {line!r}")
+        self.port = int(line)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+        self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
 class SandboxServer:
     """The origin listening on an ephemeral loopback port (no port races).
 
@@ -161,6 +218,7 @@ class SandboxServer:
         self.site = server.Site(self.origin)
         self.site.noisy = False
         self._ports: list[Any] = []
+        self._fronts: list[_Front] = []
         self.port = 0
         self.tls_port = 0
 
@@ -169,10 +227,13 @@ class SandboxServer:
         return self
 
     def listen_also(self) -> int:
-        """Listen on one more loopback port; returns it."""
+        """Listen on one more loopback port; returns it. Crawlers reach it
+        through a front process that stamps arrivals by the kernel's clock."""
         port = _reactor().listenTCP(0, self.site, interface="127.0.0.1")
         self._ports.append(port)
-        return int(port.getHost().port)
+        front = _Front(int(port.getHost().port))
+        self._fronts.append(front)
+        return front.port
 
     def start_tls(self) -> int:
         """Listen for https with a fresh self-signed certificate; returns the port."""
@@ -196,6 +257,9 @@ class SandboxServer:
         from twisted.internet.defer import DeferredList
 
         ports, self._ports = self._ports, []
+        fronts, self._fronts = self._fronts, []
+        for front in fronts:
+            front.stop()
         return DeferredList([p.stopListening() for p in ports])
 
 

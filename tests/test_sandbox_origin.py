@@ -1,0 +1,114 @@
+"""The sandbox origin every spacing judgment rests on: what it says arrived,
+and when, is what a site would have seen, however busy the crawler's
+process is (the tests and the conformance check share its reactor)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest_twisted
+from twisted.internet import reactor, threads
+
+from scrapy_walsh_research.sandbox import Reply, SandboxServer
+
+
+def _recv(sock: socket.socket) -> bytes:
+    sock.settimeout(10)
+    data = sock.recv(65536)
+    assert data, "the connection closed"
+    return data
+
+
+def _get(sock: socket.socket, host: str, path: str, extra: bytes = b"") -> bytes:
+    """One request on *sock*; returns the response's body (the routes here
+    set Content-Length: no chunked reading needed)."""
+    sock.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (path.encode(), host.encode(), extra))
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += _recv(sock)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += _recv(sock)
+    return body
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_busy_crawler_reactor_does_not_make_a_gap_look_shorter(server: SandboxServer):
+    """Two requests sent 1 s apart, the first while the reactor the origin
+    shares is held for 0.4 s (a loaded machine): an origin stamping on that
+    reactor saw them 0.6 s apart; the origin says 1 s."""
+    server.origin.route("busy.test", "/", Reply(200, "ok", {"Content-Length": "2"}))
+
+    def client() -> list[float]:  # a thread: its clock, not the reactor's
+        sent: list[float] = []
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            reactor.callFromThread(time.sleep, 0.4)  # type: ignore[attr-defined]
+            time.sleep(0.05)  # the reactor is in its sleep now
+            for _ in range(2):
+                if sent:
+                    time.sleep(max(0.0, sent[0] + 1.0 - time.monotonic()))
+                sent.append(time.monotonic())
+                assert _get(sock, "busy.test", "/") == b"ok"
+        return sent
+
+    sent = await threads.deferToThread(client)
+    first, second = server.origin.hits_for("busy.test")
+    assert first.t - sent[0] < 0.05  # stamped as it arrived, not when the reactor woke
+    assert second.t - first.t >= (sent[1] - sent[0]) - 0.005
+    assert abs((second.t - first.t) - 1.0) < 0.05
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_arrival_mark_is_the_origins_not_a_header_the_crawler_sent(server: SandboxServer):
+    """The front process's mark is taken out before the origin records the
+    headers; one a client sends itself neither sets the arrival nor shows."""
+    server.origin.route("mark.test", "/", Reply(200, "ok", {"Content-Length": "2"}))
+
+    def client() -> float:
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sent = time.monotonic()
+            _get(sock, "mark.test", "/", b"X-Walsh-Sandbox-Arrival: 1.0 1.0\r\n")
+            return sent
+
+    sent = await threads.deferToThread(client)
+    (hit,) = server.origin.hits_for("mark.test")
+    assert "x-walsh-sandbox-arrival" not in hit.headers
+    assert abs(hit.t - sent) < 0.05 and abs(hit.wall - time.time()) < 5
+
+
+@pytest_twisted.ensureDeferred
+async def test_request_bodies_pass_whole_and_each_request_on_a_connection_is_stamped(
+    server: SandboxServer,
+):
+    """A body is forwarded as sent (not read as the next request), and every
+    request of a keep-alive connection gets its own arrival."""
+    server.origin.route("keep.test", "/a", Reply(200, "a", {"Content-Length": "1"}))
+    server.origin.route("keep.test", "/b", Reply(200, "b", {"Content-Length": "1"}))
+
+    def client() -> list[float]:
+        sent: list[float] = []
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sent.append(time.monotonic())
+            body = b"GET /b HTTP/1.1\r\n\r\n"  # looks like a request; is a body
+            sock.sendall(
+                b"POST /a HTTP/1.1\r\nHost: keep.test\r\nContent-Length: %d\r\n\r\n%s"
+                % (len(body), body)
+            )
+            data = b""
+            while not data.endswith(b"a"):
+                data += _recv(sock)
+            time.sleep(0.3)
+            sent.append(time.monotonic())
+            assert _get(sock, "keep.test", "/b") == b"b"
+        return sent
+
+    sent = await threads.deferToThread(client)
+    hits = server.origin.hits_for("keep.test")
+    assert [(h.method, h.path) for h in hits] == [("POST", "/a"), ("GET", "/b")]
+    assert abs((hits[1].t - hits[0].t) - (sent[1] - sent[0])) < 0.02
