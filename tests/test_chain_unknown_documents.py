@@ -8,10 +8,13 @@ say what happened and claim nothing the site did not say."""
 from __future__ import annotations
 
 import logging
+import socket
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
@@ -33,6 +36,7 @@ from tests.support.crawling import (
     crawl,
     crawl_task,
     json_reply,
+    sandbox_resolver,
 )
 from tests.support.fleet import crawl_feed, redis_settings
 
@@ -310,6 +314,61 @@ async def test_a_robots_txt_that_always_times_out_ends_in_records_that_say_so(se
     assert outcomes(res, "slow.test") == [("skipped", "R2")]
     assert "robots.txt fetch failed (" in res.items[0]["reason"]
     assert [h.path for h in server.origin.hits_for("slow.test")] == ["/robots.txt"] * 2
+
+
+# -- a host name that does not resolve ------------------------------------------------
+
+
+@pytest.fixture
+def dns() -> Iterator[Callable[[str, int | None], None]]:
+    """Teach the sandbox's resolver a name that fails (``socket.EAI_NONAME``:
+    no such name; ``socket.EAI_AGAIN``: try again); forgotten after the test."""
+    resolver = sandbox_resolver()
+    taught: list[str] = []
+
+    def teach(name: str, error: int | None) -> None:
+        resolver.teach(name, error)
+        taught.append(name)
+
+    yield teach
+    for name in taught:
+        resolver.teach(name, None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_name_that_does_not_exist_is_an_answer_its_lines_get_records_at_once(
+    server, tmp_path, dns
+):
+    """The resolver answers "no such name" for gone.test: its lines get
+    their records at once (``skipped``, R2, the reason saying the name does
+    not exist; not stamped for R8), the run does not wait WALSH_POLICY_WAIT
+    for it, and a re-run with nothing else due ends at once, the line tried
+    again. (Before: each run waited the bound and sent nothing.)"""
+    dns("gone.test", socket.EAI_NONAME)
+    gone = [server.url("gone.test", f"/p{i}") for i in range(2)]
+    server.origin.route("fine.test", "/robots.txt", ROBOTS_OK)
+    fine = pages(server, "fine.test", 2)
+    settings = base_settings(
+        server, tmp_path / "s", WALSH_POLICY_WAIT=60, WALSH_RUN_INTERVAL=86400, **FAST_RETRY
+    )
+    started = time.monotonic()
+    res = await crawl(settings, [gone[0], *fine, gone[1]], tmp_path)
+    assert time.monotonic() - started < 20
+    assert outcomes(res, "gone.test") == [("skipped", "R2")] * 2
+    assert outcomes(res, "fine.test") == [("fetched", None)] * 2
+    for record in res.items:
+        if "//gone.test:" in record["url"]:
+            assert record["reason"].startswith("the host name gone.test does not exist"), record
+            assert "tried again next run" in record["reason"], record
+    assert res.stats["walsh/dns/no_such_name"] == 1
+    assert "walsh/wait/robots/started" not in res.stats
+    # the re-run: fine.test is inside its cadence, gone.test is due and decided at once
+    started = time.monotonic()
+    again = await crawl(settings, [gone[0], *fine, gone[1]], tmp_path)
+    assert time.monotonic() - started < 10
+    assert outcomes(again, "fine.test") == [("skipped", "R8")] * 2
+    assert outcomes(again, "gone.test") == [("skipped", "R2")] * 2
+    assert "walsh/wait/robots/started" not in again.stats
 
 
 # -- the operator's blocklist while none is in force ---------------------------------
