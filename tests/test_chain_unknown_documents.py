@@ -8,6 +8,7 @@ say what happened and claim nothing the site did not say."""
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import sqlite3
 import time
@@ -155,7 +156,7 @@ async def test_a_host_that_never_answers_gets_no_page_request_and_honest_records
     assert record["unknown"]["document"] == server.url("dead.test", "/robots.txt")
     assert res.stats["walsh/wait/robots/gave_up"] == 1
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Progress")]
-    assert any("1 host waiting for robots.txt, tdmrep.json or the blocklist" in p
+    assert any("1 host waiting: dead.test (robots.txt, next try in " in p
                for p in progress), progress  # fmt: skip
     # the audit log keeps each try (a request and its 503) and the wait
     audit = SQLiteAudit(tmp_path / "s" / "audit.sqlite3")
@@ -369,6 +370,40 @@ async def test_a_host_name_that_does_not_exist_is_an_answer_its_lines_get_record
     assert outcomes(again, "fine.test") == [("skipped", "R8")] * 2
     assert outcomes(again, "gone.test") == [("skipped", "R2")] * 2
     assert "walsh/wait/robots/started" not in again.stats
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_resolver_that_fails_for_now_is_a_bounded_wait_named_in_the_progress_line(
+    server, tmp_path, dns, caplog
+):
+    """The resolver answers "try again" for flaky.test for 6 s: not an
+    answer, so its targets wait for robots.txt's next try and are fetched in
+    the same run once the name resolves; meanwhile the progress line names
+    the host that waits, and its ETA counts the wait."""
+    from twisted.internet import reactor
+
+    dns("flaky.test", socket.EAI_AGAIN)
+    reactor.callLater(6.0, dns, "flaky.test", None)
+    server.origin.route("flaky.test", "/robots.txt", ROBOTS_OK)
+    flaky = pages(server, "flaky.test", 2)
+    settings = base_settings(
+        server, tmp_path / "s", WALSH_POLICY_WAIT=60, LOGSTATS_INTERVAL=1, **FAST_RETRY
+    )
+    with caplog.at_level(logging.INFO):
+        res = await crawl(settings, flaky, tmp_path)
+    assert outcomes(res, "flaky.test") == [("fetched", None)] * 2
+    assert res.stats["walsh/dns/temporary"] >= 1
+    assert res.stats["walsh/wait/robots/recovered"] == 1
+    assert "walsh/dns/no_such_name" not in res.stats
+    waits = [r.getMessage() for r in caplog.records if "temporary failure" in r.getMessage()]
+    assert waits, "the wait's log line says what the resolver answered"
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Progress")]
+    named = [p for p in progress if "waiting" in p and "flaky.test (robots.txt" in p]
+    assert named, progress
+    # while it waits, the ETA is at least the time to the next try
+    eta = re.search(r"ETA at least (\d+) s", named[0])
+    nxt = re.search(r"next try in (\d+) s", named[0])
+    assert eta and nxt and int(eta.group(1)) >= int(nxt.group(1)), named[0]
 
 
 # -- the operator's blocklist while none is in force ---------------------------------

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
@@ -57,6 +57,16 @@ logger = logging.getLogger(__name__)
 LAST_TRY_MARGIN = 1.0
 
 
+class Waiting(NamedTuple):
+    """What one host's targets wait for."""
+
+    #: the document's name (``robots.txt``, ``the operator blocklist``)
+    document: str
+    url: str
+    #: its next try, as ``time.monotonic()``
+    next_try: float
+
+
 class DocumentWaits:
     """Which targets wait for which unknown document, and until when."""
 
@@ -79,8 +89,8 @@ class DocumentWaits:
         self._announced: dict[str, float] = {}
         #: document URLs whose wait ended at the bound, until read again
         self._gave_up: set[str] = set()
-        #: host -> (document URL, next try as time.monotonic())
-        self._waiting: dict[str, tuple[str, float]] = {}
+        #: host -> what its targets wait for
+        self._waiting: dict[str, Waiting] = {}
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> DocumentWaits:
@@ -124,7 +134,7 @@ class DocumentWaits:
             return None
         await self._announce(outage, host, next_try, deadline)
         until = time.monotonic() + (next_try - now)
-        self._waiting[host] = (outage.url, until)
+        self._waiting[host] = Waiting(outage.document, outage.url, until)
         self.stats.inc_value("walsh/wait/requeued")
         self.stats.max_value("walsh/wait/max_hosts", len(self._waiting))
         if not self.requeue:
@@ -164,8 +174,8 @@ class DocumentWaits:
         first = self._first_met.pop(url, None)
         self._announced.pop(url, None)
         self._gave_up.discard(url)
-        for host, (waited_for, _) in list(self._waiting.items()):
-            if waited_for == url:
+        for host, waiting in list(self._waiting.items()):
+            if waiting.url == url:
                 del self._waiting[host]
         if first is None:
             return
@@ -184,9 +194,8 @@ class DocumentWaits:
             )
         await self.audit.wait(url, state="known" if read else "decided", waited=round(waited, 3))
 
-    def waiting(self) -> dict[str, tuple[str, float]]:
-        """Host -> (the document its targets wait for, next try as
-        ``time.monotonic()``), for the progress log."""
+    def waiting(self) -> dict[str, Waiting]:
+        """Host -> what its targets wait for, for the progress log."""
         return dict(self._waiting)
 
     async def _announce(self, outage: Outage, host: str, next_try: float, deadline: float) -> None:
