@@ -432,6 +432,78 @@ async def test_a_first_blocklist_down_for_a_while_is_waited_for_so_its_opt_outs_
     assert "walsh/blocklist/failed_open" not in res.stats
 
 
+def blocklist_lines(caplog: Any, level: int) -> list[str]:
+    """What the blocklist's gate and the waits logged at *level* exactly."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == level and r.name.startswith(("scrapy_walsh_research.gates.blocklist",
+                                                     "scrapy_walsh_research.gates.waits"))
+    ]  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_first_blocklist_that_never_answers_is_waited_out_once_not_by_every_run(
+    server, tmp_path, dns, caplog
+):
+    """The operator's host does not resolve (a machine without internet)
+    and no list was ever adopted. The first run waits WALSH_POLICY_WAIT
+    for it, then goes on without it (spec §5.2: a first-ever failure fails
+    open); the next run does not wait again, yet tries the list and adopts
+    it the moment it answers, and from then on the list holds. Each run
+    says so at start-up in one WARNING: the URL, what the crawl does, the
+    setting to change. (Before: every run waited the bound, and nothing
+    told the user why.)"""
+    from twisted.internet import reactor
+
+    dns(BLOCKLIST_HOST, socket.EAI_NONAME)
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    for host in ("fine.test", "other.test", "blocked.test"):
+        server.origin.route(host, "/robots.txt", ROBOTS_OK)
+    fine = pages(server, "fine.test", 1) + pages(server, "other.test", 12)
+    settings = base_settings(server, tmp_path / "s", WALSH_POLICY_WAIT=10, **FAST_RETRY)
+    url = settings["WALSH_BLOCKLIST_URL"]
+
+    # the first run: the wait, once
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        first = await crawl(settings, fine[:1], tmp_path)
+    assert outcomes(first, "fine.test") == [("fetched", None)]
+    # tries at about 0, 3 and 9 s (the last just before the bound), then over
+    assert server.origin.hits_for("fine.test")[0].t - started >= 8.0
+    assert first.stats["walsh/wait/blocklist/gave_up"] == 1
+    assert first.stats["walsh/blocklist/failed_open"] == 1
+    (warning,) = blocklist_lines(caplog, logging.WARNING)
+    assert url in warning and "does not exist" in warning, warning
+    assert "WALSH_POLICY_WAIT" in warning and "WALSH_BLOCKLIST_URL=" in warning, warning
+    assert "later runs do not wait for it again" in warning, warning
+
+    # the next run: no wait; the list, tried again (about 0, 3 and 9 s in),
+    # is adopted once it answers (from 6.5 s on); waiting, the first target
+    # would have gone at that last try
+    caplog.clear()
+    reactor.callLater(6.5, dns, BLOCKLIST_HOST, None)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        second = await crawl(settings, fine[1:], tmp_path)
+    assert server.origin.hits_for("other.test")[0].t - started < 6.0
+    assert outcomes(second, "other.test") == [("fetched", None)] * 12
+    assert second.stats["walsh/wait/blocklist/waived"] == 1
+    assert "walsh/wait/blocklist/started" not in second.stats
+    assert "walsh/wait/requeued" not in second.stats
+    assert second.stats["walsh/blocklist/adopted"] == 1
+    (warning,) = blocklist_lines(caplog, logging.WARNING)
+    assert url in warning and "this crawl does not wait" in warning, warning
+    assert "WALSH_BLOCKLIST_URL=" in warning, warning
+    assert blocklist_lines(caplog, logging.ERROR) == []
+
+    # adopted: the list holds, whatever its host does now
+    dns(BLOCKLIST_HOST, socket.EAI_NONAME)
+    third = await crawl(settings, [server.url("blocked.test", "/p")], tmp_path)
+    assert outcomes(third, "blocked.test") == [("denied", "R3")]
+    assert server.origin.hits_for("blocked.test") == []
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_lost_blocklist_that_cannot_be_fetched_ends_in_skipped_records_not_requests(
     server, tmp_path
