@@ -8,10 +8,14 @@ say what happened and claim nothing the site did not say."""
 from __future__ import annotations
 
 import logging
+import re
+import socket
 import sqlite3
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
@@ -33,6 +37,7 @@ from tests.support.crawling import (
     crawl,
     crawl_task,
     json_reply,
+    sandbox_resolver,
 )
 from tests.support.fleet import crawl_feed, redis_settings
 
@@ -151,7 +156,7 @@ async def test_a_host_that_never_answers_gets_no_page_request_and_honest_records
     assert record["unknown"]["document"] == server.url("dead.test", "/robots.txt")
     assert res.stats["walsh/wait/robots/gave_up"] == 1
     progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Progress")]
-    assert any("1 host waiting for robots.txt, tdmrep.json or the blocklist" in p
+    assert any("1 host waiting: dead.test (robots.txt, next try in " in p
                for p in progress), progress  # fmt: skip
     # the audit log keeps each try (a request and its 503) and the wait
     audit = SQLiteAudit(tmp_path / "s" / "audit.sqlite3")
@@ -312,6 +317,95 @@ async def test_a_robots_txt_that_always_times_out_ends_in_records_that_say_so(se
     assert [h.path for h in server.origin.hits_for("slow.test")] == ["/robots.txt"] * 2
 
 
+# -- a host name that does not resolve ------------------------------------------------
+
+
+@pytest.fixture
+def dns() -> Iterator[Callable[[str, int | None], None]]:
+    """Teach the sandbox's resolver a name that fails (``socket.EAI_NONAME``:
+    no such name; ``socket.EAI_AGAIN``: try again); forgotten after the test."""
+    resolver = sandbox_resolver()
+    taught: list[str] = []
+
+    def teach(name: str, error: int | None) -> None:
+        resolver.teach(name, error)
+        taught.append(name)
+
+    yield teach
+    for name in taught:
+        resolver.teach(name, None)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_name_that_does_not_exist_is_an_answer_its_lines_get_records_at_once(
+    server, tmp_path, dns
+):
+    """The resolver answers "no such name" for gone.test: its lines get
+    their records at once (``skipped``, R2, the reason saying the name does
+    not exist; not stamped for R8), the run does not wait WALSH_POLICY_WAIT
+    for it, and a re-run with nothing else due ends at once, the line tried
+    again. (Before: each run waited the bound and sent nothing.)"""
+    dns("gone.test", socket.EAI_NONAME)
+    gone = [server.url("gone.test", f"/p{i}") for i in range(2)]
+    server.origin.route("fine.test", "/robots.txt", ROBOTS_OK)
+    fine = pages(server, "fine.test", 2)
+    settings = base_settings(
+        server, tmp_path / "s", WALSH_POLICY_WAIT=60, WALSH_RUN_INTERVAL=86400, **FAST_RETRY
+    )
+    started = time.monotonic()
+    res = await crawl(settings, [gone[0], *fine, gone[1]], tmp_path)
+    assert time.monotonic() - started < 20
+    assert outcomes(res, "gone.test") == [("skipped", "R2")] * 2
+    assert outcomes(res, "fine.test") == [("fetched", None)] * 2
+    for record in res.items:
+        if "//gone.test:" in record["url"]:
+            assert record["reason"].startswith("the host name gone.test does not exist"), record
+            assert "tried again next run" in record["reason"], record
+    assert res.stats["walsh/dns/no_such_name"] == 1
+    assert "walsh/wait/robots/started" not in res.stats
+    # the re-run: fine.test is inside its cadence, gone.test is due and decided at once
+    started = time.monotonic()
+    again = await crawl(settings, [gone[0], *fine, gone[1]], tmp_path)
+    assert time.monotonic() - started < 10
+    assert outcomes(again, "fine.test") == [("skipped", "R8")] * 2
+    assert outcomes(again, "gone.test") == [("skipped", "R2")] * 2
+    assert "walsh/wait/robots/started" not in again.stats
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_resolver_that_fails_for_now_is_a_bounded_wait_named_in_the_progress_line(
+    server, tmp_path, dns, caplog
+):
+    """The resolver answers "try again" for flaky.test for 6 s: not an
+    answer, so its targets wait for robots.txt's next try and are fetched in
+    the same run once the name resolves; meanwhile the progress line names
+    the host that waits, and its ETA counts the wait."""
+    from twisted.internet import reactor
+
+    dns("flaky.test", socket.EAI_AGAIN)
+    reactor.callLater(6.0, dns, "flaky.test", None)
+    server.origin.route("flaky.test", "/robots.txt", ROBOTS_OK)
+    flaky = pages(server, "flaky.test", 2)
+    settings = base_settings(
+        server, tmp_path / "s", WALSH_POLICY_WAIT=60, LOGSTATS_INTERVAL=1, **FAST_RETRY
+    )
+    with caplog.at_level(logging.INFO):
+        res = await crawl(settings, flaky, tmp_path)
+    assert outcomes(res, "flaky.test") == [("fetched", None)] * 2
+    assert res.stats["walsh/dns/temporary"] >= 1
+    assert res.stats["walsh/wait/robots/recovered"] == 1
+    assert "walsh/dns/no_such_name" not in res.stats
+    waits = [r.getMessage() for r in caplog.records if "temporary failure" in r.getMessage()]
+    assert waits, "the wait's log line says what the resolver answered"
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Progress")]
+    named = [p for p in progress if "waiting" in p and "flaky.test (robots.txt" in p]
+    assert named, progress
+    # while it waits, the ETA is at least the time to the next try
+    eta = re.search(r"ETA at least (\d+) s", named[0])
+    nxt = re.search(r"next try in (\d+) s", named[0])
+    assert eta and nxt and int(eta.group(1)) >= int(nxt.group(1)), named[0]
+
+
 # -- the operator's blocklist while none is in force ---------------------------------
 
 
@@ -336,6 +430,78 @@ async def test_a_first_blocklist_down_for_a_while_is_waited_for_so_its_opt_outs_
     assert server.origin.hits_for("fine.test")[0].t > adopted.t
     assert res.stats["walsh/wait/blocklist/recovered"] == 1
     assert "walsh/blocklist/failed_open" not in res.stats
+
+
+def blocklist_lines(caplog: Any, level: int) -> list[str]:
+    """What the blocklist's gate and the waits logged at *level* exactly."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == level and r.name.startswith(("scrapy_walsh_research.gates.blocklist",
+                                                     "scrapy_walsh_research.gates.waits"))
+    ]  # fmt: skip
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_first_blocklist_that_never_answers_is_waited_out_once_not_by_every_run(
+    server, tmp_path, dns, caplog
+):
+    """The operator's host does not resolve (a machine without internet)
+    and no list was ever adopted. The first run waits WALSH_POLICY_WAIT
+    for it, then goes on without it (spec §5.2: a first-ever failure fails
+    open); the next run does not wait again, yet tries the list and adopts
+    it the moment it answers, and from then on the list holds. Each run
+    says so at start-up in one WARNING: the URL, what the crawl does, the
+    setting to change. (Before: every run waited the bound, and nothing
+    told the user why.)"""
+    from twisted.internet import reactor
+
+    dns(BLOCKLIST_HOST, socket.EAI_NONAME)
+    server.origin.route(BLOCKLIST_HOST, BLOCKLIST_PATH, json_reply(blocklist_doc("blocked.test")))
+    for host in ("fine.test", "other.test", "blocked.test"):
+        server.origin.route(host, "/robots.txt", ROBOTS_OK)
+    fine = pages(server, "fine.test", 1) + pages(server, "other.test", 12)
+    settings = base_settings(server, tmp_path / "s", WALSH_POLICY_WAIT=10, **FAST_RETRY)
+    url = settings["WALSH_BLOCKLIST_URL"]
+
+    # the first run: the wait, once
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        first = await crawl(settings, fine[:1], tmp_path)
+    assert outcomes(first, "fine.test") == [("fetched", None)]
+    # tries at about 0, 3 and 9 s (the last just before the bound), then over
+    assert server.origin.hits_for("fine.test")[0].t - started >= 8.0
+    assert first.stats["walsh/wait/blocklist/gave_up"] == 1
+    assert first.stats["walsh/blocklist/failed_open"] == 1
+    (warning,) = blocklist_lines(caplog, logging.WARNING)
+    assert url in warning and "does not exist" in warning, warning
+    assert "WALSH_POLICY_WAIT" in warning and "WALSH_BLOCKLIST_URL=" in warning, warning
+    assert "later runs do not wait for it again" in warning, warning
+
+    # the next run: no wait; the list, tried again (about 0, 3 and 9 s in),
+    # is adopted once it answers (from 6.5 s on); waiting, the first target
+    # would have gone at that last try
+    caplog.clear()
+    reactor.callLater(6.5, dns, BLOCKLIST_HOST, None)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO):
+        second = await crawl(settings, fine[1:], tmp_path)
+    assert server.origin.hits_for("other.test")[0].t - started < 6.0
+    assert outcomes(second, "other.test") == [("fetched", None)] * 12
+    assert second.stats["walsh/wait/blocklist/waived"] == 1
+    assert "walsh/wait/blocklist/started" not in second.stats
+    assert "walsh/wait/requeued" not in second.stats
+    assert second.stats["walsh/blocklist/adopted"] == 1
+    (warning,) = blocklist_lines(caplog, logging.WARNING)
+    assert url in warning and "this crawl does not wait" in warning, warning
+    assert "WALSH_BLOCKLIST_URL=" in warning, warning
+    assert blocklist_lines(caplog, logging.ERROR) == []
+
+    # adopted: the list holds, whatever its host does now
+    dns(BLOCKLIST_HOST, socket.EAI_NONAME)
+    third = await crawl(settings, [server.url("blocked.test", "/p")], tmp_path)
+    assert outcomes(third, "blocked.test") == [("denied", "R3")]
+    assert server.origin.hits_for("blocked.test") == []
 
 
 @pytest_twisted.ensureDeferred

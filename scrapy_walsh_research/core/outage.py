@@ -59,6 +59,10 @@ class Outage:
     #: it; False for what the site's own setup causes (a redirect loop, a
     #: redirect into a blocked host), decided at once
     passing: bool = True
+    #: whether the resolver answered that the host name does not exist: an
+    #: answer, not an outage, so its targets are decided at once (no request,
+    #: tried again next run)
+    no_such_name: bool = False
 
     def describe(self) -> str:
         """``robots.txt answered 503 on 4 tries over 6 min``."""

@@ -9,8 +9,9 @@ one, times the interval in force for it now: a slow or distressed host's
 adapted one, named in the line; a host being skipped has none): no schedule
 can beat either at today's pace, so it is an honest "at least". A host
 whose robots.txt or tdmrep.json is unknown for now waits for the document's
-next try (:mod:`scrapy_walsh_research.gates.waits`): the line counts those hosts,
-and their chains start at that try.
+next try (:mod:`scrapy_walsh_research.gates.waits`): the line names those hosts
+(the first few, soonest first) with the document each waits for, and their
+chains start at that try.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
+
+#: the waiting hosts the line names (soonest next try first); the rest are counted
+NAMED_HOSTS = 3
 
 
 class Progress:
@@ -79,9 +83,10 @@ class Progress:
         total = getattr(spider, "targets_total", None)
         pacer = Pacer.for_crawler(self.crawler)
         now = time.monotonic()
+        documents = DocumentWaits.for_crawler(self.crawler).waiting()
         waiting = {
-            host: max(0.0, next_try - now)
-            for host, (_, next_try) in DocumentWaits.for_crawler(self.crawler).waiting().items()
+            host: max(0.0, wait.next_try - now)
+            for host, wait in documents.items()
             if left_by_host.get(host)
         }
         left = sum(left_by_host.values())
@@ -104,6 +109,9 @@ class Progress:
             "busiest_interval_s": paced[0], "busiest_set_by": paced[1],
             "hosts_waiting": len(waiting),
             "next_try_s": min(waiting.values(), default=None),
+            # soonest first: (host, the document it waits for, its next try in s)
+            "waiting": sorted(((host, documents[host].document, s) for host, s in waiting.items()),
+                              key=lambda w: (w[2], w[0])),
         }  # fmt: skip
 
     def log(self, final: bool = False) -> None:
@@ -119,9 +127,13 @@ class Progress:
         line = f"Progress: {head}; outcomes: {by}" + (f" ({rules})" if rules else "")
         if state["hosts_waiting"] and not final:
             hosts = state["hosts_waiting"]
-            line += (f"; {hosts} host{'s' if hosts > 1 else ''} waiting for robots.txt, "
-                     "tdmrep.json or the blocklist (next try in "
-                     f"{duration_text(state['next_try_s'])})")  # fmt: skip
+            named = ", ".join(
+                f"{host} ({document}, next try in {duration_text(seconds)})"
+                for host, document, seconds in state["waiting"][:NAMED_HOSTS]
+            )
+            more = hosts - min(hosts, NAMED_HOSTS)
+            line += (f"; {hosts} host{'s' if hosts > 1 else ''} waiting: {named}"
+                     + (f" and {more} more" if more else ""))  # fmt: skip
         if not final and total:
             eta = state["eta_s"]
             line += f"; ETA at least {duration_text(eta)}"

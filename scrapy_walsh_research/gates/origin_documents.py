@@ -42,6 +42,7 @@ from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
+from scrapy_walsh_research.gates.names import NameLookups
 from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
@@ -115,6 +116,7 @@ class OriginDocuments(Generic[E]):
         self.pacer = Pacer.for_crawler(crawler)
         self.pacer.add_denial_check(self._cached_denial)
         self.waits = DocumentWaits.for_crawler(crawler)
+        self.names = NameLookups.for_crawler(crawler)
         self.requeue = uses_frontier(settings)
         #: answers, least recently used first: an evicted origin's answer is
         #: read back from the state store within its TTL
@@ -171,6 +173,15 @@ class OriginDocuments(Generic[E]):
             return entry
         if self.marks.purpose(request, quiet=True) in DIRECT:
             return entry
+        if entry.outage.no_such_name:
+            # an answer, not an outage: decided now, nothing having been sent
+            reason = (
+                f"the host name {url_host(request.url)} does not exist (DNS answered no such "
+                f"name): {self.document} could not be fetched, so nothing is sent to the host; "
+                "not requested this run (tried again next run)"
+            )
+            deny(self.crawler, self.log, request, self.rule, reason, outcome="skipped",
+                 lasting=False)  # fmt: skip
         held = await self.waits.hold(request, entry.outage, entry.expires)
         if held is not None:
             return held
@@ -180,9 +191,12 @@ class OriginDocuments(Generic[E]):
              record=record, lasting=False)  # fmt: skip
 
     def _waited_out(self, entry: E) -> bool:
-        """Whether *entry* is an unknown document whose wait has ended (its
-        targets are decided without waiting for their hosts)."""
-        return entry.outage is not None and self.waits.gave_up(entry.outage)
+        """Whether *entry* is an unknown document whose wait has ended, or
+        whose host name does not exist (its targets are decided without
+        waiting for their hosts)."""
+        return entry.outage is not None and (
+            entry.outage.no_such_name or self.waits.gave_up(entry.outage)
+        )
 
     async def _entry_or_requeue(self, request: Request) -> E | Request:
         entry = self._fresh(origin_of(request.url), touch=True)
@@ -255,6 +269,8 @@ class OriginDocuments(Generic[E]):
                 usable = self.store.time() + USABLE_INTERVALS * self.pacer.interval(url_host(url))
                 entry.expires = max(entry.expires, usable)
                 await self.waits.known(self.kind, origin + self.path, read=self._read(entry))
+            elif entry.outage.no_such_name:  # an answer: a wait for it is over
+                await self.waits.known(self.kind, origin + self.path, read=False)
             self._remember(origin, entry)
         finally:
             del self._pending[origin]
@@ -347,6 +363,20 @@ class OriginDocuments(Generic[E]):
             passing = not isinstance(exc, IgnoreRequest) or (
                 isinstance(exc, WalshDenied) and (not exc.lasting or exc.outcome == "skipped")
             )
+            # a name the resolver says does not exist is an answer, decided
+            # now; one it could not resolve for now is a wait, like any other
+            unresolved = await self.names.why(url_host(origin), exc)
+            if unresolved is not None:
+                why = f"fetch failed ({unresolved.text})"
+                if unresolved.no_such_name:
+                    self.log.warning(
+                        "%(what)s: %(text)s; its targets get their records now, without a "
+                        "request (tried again next run)",
+                        {"what": f"{origin}{self.path}", "text": unresolved.text},
+                    )
+                    return await self._unreachable(
+                        origin, previous, None, why, passing=False, no_such_name=True
+                    )
             return await self._unreachable(origin, previous, None, why, passing=passing)
         self.stats.inc_value(f"walsh/{self.kind}/fetch")
         self.stats.inc_value(f"walsh/{self.kind}/status/{response.status}")
@@ -354,7 +384,7 @@ class OriginDocuments(Generic[E]):
 
     async def _unreachable(
         self, origin: str, previous: E | None, status: int | None, why: str, *,
-        passing: bool = True,
+        passing: bool = True, no_such_name: bool = False,
     ) -> E:
         """The document could not be fetched (*why*: what happened, after its
         name: ``answered 503``; *passing*: a failure worth waiting out): the
@@ -370,10 +400,11 @@ class OriginDocuments(Generic[E]):
             "failures": failures,
             "since": float(streak.get("since") or streak["fetched_at"]) if streak else now,
             "mixed": bool(streak and (streak.get("mixed") or streak.get("why") != why)),
-            "passing": passing,
+            "passing": passing, "no_such_name": no_such_name,
         }  # fmt: skip
-        # a last try just before the wait's bound rather than none within it
-        failed["retry_at"] = self.waits.last_try(self._outage(origin, failed), self.retry_delay)
+        if not no_such_name:  # (an answer: no wait, no last try within one)
+            # a last try just before the wait's bound rather than none within it
+            failed["retry_at"] = self.waits.last_try(self._outage(origin, failed), self.retry_delay)
         await self.store.put(self.unreachable_namespace, origin, failed)
         return await self._failed_entry(origin, self._outage(origin, failed))
 
@@ -394,6 +425,7 @@ class OriginDocuments(Generic[E]):
             mixed=bool(failed.get("mixed")),
             status=status if isinstance(status, int) else None,
             passing=bool(failed.get("passing", True)),
+            no_such_name=bool(failed.get("no_such_name", False)),
         )
 
     async def _streak(self, origin: str, previous: E | None) -> dict[str, Any] | None:

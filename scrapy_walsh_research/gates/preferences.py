@@ -315,6 +315,6 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
             entry = await self._from_saved(saved, outage.retry_at)
             entry.failures = outage.tries
             return entry
-        if not outage.passing:  # decided now: not read
+        if not outage.passing and not outage.no_such_name:  # decided now: not read
             return TdmEntry(None, outage.retry_at, outage.status, outage.tries, outage.describe())
         return TdmEntry(None, outage.retry_at, outage.status, outage.tries, outage=outage)

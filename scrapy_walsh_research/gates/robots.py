@@ -246,7 +246,8 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             self.stats.inc_value("walsh/robots/last_good_used")
             policy, _ = await _parse(str(saved["text"]))
             return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries)
-        if not outage.passing:  # the site's own setup: decided now, disallowed
+        if not outage.passing and not outage.no_such_name:
+            # the site's own setup: decided now, disallowed
             reason = f"{outage.describe()}: host disallowed (RFC 9309 §2.3.1.4)"
             policy = RobotsPolicy.disallow_all(reason)
             return RobotsEntry(policy, outage.retry_at, outage.status, outage.tries)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
@@ -57,6 +57,16 @@ logger = logging.getLogger(__name__)
 LAST_TRY_MARGIN = 1.0
 
 
+class Waiting(NamedTuple):
+    """What one host's targets wait for."""
+
+    #: the document's name (``robots.txt``, ``the operator blocklist``)
+    document: str
+    url: str
+    #: its next try, as ``time.monotonic()``
+    next_try: float
+
+
 class DocumentWaits:
     """Which targets wait for which unknown document, and until when."""
 
@@ -79,8 +89,8 @@ class DocumentWaits:
         self._announced: dict[str, float] = {}
         #: document URLs whose wait ended at the bound, until read again
         self._gave_up: set[str] = set()
-        #: host -> (document URL, next try as time.monotonic())
-        self._waiting: dict[str, tuple[str, float]] = {}
+        #: host -> what its targets wait for
+        self._waiting: dict[str, Waiting] = {}
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> DocumentWaits:
@@ -107,11 +117,24 @@ class DocumentWaits:
         frontier may then hand out its targets at once: they are decided)."""
         return outage.url in self._gave_up
 
-    async def hold(self, request: Request, outage: Outage, next_try: float) -> Request | None:
+    def waive(self, outage: Outage) -> None:
+        """Let *outage*'s targets go without waiting for its document: its
+        gate knows a wait for it was already made (an earlier run waited
+        out a first blocklist that never answered)."""
+        if outage.url in self._gave_up:
+            return
+        self._gave_up.add(outage.url)
+        self.stats.inc_value(f"walsh/wait/{outage.kind}/waived")
+
+    async def hold(
+        self, request: Request, outage: Outage, next_try: float, *, quiet: bool = False
+    ) -> Request | None:
         """*request* given back to wait until its document's next try (at
         *next_try*, state-store time, or later when its host is not ready
         then); None when that try would come after the bound: the caller
-        decides the target (its record), nothing having been sent."""
+        decides the target (its record), nothing having been sent. *quiet*:
+        the gate says at WARNING what the wait does, so each try is logged
+        at INFO."""
         if outage.url in self._gave_up:
             return None
         host = url_host(request.url)
@@ -119,12 +142,13 @@ class DocumentWaits:
         host_ready = now + max(0.0, self.pacer.ready_at(host) - time.monotonic())
         next_try = max(next_try, host_ready)
         deadline = self.deadline(outage)
+        level = logging.INFO if quiet else logging.WARNING
         if next_try >= deadline:
-            await self._end(outage, host, now, deadline)
+            await self._end(outage, host, now, deadline, level)
             return None
-        await self._announce(outage, host, next_try, deadline)
+        await self._announce(outage, host, next_try, deadline, level)
         until = time.monotonic() + (next_try - now)
-        self._waiting[host] = (outage.url, until)
+        self._waiting[host] = Waiting(outage.document, outage.url, until)
         self.stats.inc_value("walsh/wait/requeued")
         self.stats.max_value("walsh/wait/max_hosts", len(self._waiting))
         if not self.requeue:
@@ -164,8 +188,8 @@ class DocumentWaits:
         first = self._first_met.pop(url, None)
         self._announced.pop(url, None)
         self._gave_up.discard(url)
-        for host, (waited_for, _) in list(self._waiting.items()):
-            if waited_for == url:
+        for host, waiting in list(self._waiting.items()):
+            if waiting.url == url:
                 del self._waiting[host]
         if first is None:
             return
@@ -184,12 +208,13 @@ class DocumentWaits:
             )
         await self.audit.wait(url, state="known" if read else "decided", waited=round(waited, 3))
 
-    def waiting(self) -> dict[str, tuple[str, float]]:
-        """Host -> (the document its targets wait for, next try as
-        ``time.monotonic()``), for the progress log."""
+    def waiting(self) -> dict[str, Waiting]:
+        """Host -> what its targets wait for, for the progress log."""
         return dict(self._waiting)
 
-    async def _announce(self, outage: Outage, host: str, next_try: float, deadline: float) -> None:
+    async def _announce(
+        self, outage: Outage, host: str, next_try: float, deadline: float, level: int
+    ) -> None:
         if self._announced.get(outage.url) == outage.retry_at:
             return
         started = outage.url not in self._announced
@@ -197,7 +222,8 @@ class DocumentWaits:
         if started:
             self.stats.inc_value(f"walsh/wait/{outage.kind}/started")
         in_s = next_try - self.store.time()
-        logger.warning(
+        logger.log(
+            level,
             "%(what)s: no request to %(host)s while it is unknown; its targets wait for the "
             "next try in %(in)s (until %(until)s at most, WALSH_POLICY_WAIT)",
             {"what": outage.describe(), "host": host, "in": duration_text(in_s),
@@ -209,11 +235,14 @@ class DocumentWaits:
             wait_until=utc_iso(deadline),
         )  # fmt: skip
 
-    async def _end(self, outage: Outage, host: str, now: float, deadline: float) -> None:
+    async def _end(
+        self, outage: Outage, host: str, now: float, deadline: float, level: int
+    ) -> None:
         self._gave_up.add(outage.url)
         self._waiting.pop(host, None)
         self.stats.inc_value(f"walsh/wait/{outage.kind}/gave_up")
-        logger.warning(
+        logger.log(
+            level,
             "%(what)s; the wait for it ends (WALSH_POLICY_WAIT %(bound)gs, until %(until)s): "
             "the targets that need it get their records, without a request",
             {"what": outage.describe(), "bound": self.bound, "until": utc_iso(deadline)},

@@ -304,11 +304,42 @@ class _Resolution:
 
 @implementer(IHostnameResolver)
 class SandboxResolver:
-    """Resolve every ``*.test`` name (RFC 2606) to 127.0.0.1; delegate the rest."""
+    """Resolve every ``*.test`` name (RFC 2606) to 127.0.0.1 and, for a name
+    taught with :meth:`teach`, fail as taught; delegate the rest.
+
+    A name that fails resolves to no address, as Twisted's resolvers report
+    every failed lookup; :meth:`lookup_error` says why, as the system
+    resolver's ``socket.gaierror`` would (``EAI_NONAME``, ``EAI_AGAIN``)."""
 
     def __init__(self, fallback: IHostnameResolver, suffix: str = ".test") -> None:
         self.fallback: Any = fallback  # see the module's mypy note
         self.suffix = suffix
+        #: name -> the ``socket.EAI_*`` code its lookup fails with
+        self.taught: dict[str, int] = {}
+
+    def teach(self, name: str, error: int | None) -> None:
+        """Make lookups of *name* fail with *error* (``socket.EAI_NONAME``:
+        no such name; ``socket.EAI_AGAIN``: try again), or, with None,
+        answer it as before."""
+        name = self._key(name)
+        if error is None:
+            self.taught.pop(name, None)
+        else:
+            self.taught[name] = error
+
+    @staticmethod
+    def _key(name: str) -> str:
+        return name.lower().rstrip(".")
+
+    def lookup_error(self, name: str) -> int | None:
+        """The ``socket.EAI_*`` code a lookup of *name* fails with here, 0
+        when it resolves, None for a name this resolver delegates."""
+        key = self._key(name)
+        if key in self.taught:
+            return self.taught[key]
+        if key.endswith(self.suffix):
+            return 0
+        return None
 
     def resolveHostName(
         self,
@@ -318,13 +349,15 @@ class SandboxResolver:
         addressTypes: Any = None,
         transportSemantics: str = "TCP",
     ) -> Any:
-        if not hostName.lower().rstrip(".").endswith(self.suffix):
+        error = self.lookup_error(hostName)
+        if error is None:
             return self.fallback.resolveHostName(
                 resolutionReceiver, hostName, portNumber, addressTypes, transportSemantics
             )
         resolution = _Resolution(hostName)
         resolutionReceiver.resolutionBegan(resolution)
-        resolutionReceiver.addressResolved(IPv4Address("TCP", "127.0.0.1", portNumber))
+        if error == 0:
+            resolutionReceiver.addressResolved(IPv4Address("TCP", "127.0.0.1", portNumber))
         resolutionReceiver.resolutionComplete()
         return resolution
 

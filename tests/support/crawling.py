@@ -14,7 +14,7 @@ from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 from scrapy.utils.defer import deferred_from_coro
 
-from scrapy_walsh_research.sandbox import Reply, SandboxServer
+from scrapy_walsh_research.sandbox import Reply, SandboxResolver, SandboxServer
 from scrapy_walsh_research.sandbox.crawl import crawl_list
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
@@ -113,3 +113,13 @@ async def sleep(seconds: float) -> None:
     from twisted.internet import reactor, task
 
     await task.deferLater(reactor, seconds, lambda: None)
+
+
+def sandbox_resolver() -> SandboxResolver:
+    """The sandbox's resolver the session installed (tests teach it names
+    that fail: :meth:`SandboxResolver.teach`)."""
+    from twisted.internet import reactor
+
+    resolver = reactor.nameResolver  # type: ignore[attr-defined]
+    assert isinstance(resolver, SandboxResolver), resolver
+    return resolver

@@ -175,7 +175,9 @@ class BlocklistMiddleware:
         if self.marks.is_direct(request):
             reason = f"{unknown.describe()}: nothing is sent while no blocklist is in force"
             deny(self.crawler, logger, request, "R3", reason, lasting=False)
-        waiting = await self.waits.hold(request, unknown, self.held.next_check)
+        # a list never adopted: the refresh said at WARNING what the wait does
+        quiet = self.held.lost is None
+        waiting = await self.waits.hold(request, unknown, self.held.next_check, quiet=quiet)
         if waiting is not None:
             return waiting
         if self.held.lost is not None:
@@ -185,11 +187,14 @@ class BlocklistMiddleware:
         if self._failed_open != unknown.since:
             self._failed_open = unknown.since
             self.crawler.stats.inc_value("walsh/blocklist/failed_open")
+            # the runs after this one do not wait for it again
+            await self.held.note_first_wait_over(unknown)
             logger.error(
                 "%(what)s and no list was ever adopted: the wait for it ended "
                 "(WALSH_POLICY_WAIT), so the crawl goes on with only WALSH_BLOCKLIST_EXTRA "
                 "(%(n)d entries), as spec §5.2 says for a first-ever failure; the list is "
-                "tried again in the background",
+                "tried again in the background and adopted as soon as it answers, and later "
+                "runs do not wait for it again",
                 {"what": unknown.describe(), "n": len(self.held.extra)},
             )
         return None

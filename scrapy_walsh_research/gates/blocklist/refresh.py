@@ -35,8 +35,10 @@ from twisted.internet.threads import deferToThread
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, HostBusy, internal_fetch
 from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES, BlocklistError
 from scrapy_walsh_research.core.outage import Outage, retry_delay
+from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.gates.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
+from scrapy_walsh_research.gates.names import NameLookups
 from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.state import FlightBusy
 
@@ -59,6 +61,13 @@ SHORT_WAIT = 2.0
 DOCUMENT = "the operator blocklist"
 #: the longest exception text kept in a failure's description
 MAX_WHY = 200
+#: what a user changes when the operator's list cannot be read from here
+CHANGE_HINT = (
+    "To read another list, set WALSH_BLOCKLIST_URL; in a lab without internet, serve a "
+    "list locally (`python -m http.server 8000 -d docs/examples` in a checkout) and crawl "
+    "with -s WALSH_BLOCKLIST_URL=http://127.0.0.1:8000/blocklist.json "
+    "-s WALSH_BLOCKLIST_ALLOW_HTTP=True."
+)
 
 
 class Refresher:
@@ -182,6 +191,8 @@ class Refresher:
         # the fleet's failure is ours too: with no list and a history Redis
         # may have lost, this worker must not fail open either
         await self._unless_history_complete()
+        # nor wait again for a first list the fleet already waited out
+        await self._waive_if_waited_out()
         logger.warning(
             "Blocklist refresh by another worker failed (%(why)s); this worker keeps to what "
             "is in force until the fleet's next try in %(d).0f s.",
@@ -304,10 +315,16 @@ class Refresher:
                 await waits.known("blocklist", self.url, read=False)
             self._failed_log(exc, self.retry_delay)
             return
+        unresolved = await NameLookups.for_crawler(self.crawler).why(url_host(self.url), exc)
         if status is not None:
             why = f"answered {status}"
         elif isinstance(exc, BlocklistError):
             why = f"was rejected ({str(exc)[:MAX_WHY]})"
+        elif unresolved is not None:
+            # the operator's host exists: a name it does not find is this
+            # machine's resolver (no internet, a lab's DNS), a failure that
+            # passes, not an answer
+            why = f"fetch failed ({unresolved.text})"
         else:
             why = f"fetch failed ({type(exc).__name__}: {str(exc)[:MAX_WHY]})"
         before = held.outage
@@ -318,10 +335,68 @@ class Refresher:
             since=before.since if before is not None else now, last=now, retry_at=now + delay,
             mixed=before is not None and (before.mixed or before.why != why), status=status,
         )  # fmt: skip
-        # a last try just before the wait's bound rather than none within it
-        retry_at = waits.last_try(held.outage, self.first_retry_delay)
-        held.outage = dataclasses.replace(held.outage, retry_at=retry_at)
-        self._failed_log(exc, retry_at - now, waiting=True)
+        over = await self._waive_if_waited_out()
+        if over is None:
+            # a last try just before the wait's bound rather than none within it
+            retry_at = waits.last_try(held.outage, self.first_retry_delay)
+            held.outage = dataclasses.replace(held.outage, retry_at=retry_at)
+        if held.lost is not None:
+            self._failed_log(exc, held.outage.retry_at - now)
+            return
+        self.stats.inc_value("walsh/blocklist/fetch_failed")
+        held.next_check = held.outage.retry_at
+        if before is None:
+            self._first_unknown_log(held.outage, over)
+        else:
+            logger.info(
+                "Blocklist fetch from %(url)s failed again (%(why)s; try %(n)d); the next "
+                "try in %(d)s",
+                {"url": self.url, "why": why, "n": tries,
+                 "d": duration_text(held.next_check - now)},
+            )  # fmt: skip
+
+    async def _waive_if_waited_out(self) -> dict[str, Any] | None:
+        """When no list was ever adopted and an earlier run already waited
+        for it (WALSH_POLICY_WAIT) in vain, the first-ever failure fails
+        open at once (spec §5.2): the targets do not wait for the list
+        again, while it is still tried on its schedule and adopted as soon
+        as it answers. The record of that wait, or None (nothing waived)."""
+        held = self.held
+        if held.outage is None:
+            return None
+        over = await held.first_wait_over()
+        if over is not None:
+            DocumentWaits.for_crawler(self.crawler).waive(held.outage)
+        return over
+
+    def _first_unknown_log(self, outage: Outage, over: dict[str, Any] | None) -> None:
+        """The one WARNING a crawl gives when it meets no list it can read
+        (none ever adopted): the URL, what the crawl does meanwhile, and the
+        setting to change."""
+        waits = DocumentWaits.for_crawler(self.crawler)
+        values = {
+            "url": self.url, "why": outage.why,
+            "next": duration_text(outage.retry_at - self.store.time()),
+            "bound": duration_text(waits.bound), "change": CHANGE_HINT,
+        }  # fmt: skip
+        if over is None:
+            logger.warning(
+                "The operator blocklist %(url)s %(why)s, and no list was ever adopted here. "
+                "It is read before any request (R3), so nothing is sent while it is unknown: "
+                "it is tried again in %(next)s and waited for up to WALSH_POLICY_WAIT "
+                "(%(bound)s); then the crawl goes on without it, as the spec says for a "
+                "first-ever failure, and later runs do not wait for it again. %(change)s",
+                values,
+            )
+            return
+        logger.warning(
+            "The operator blocklist %(url)s %(why)s, and no list was ever adopted here. A run "
+            "already waited WALSH_POLICY_WAIT for it (until %(at)s) and it never answered, so "
+            "this crawl does not wait: it goes on without it, as the spec says for a "
+            "first-ever failure, tries it again (next in %(next)s) and adopts it as soon as "
+            "it answers. %(change)s",
+            {**values, "at": utc_iso(float(over["at"]))},
+        )
 
     def unknown(self) -> Outage | None:
         """Why no list is in force and targets must wait for one, or None:
@@ -358,7 +433,7 @@ class Refresher:
                 wait_for_fleet=True,
             )
 
-    def _failed_log(self, exc: Exception, delay: float, *, waiting: bool = False) -> None:
+    def _failed_log(self, exc: Exception, delay: float) -> None:
         held = self.held
         self.stats.inc_value("walsh/blocklist/fetch_failed")
         held.next_check = self.store.time() + delay
@@ -368,13 +443,6 @@ class Refresher:
             logger.error(
                 "Blocklist fetch from %(url)s failed (%(exc)s) and the list adopted before is "
                 "lost: no target is sent until a list is adopted (they wait, within "
-                "WALSH_POLICY_WAIT). Next try in %(d).0f s.",
-                {"url": self.url, "exc": exc, "d": delay},
-            )
-        elif waiting:
-            logger.error(
-                "Blocklist fetch from %(url)s failed (%(exc)s) and no list was ever adopted: "
-                "no target is sent while the list is unknown (they wait, within "
                 "WALSH_POLICY_WAIT). Next try in %(d).0f s.",
                 {"url": self.url, "exc": exc, "d": delay},
             )

@@ -77,7 +77,14 @@ class BlocklistSchema:
         except Exception as exc:
             if isinstance(exc, HostBusy):
                 self._fetched = False  # consult it when the host is ready
-            logger.warning(
+            # An answer that is no schema is worth a WARNING; one that could
+            # not be fetched (no network, the operator's host down) loses
+            # nothing: the bundled copy is the contract, the published one
+            # can only add to it. The blocklist's own failure is what the
+            # user is told about.
+            answered = isinstance(exc, (BlocklistError, ValueError, WalshConfigurationError))
+            logger.log(
+                logging.WARNING if answered else logging.INFO,
                 "Blocklist schema from %(url)s unusable (%(exc)s); validating with the bundled "
                 "copy of the published schema.",
                 {"url": self.url, "exc": exc},

@@ -7,7 +7,8 @@ un-block an opt-out this worker knew. A run starts from the list kept
 before, validated again; when a list was adopted before and no valid copy
 is left, every target is denied until one is adopted again (a lost opt-out
 is not "new"). What was stored about a host a list opts out is purged, once
-per list and set of local entries.
+per list and set of local entries. A run that waited out a first list that
+never answered says so here, so the runs after it do not wait again.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ PURGED_EXTRA_KEY = "purged_extra_for"
 STATE_KEY = "adopted"
 #: kept once a list was adopted: from then on "no list" means lost, not new
 EVER_KEY = "adopted_before"
+#: kept once a run waited WALSH_POLICY_WAIT for a list never adopted and went
+#: on without it: the URL, when, and what its last try said. Later runs fail
+#: open on that URL's first failure at once (spec §5.2), without that wait
+WAITED_OUT_KEY = "first_wait_over"
 #: a list replaced that has more entries is freed in a thread
 LARGE_LIST = 5_000
 #: how long a target waits for another worker to publish again a list that
@@ -170,6 +175,34 @@ class HeldList:
         self.lost = why
         if wait_for_fleet:
             self.recover_until = time.monotonic() + RECOVERY_WAIT
+
+    # -- a first list that never answered ------------------------------------------
+
+    async def first_wait_over(self) -> dict[str, Any] | None:
+        """When a run waited out a first list from this URL that never
+        answered (``at``, state-store time; ``why``: what its last try
+        said), or None. Only while no list was ever adopted: a list adopted
+        since makes "no list" lost, never new (:meth:`restore`)."""
+        if self.adopted is not None or self.lost is not None:
+            return None
+        if not await self.store.history_complete():
+            return None  # a fleet that may have lost an adopted list never fails open
+        noted = await self.store.get(STATE_NAMESPACE, WAITED_OUT_KEY)
+        if not isinstance(noted, dict) or noted.get("url") != self.url:
+            return None  # none, or for another URL: a new URL gets its own first wait
+        if not isinstance(noted.get("at"), (int, float)):
+            return None
+        return noted
+
+    async def note_first_wait_over(self, outage: Outage) -> None:
+        """A run waited for the first list (*outage*: since its first
+        failure) and goes on without it: the runs after it do not wait for
+        it again."""
+        now = self.store.time()
+        await self.store.put(
+            STATE_NAMESPACE, WAITED_OUT_KEY,
+            {"url": self.url, "at": now, "since": outage.since, "why": outage.describe()},
+        )  # fmt: skip
 
     # -- adopt ----------------------------------------------------------------
 
