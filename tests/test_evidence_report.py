@@ -427,3 +427,23 @@ def test_times_are_never_wrapped_and_sitemaps_read_as_urls(tmp_path):
     assert int(found.group(2)) >= 7 and html.unescape(found.group(1)) == "[]", found.groups()
     (row,) = re.findall(r'<tr class="sitemap">(.*?)</tr>', dom, re.S)
     assert all(f">{u}<" in row for u in maps) and "[" not in visible_text(row), row
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        ("fetched 2026-11-28T06:02:39+00:00, less than WALSH_RUN_INTERVAL=86400 s ago; due again "
+         "2026-11-29T06:02:39+00:00. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0",
+         "fetched 2026-11-28 06:02:39 UTC, less than the bot's run interval (1 day) ago; due "
+         "again 2026-11-29 06:02:39 UTC."),
+        ("HTTP 503 with Retry-After 7200 s, beyond WALSH_RETRY_MAX_DELAY (600 s): gave up",
+         "HTTP 503 with Retry-After 7200 s, beyond the longest wait the bot accepts (600 s): "
+         "gave up"),
+        ("opted out: blocklist entry 'a.test' (WALSH_BLOCKLIST_EXTRA)",
+         "opted out: blocklist entry 'a.test' (the operator's own additions to the blocklist)"),
+    ],
+)  # fmt: skip
+def test_a_reason_is_shown_to_the_site_owner_without_settings_or_advice(reason, shown):
+    from scrapy_walsh_research.evidence.glossary import for_site_owner
+
+    assert for_site_owner(reason) == shown
