@@ -22,6 +22,7 @@ from scrapy_walsh_research.components import (
     HEAP_ORDER,
     PROGRESS_EXTENSION,
     PROGRESS_ORDER,
+    RECORD_LOG_FORMATTER,
     RECORD_PIPELINE,
     RECORD_PIPELINE_ORDER,
     SPIDER_MIDDLEWARES,
@@ -57,6 +58,9 @@ DEFAULTS: dict[str, object] = {
     # quarter of the cap to show which sources come near it.
     "DOWNLOAD_MAXSIZE": 16 * 1024 * 1024,
     "DOWNLOAD_WARNSIZE": 4 * 1024 * 1024,
+    # a record of a target not fetched is logged from its request
+    # ("Scraped from <GET url> (denied by R2)"), not from the rule's text
+    "LOG_FORMATTER": RECORD_LOG_FORMATTER,
 }
 
 
@@ -85,6 +89,13 @@ class Addon:
             # naming the setting, instead of the add-on silently overriding.
             if not any(load_object(k) is replaced for k in explicit):
                 settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", replaced, None)
+                if replaced is ScrapyRobotsTxt:
+                    # Off, Scrapy's middleware reads ROBOTSTXT_OBEY no more,
+                    # and the R2 gate obeys robots.txt whatever it says: the
+                    # True that `scrapy startproject` writes would only show
+                    # in Scrapy's settings dump as if Scrapy's were on.
+                    priority = settings.getpriority("ROBOTSTXT_OBEY") or 0
+                    settings.set("ROBOTSTXT_OBEY", False, max(priority, 15))
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
         missing = {"http", "https"} - set(handlers)
         if missing:

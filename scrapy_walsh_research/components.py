@@ -63,6 +63,8 @@ SCRAPY_MEDIA_PIPELINE = "scrapy.pipelines.media.MediaPipeline"
 #: Commits each record (cadence with it; a fed line's acknowledgement).
 RECORD_PIPELINE = f"{PACKAGE}.RecordPipeline"
 RECORD_PIPELINE_ORDER = 100
+#: LOG_FORMATTER: a record of a target not fetched is logged from its request
+RECORD_LOG_FORMATTER = f"{PACKAGE}.RecordLogFormatter"
 SCRAPY_DOWNLOADER = "scrapy.core.downloader.Downloader"
 #: drops a request whose URL is longer than URLLENGTH_LIMIT, with no record
 SCRAPY_URL_LENGTH_MW = "scrapy.spidermiddlewares.urllength.UrlLengthMiddleware"
@@ -125,6 +127,7 @@ PUBLIC = (
     WIRE_HANDLER,
     STARTUP_CHECK,
     RECORD_PIPELINE,
+    RECORD_LOG_FORMATTER,
     PROGRESS_EXTENSION,
     HEAP_EXTENSION,
 )

@@ -10,12 +10,14 @@ outcomes, what a response gives it) is :mod:`scrapy_walsh_research.core.records`
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import DropItem
 
 from scrapy_walsh_research.core.records import SENT_OUTCOMES, TICKET_KEY
+from scrapy_walsh_research.core.timestamps import parse_utc_iso
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.cadence import cadence_of
 from scrapy_walsh_research.state import redis_url
@@ -60,11 +62,15 @@ class RecordPipeline:
         ticket = item.pop(TICKET_KEY, None)
         key = str(item.get("canonical_url") or "")
         fetched = bool(key) and item["outcome"] in SENT_OUTCOMES
+        # the cadence counts from when the answer came, as the record says
+        # (committed later: a record waits for its llms.txt probe), so an R8
+        # skip names the time the record gives; None (a sitemap's skip): now
+        answered = parse_utc_iso(item.get("fetched_at")) if fetched else None
         cadence = cadence_of(self.crawler)
         if ticket is None:
             if cadence is not None:
                 if fetched:
-                    await cadence.stamp(key)
+                    await cadence.stamp(key, answered)
                 if key:
                     await cadence.release(key)
             await self.audit.decision(item)
@@ -74,9 +80,12 @@ class RecordPipeline:
         from scrapy_walsh_research.state.redis.target_queue import finish
 
         conn = RedisConnection.for_crawler(self.crawler)
-        first, now = await finish(conn, ticket, item, key if fetched else "", key)
+        # on the fleet's clock (Redis's): as long before its now as the answer
+        # came before this worker's
+        age = max(0.0, time.time() - answered) if answered is not None else 0.0
+        first, at = await finish(conn, ticket, item, key if fetched else "", key, age)
         if fetched and cadence is not None:
-            await cadence.stamp(key, at=now)
+            await cadence.stamp(key, at, written=True)
         if first and self.copies is not None:
             self.copies.keep(ticket, item)
         if not first:

@@ -166,7 +166,7 @@ async def test_a_host_that_never_answers_gets_no_page_request_and_honest_records
     assert [w["state"] for w in evidence.waits] == ["waiting", "waiting", "gave_up"]
     assert evidence.waits[-1]["tries"] == 3
     page = host_page(evidence)
-    assert 'id="waits"' in page and "wait over: targets recorded, not requested" in page
+    assert 'id="waits"' in page and "wait over: its pages were recorded, not requested" in page
     # the next run: fine.test is inside its cadence (R8), dead.test is not
     again = await crawl(settings, [*targets, *ok], tmp_path)
     assert outcomes(again, "fine.test") == [("skipped", "R8")]

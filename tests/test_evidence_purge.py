@@ -114,6 +114,12 @@ async def test_walsh_purge_deletes_a_host_and_its_subdomains_and_names_exported_
     assert about(state, "c.test") == [] and about(state, "www.c.test") == []
     assert about(state, "xc.test")  # only a lookalike: kept
     assert "2 host(s) under c.test" in run.stdout
+    # in words, not a dict: what was deleted for each host
+    assert "{" not in run.stdout, run.stdout
+    lines = dict(line.strip().split(": ", 1) for line in run.stdout.splitlines()[1:3])
+    assert set(lines) == {"c.test", "www.c.test"}
+    assert "validators (ETag, Last-Modified): 1" in lines["c.test"], run.stdout
+    assert "last fetch times (R8): 1" in lines["c.test"], run.stdout
     assert "2 records of c.test were exported" in run.stdout
     reasons = {json.dumps(e) for e in entries(state) if e["event"] == "purge"}
     assert len(reasons) == 2 and all("walsh-purge" in r for r in reasons)

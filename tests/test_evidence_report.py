@@ -6,7 +6,9 @@ that a real browser (headless Chromium) renders from disk."""
 
 from __future__ import annotations
 
+import html
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -64,7 +66,7 @@ def render(page: Path, shot: Path) -> str:
 
 
 def text_of(dom: str, element_id: str) -> str:
-    found = re.search(rf'id="{element_id}"[^>]*>(.*?)</', dom, re.S)
+    found = re.search(rf'id="{element_id}"[^>]*>(.*?)</(?:dd|span|td|p)>', dom, re.S)
     assert found, f"#{element_id} is not in the rendered page"
     return re.sub(r"<[^>]+>", "", found.group(1)).strip()
 
@@ -107,9 +109,10 @@ async def test_the_report_shows_in_a_browser_what_the_origin_saw(server, tmp_pat
     assert text_of(dom, "under-count") == "0"
     rows = re.findall(r'<tr class="request[^"]*">(.*?)</tr>', dom, re.S)
     assert len(rows) == 6
-    assert all(USER_AGENT in row for row in rows)
+    # one User-Agent and one key for every request: said once
+    assert text_of(dom, "user-agent") == f"{USER_AGENT} (every request)"
     keyid = Signer(load_key(key)).keyid
-    assert all(keyid in row for row in rows)
+    assert text_of(dom, "keyid") == f"every request, key id {keyid}"
     # ... and the interval after the 429 is its Retry-After, not the Crawl-delay
     after_429 = rows[next(i for i, r in enumerate(rows) if "429" in r) + 1]
     cells = re.findall(r'<td class="n">([^<]*)</td>', after_429)
@@ -170,7 +173,8 @@ async def test_the_report_counts_denials_apart_from_404s_and_r8_skips(server, tm
     assert data["not_fetched_by_outcome"] == {"denied (R2)": 1, "failed": 1, "skipped (R8)": 1}
     page = (tmp_path / "c.html").read_text()
     assert text_of(page, "denied-count") == "1"
-    assert text_of(page, "not-fetched-count") == "denied (R2) 1, failed 1, skipped (R8) 1"
+    assert text_of(page, "not-fetched-count") == (
+        "denied, your robots.txt (R2): 1; failed: 1; skipped, not too often (R8): 1")
     walsh_report(state, "--out", "all.html", cwd=tmp_path)
     summary = (tmp_path / "all.html").read_text()
     assert '<th class="n">targets denied</th><th class="n">skipped or failed</th>' in summary
@@ -288,3 +292,158 @@ def test_one_hosts_report_holds_bounded_memory_however_many_requests_are_under_t
     assert grown < 1.5 * base, (
         f"peak {grown / 1e6:.0f} MB vs {base / 1e6:.0f} MB for the same log size"
     )
+
+
+# -- a page a site owner reads without the contract ----------------------------------
+
+
+def visible_text(dom: str) -> str:
+    """What a reader sees: the body without tags, titles or the style sheet."""
+    body = re.sub(r"<(style|title)>.*?</\1>", " ", dom, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", body))
+
+
+def glossary_terms(dom: str) -> list[str]:
+    found = re.search(r'id="glossary"[^>]*>(.*?)</dl>', dom, re.S)
+    assert found, "the page does not explain its words"
+    return [re.sub(r"<[^>]+>", "", t) for t in re.findall(r"<dt>(.*?)</dt>", found.group(1))]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_site_owner_reads_every_code_in_words_and_no_operator_advice(server, tmp_path):
+    """Two runs as a user makes them: the second inside the run interval (an
+    R8 skip, whose log reason tells the operator which setting to change),
+    the list naming a page twice (the operator's own duplicate). The page a
+    browser renders explains each code and kind of request it shows, gives
+    no setting or command line, and counts the duplicates apart from what
+    the site did."""
+    server.origin.route("o.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /private\n"))
+    server.origin.route("o.test", "/a", Reply(200, "ok"))
+    state = tmp_path / "state"
+    targets = [server.url("o.test", p) for p in ("/a", "/a", "/private")]
+    settings = base_settings(server, state, WALSH_RUN_INTERVAL=3600)
+    first = await crawl(settings, targets, tmp_path / "1")
+    second = await crawl(settings, targets, tmp_path / "2")
+    outcomes = [i["outcome"] for i in first.items + second.items]
+    assert outcomes.count("duplicate") == 2 and outcomes.count("skipped") == 1, outcomes
+    r8 = next(i for i in second.items if i["outcome"] == "skipped")
+    assert r8["rule"] == "R8" and "WALSH_RUN_INTERVAL=0" in r8["reason"]  # the operator's
+
+    walsh_report(state, "--host", "o.test", "--out", "o.html", cwd=tmp_path)
+    dom = render(tmp_path / "o.html", tmp_path / "o.png")
+    text = visible_text(dom)
+    assert "WALSH_" not in text and " -s " not in text and "run with" not in text, text
+    terms = " ".join(glossary_terms(dom))
+    for code in sorted(set(re.findall(r"\b(R[1-9]|PREF)\b", text))):
+        assert f"{code}:" in terms, f"{code} is on the page, not explained"
+    kinds = set(re.findall(r'<tr class="request[^"]*">(?:<td[^>]*>.*?</td>){2}<td>([^<]+)</td>',
+                           dom, re.S))  # fmt: skip
+    assert {"robots.txt", "tdmrep.json", "a listed page"} <= kinds, kinds
+    assert kinds <= set(glossary_terms(dom)), kinds
+    assert not re.search(r"\b(unsigned|keyid|set by|tdmrep(?!\.json))\b", text), text
+    assert text_of(dom, "keyid").startswith("no") and "signed (Web Bot Auth)" in terms
+    # the R8 row: when the page was fetched, in words
+    (skip,) = re.findall(r'<tr class="skipped">(.*?)</tr>', dom, re.S)
+    assert "not too often" in skip and re.search(r"fetched \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", skip)
+    # the list's own duplicates: apart, not against the site
+    assert text_of(dom, "skipped-count") == "1" and text_of(dom, "list-line-count") == "2"
+    assert len(re.findall(r'<tr class="duplicate">', dom)) == 2
+    assert "duplicate" not in text_of(dom, "not-fetched-count")
+    data = json.loads(walsh_report(state, "--host", "o.test", "--json", cwd=tmp_path).stdout)
+    assert data["not_fetched_by_outcome"] == {"denied (R2)": 2, "skipped (R8)": 1}
+    assert data["list_lines_by_outcome"] == {"duplicate": 2}
+    walsh_report(state, "--out", "all.html", cwd=tmp_path)
+    summary = (tmp_path / "all.html").read_text()
+    row = next(r for r in re.findall(r"<tr[^>]*>(.*?)</tr>", summary, re.S) if ">o.test<" in r)
+    assert re.findall(r'<td class="n">([^<]*)</td>', row)[1:3] == ["2", "1"]
+
+
+def timed_log(gaps_s: list[float], start: float = 1_795_000_000.0) -> list[dict[str, Any]]:
+    """Requests to h.test *gaps_s* apart, stamped as the audit log stamps them."""
+    from scrapy_walsh_research.core.timestamps import utc_iso
+
+    t, log = start, []
+    for i, gap in enumerate([0.0, *gaps_s]):
+        t += gap
+        log.append({"event": "request", "t": t, "ts": utc_iso(t, "milliseconds"), "id": str(i),
+                    "host": "h.test", "url": f"http://h.test/{i}", "interval": 1.0,
+                    "kind": "target", "interval_set_by": "floor"})  # fmt: skip
+    return log
+
+
+def test_the_gap_chart_draws_gaps_of_minutes_at_their_true_height(tmp_path):
+    """Gaps between runs (58 s, 937 s) beside gaps of a second: each bar as
+    tall as its gap on the chart's log scale, none cut off at a cap; the
+    long ones labelled with their length."""
+    out = tmp_path / "h.html"
+    out.write_text(host_page(collect(timed_log([1.0, 1.5, 58.0, 937.0, 1.2]), "h.test")))
+    dom = render(out, tmp_path / "h.png")
+    bars = {float(g): float(h) for h, g in re.findall(
+        r'<rect class="gap[^"]*"[^>]*height="([\d.]+)"[^>]*>\s*<title>[^<]*gap ([\d.]+) s', dom)}
+    assert sorted(bars) == [1.0, 1.2, 1.5, 58.0, 937.0], bars
+    heights = [bars[g] for g in sorted(bars)]
+    assert heights == sorted(heights) and len(set(heights)) == len(heights), bars
+    # log scale: as many pixels from 58 s to 937 s as the ratio of the two says
+    per_decade = (bars[58.0] - bars[1.0]) / math.log10(58.0)
+    assert bars[937.0] - bars[58.0] == pytest.approx(per_decade * math.log10(937 / 58), abs=1)
+    labels = re.findall(r'<text class="value"[^>]*>([^<]+)</text>', dom)
+    assert "58 s" in labels and "15 min 37 s" in labels, labels
+    assert "▲" not in dom
+
+
+WRAPPED = r"""<script>
+const times = [...document.querySelectorAll('body *')].filter(e => !e.children.length
+  && /^\s*\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*\s*$/.test(e.textContent));
+const wrapped = times.filter(e => {
+  const r = document.createRange(); r.selectNodeContents(e); return r.getClientRects().length > 1;
+}).map(e => e.textContent);
+document.body.setAttribute('data-wrapped', JSON.stringify(wrapped));
+document.body.setAttribute('data-times', times.length);
+</script>"""
+
+
+def test_times_are_never_wrapped_and_sitemaps_read_as_urls(tmp_path):
+    """In a narrow window, every time on the page stays on one line (they
+    broke mid-string), and a sitemap verdict lists its sitemaps as URLs (it
+    showed a Python list)."""
+    log = timed_log([1.0, 1.1])
+    maps = ["http://h.test/sitemap.xml", "http://h.test/news.xml"]
+    log.append({**log[-1], "event": "sitemap", "url": "http://h.test/2", "state": "trusted",
+                "sitemaps": maps})  # fmt: skip
+    log.append({**log[-1], "event": "wait", "url": "http://h.test/robots.txt", "state": "waiting",
+                "answer": "503", "tries": 1, "next_try": log[-1]["ts"],
+                "wait_until": log[-1]["ts"]})  # fmt: skip
+    page = host_page(collect(log, "h.test"))
+    out = tmp_path / "h.html"
+    out.write_text(page.replace("</body>", WRAPPED + "</body>"))
+    assert CHROMIUM is not None
+    dom = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--no-first-run", "--window-size=640,2000", "--dump-dom", out.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    found = re.search(r'data-wrapped="([^"]*)" data-times="(\d+)"', dom)
+    assert found, "the script did not run"
+    assert int(found.group(2)) >= 7 and html.unescape(found.group(1)) == "[]", found.groups()
+    (row,) = re.findall(r'<tr class="sitemap">(.*?)</tr>', dom, re.S)
+    assert all(f">{u}<" in row for u in maps) and "[" not in visible_text(row), row
+
+
+@pytest.mark.parametrize(
+    ("reason", "shown"),
+    [
+        ("fetched 2026-11-28T06:02:39+00:00, less than WALSH_RUN_INTERVAL=86400 s ago; due again "
+         "2026-11-29T06:02:39+00:00. To fetch it now anyway, run with -s WALSH_RUN_INTERVAL=0",
+         "fetched 2026-11-28 06:02:39 UTC, less than the bot's run interval (1 day) ago; due "
+         "again 2026-11-29 06:02:39 UTC."),
+        ("HTTP 503 with Retry-After 7200 s, beyond WALSH_RETRY_MAX_DELAY (600 s): gave up",
+         "HTTP 503 with Retry-After 7200 s, beyond the longest wait the bot accepts (600 s): "
+         "gave up"),
+        ("opted out: blocklist entry 'a.test' (WALSH_BLOCKLIST_EXTRA)",
+         "opted out: blocklist entry 'a.test' (the operator's own additions to the blocklist)"),
+    ],
+)  # fmt: skip
+def test_a_reason_is_shown_to_the_site_owner_without_settings_or_advice(reason, shown):
+    from scrapy_walsh_research.evidence.glossary import for_site_owner
+
+    assert for_site_owner(reason) == shown

@@ -69,6 +69,7 @@ def project_settings(settings_py: Path) -> Settings:
 #: add-on defaults the block may leave out, and why nothing is lost
 NOT_NEEDED_BY_HAND = {
     "ROBOTSTXT_OBEY": "Scrapy's RobotsTxtMiddleware is set to None in the block",
+    "LOG_FORMATTER": "only how a record of a target not fetched is logged",
 }
 
 

@@ -327,7 +327,7 @@ async def test_the_audit_log_report_and_progress_name_the_interval_and_what_set_
         assert all(r.required is not None and r.gap >= r.required - 0.001 for r in evidence.gaps)
     page = host_page(collect(entries, "strained.test"))
     assert page.count('class="interval distress"') >= 2
-    assert re.search(r"interval 2\.\d+ s \(set by distress\)", page)
+    assert re.search(r"interval 2\.\d+ s, set by your server(?:'|&#x27;)s errors \(distress\)", page)
 
     progress = [
         r.getMessage() for r in caplog.records if r.name == "scrapy_walsh_research.extensions.progress"

@@ -122,6 +122,28 @@ async def test_a_restarted_crawl_keeps_a_hosts_spacing(server, tmp_path):
     assert min(gaps(hits)) >= 1.0
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_request_that_never_went_out_is_not_counted_as_paced_without_a_wire_time(
+    server, tmp_path
+):
+    """``walsh/pacing/no_wire_time`` counts responses paced from the response
+    (no wire stamp: another download handler). A host that refuses the
+    connection received nothing, so its tries have no stamp either: they
+    were counted there, as if the wire time of a request sent were missing."""
+    from tests.support.redis_server import free_port
+
+    urls = pages(server, "up.test", 1)
+    down = f"http://down.test:{free_port()}/p"
+    res = await crawl(base_settings(server, tmp_path / "s", WALSH_POLICY_WAIT=2),
+                      [*urls, down], tmp_path)  # fmt: skip
+    records = res.by_url()
+    assert records[urls[0]]["outcome"] == "fetched"
+    assert records[down]["outcome"] != "fetched"
+    # down.test was tried (its robots.txt), and refused
+    assert res.stats["downloader/exception_type_count/scrapy.exceptions.DownloadConnectionRefusedError"]
+    assert res.stats.get("walsh/pacing/no_wire_time", 0) == 0
+
+
 # -- below Scrapy: the transport ------------------------------------------------------
 
 

@@ -7,7 +7,9 @@ import signal
 import sqlite3
 from typing import Any
 
+import pytest
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import reactor, task
 
 from scrapy_walsh_research.sandbox import Reply
@@ -76,6 +78,43 @@ async def test_a_rerun_inside_the_cadence_sends_nothing_to_the_target_hosts(serv
     # and with the cadence off, the run goes out (and gets its 304)
     third = await crawl(base_settings(server, state, WALSH_RUN_INTERVAL=0), urls, tmp_path)
     assert [i["outcome"] for i in third.items] == ["not_modified"] * 2
+
+
+@pytest.mark.parametrize("store", ["state dir", "redis"])
+@pytest_twisted.ensureDeferred
+async def test_an_r8_skip_names_the_time_its_targets_record_says_it_was_fetched(
+    server, tmp_path, request, store
+):
+    """A record is committed after the target's answer: here after its
+    host's llms.txt probe, which answers slowly. R8 stamped the commit, so
+    the next run's skip said "fetched" seconds later than the record's
+    ``fetched_at``; it names the record's time, alone or in a fleet."""
+    url = conditional_page(server, "late.test")
+    server.origin.route("late.test", "/doc", Reply(200, "<p>page</p>", {"Content-Type": "text/html"}))
+    server.origin.route("late.test", "/llms.txt", Reply(404, "no", delay=1.5))
+    settings = base_settings(server, tmp_path / "s", WALSH_RUN_INTERVAL=3600, WALSH_LLMS_PROBE=True)
+    if store == "redis":
+        from scrapy_walsh_research.state.redis.target_queue import enqueue
+        from tests.support.fleet import crawl_feed, redis_settings
+
+        settings.update(redis_settings(request.getfixturevalue("redis_server")))
+        redis_url, prefix = settings["WALSH_REDIS_URL"], settings["WALSH_REDIS_PREFIX"]
+
+        async def run(name: str) -> Any:
+            enqueue(redis_url, name, write_list(tmp_path, [url]), prefix=prefix)
+            return await deferred_from_coro(crawl_feed(settings, name))
+    else:
+
+        async def run(name: str) -> Any:
+            return await crawl(settings, [url], tmp_path)
+
+    first = await run("first")
+    (fetched,) = first.items
+    assert fetched["outcome"] == "fetched" and server.origin.hits_for("late.test", "/llms.txt")
+    (skipped,) = (await run("second")).items
+    assert skipped["rule"] == "R8", skipped
+    assert skipped["reason"].startswith(f"fetched {fetched['fetched_at']},"), (
+        skipped["reason"], fetched["fetched_at"])  # fmt: skip
 
 
 @pytest_twisted.ensureDeferred

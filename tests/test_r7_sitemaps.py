@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -376,6 +377,27 @@ async def test_a_short_list_costs_no_sitemap_and_a_slow_answer_is_dated_when_sen
     assert outcomes(second, one) == {"p0": "not_modified"}
     assert len(slow.sitemap_hits()) == 1
     assert outcomes(second, slow)["p3"] == "fetched"
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_origin_with_too_few_due_targets_says_once_why_its_sitemap_is_not_read(
+    server, tmp_path, caplog
+):
+    """A re-run of two pages whose robots.txt declares a sitemap: the sitemap
+    is not fetched (two due targets cannot repay it), and the log says so
+    once, at INFO, naming the setting (it was only a stat)."""
+    site = Site(server, "two.test", 2)
+    settings = base_settings(server, tmp_path / "s", WALSH_SITEMAP_TTL=0)
+    await crawl(settings, site.urls, tmp_path)
+    with caplog.at_level(logging.INFO, logger="scrapy_walsh_research.gates.sitemaps"):
+        second = await crawl(settings, site.urls, tmp_path)
+    assert not site.sitemap_hits()
+    assert second.stats["walsh/sitemaps/too_few_targets"] == 1
+    said = [r for r in caplog.records if "not read in this run" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO
+    assert server.url("two.test", "") in said[0].getMessage()
+    assert "2 of its due targets" in said[0].getMessage()
+    assert "WALSH_SITEMAP_MIN_TARGETS=10" in said[0].getMessage()
 
 
 @pytest.mark.parametrize(

@@ -221,9 +221,15 @@ LIST_FORMAT = {
     "not an http(s) URL, and what is missing": (
         b"ftp://a.test/f\nexample.org/page\n<html>\nhttp://a.test:99999/\n",
         [(1, "ftp://a.test/f", "not an absolute http(s) URL: its scheme is ftp"),
-         (2, "example.org/page", "no scheme (write https://example.org/page)"),
+         (2, "example.org/page", "no scheme (write http://example.org/page or https://example.org/page"),
          (3, "<html>", "not an absolute http(s) URL"),
          (4, "http://a.test:99999/", "Port out of range")],
+    ),
+    "a line without a scheme is told the scheme of the list's other lines": (
+        b"http://a.test/1\nhttp://a.test/2\na.test/3\nhttps://b.test/1\n",
+        [(1, "http://a.test/1", None), (2, "http://a.test/2", None),
+         (3, "a.test/3", "no scheme (write http://a.test/3, as the list's other lines do)"),
+         (4, "https://b.test/1", None)],
     ),
 }
 

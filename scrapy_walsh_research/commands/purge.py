@@ -49,7 +49,7 @@ class Command(ScrapyCommand):
 
     async def _purge(self, crawler: Crawler, host: str) -> None:
         from scrapy_walsh_research.evidence.audit import AuditTrail
-        from scrapy_walsh_research.evidence.purge import covers, purge, total
+        from scrapy_walsh_research.evidence.purge import covers, in_words, purge, total
         from scrapy_walsh_research.state import state_for
 
         store = state_for(crawler)
@@ -71,9 +71,12 @@ class Command(ScrapyCommand):
         finally:
             await audit.store.close()
             await store.close()
-        print(f"purged {total(purged)} stored entries for {len(purged)} host(s) under {host}")
+        if purged:
+            print(f"purged {total(purged)} stored entries for {len(purged)} host(s) under {host}:")
+        else:
+            print(f"nothing was stored about {host} or its subdomains: nothing to purge")
         for name, counts in sorted(purged.items()):
-            print(f"  {name}: {counts}")
+            print(f"  {name}: {in_words(counts)}")
         if exported:
             print(
                 f"{exported} records of {host} were exported with -O/FEEDS between "

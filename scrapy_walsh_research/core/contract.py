@@ -12,6 +12,8 @@ whose defaults these are); a ``Signer`` made without them uses them.
 from __future__ import annotations
 
 USER_AGENT = "Mozilla/5.0 (compatible; Walsh-Research/1.0; +https://wal.sh/bot/)"
+#: the bot's public policy page, which its User-Agent names
+POLICY_URL = "https://wal.sh/bot/"
 #: Product token matched against robots.txt ``User-agent`` lines (R2).
 PRODUCT_TOKEN = "Walsh-Research"
 SPEC_VERSION = "walsh-research-compliance/v1"

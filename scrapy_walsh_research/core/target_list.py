@@ -90,6 +90,7 @@ def read_list(path: Path) -> Iterator[ListLine]:
     with path.open("rb") as raw:
         utf16 = raw.read(2) in (b"\xff\xfe", b"\xfe\xff")
     encoding = "utf-16" if utf16 else "utf-8-sig"
+    schemes = _Schemes()
     with path.open(encoding=encoding, errors="surrogateescape", newline=None) as lines:
         number = 0
         while True:
@@ -98,8 +99,9 @@ def read_list(path: Path) -> Iterator[ListLine]:
                 return
             number += 1
             if len(text) <= MAX_LINE_CHARS or text.endswith("\n"):
-                line = parse_line(number, text)
+                line = parse_line(number, text, schemes.usual())
                 if line is not None:
+                    schemes.count(line)
                     yield line
                 continue
             size = len(text)
@@ -116,9 +118,30 @@ def read_list(path: Path) -> Iterator[ListLine]:
             )
 
 
-def parse_line(number: int, text: str) -> ListLine | None:
+class _Schemes:
+    """The schemes of the list's valid lines so far: a line without one is
+    told to add the scheme the rest of its list uses."""
+
+    def __init__(self) -> None:
+        self.seen = {"http": 0, "https": 0}
+
+    def count(self, line: ListLine) -> None:
+        if line.invalid is None:
+            scheme = line.text.split(":", 1)[0].lower()
+            if scheme in self.seen:
+                self.seen[scheme] += 1
+
+    def usual(self) -> str | None:
+        """``http`` or ``https``, whichever the lines so far use more, or
+        None before the first (or on a tie)."""
+        http, https = self.seen["http"], self.seen["https"]
+        return None if http == https else "http" if http > https else "https"
+
+
+def parse_line(number: int, text: str, scheme: str | None = None) -> ListLine | None:
     """Line *number*, *text* as read, as a target, an invalid line, or None
-    for a comment or a blank line."""
+    for a comment or a blank line; *scheme* is the one the list's other
+    lines use (what a line without a scheme is told to add)."""
     text = _trim(text)
     if not text or text.startswith("#"):
         return None
@@ -127,7 +150,7 @@ def parse_line(number: int, text: str) -> ListLine | None:
         text = text[: note.start()].rstrip()
     if _NOT_UTF8.search(text):
         return ListLine(number, _printable(text[:MAX_KEPT_CHARS]), "not UTF-8 text")
-    problem = url_problem(text)
+    problem = url_problem(text, scheme)
     return ListLine(number, text[:MAX_KEPT_CHARS] if problem else text, problem)
 
 
@@ -148,10 +171,11 @@ def _printable(text: str) -> str:
     return _NOT_UTF8.sub("\ufffd", text)
 
 
-def url_problem(text: str) -> str | None:
-    """Why *text* (a line without its note) is not a target to fetch, or None."""
+def url_problem(text: str, scheme: str | None = None) -> str | None:
+    """Why *text* (a line without its note) is not a target to fetch, or
+    None; *scheme*: the one the rest of the list uses, if known."""
     if not is_http_url(text):
-        return "not an absolute http(s) URL" + _hint(text)
+        return "not an absolute http(s) URL" + _hint(text, scheme)
     if any(ch.isspace() for ch in text):
         return (
             "whitespace inside the URL: one URL per line; a note starts at a '#' after "
@@ -163,15 +187,18 @@ def url_problem(text: str) -> str | None:
     return None
 
 
-def _hint(text: str) -> str:
-    """What is missing from *text*, which is not an absolute http(s) URL."""
+def _hint(text: str, scheme: str | None = None) -> str:
+    """What is missing from *text*, which is not an absolute http(s) URL: a
+    scheme is suggested as the rest of the list has it (both, before any)."""
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError for a port that is no port
     except ValueError as exc:
         return f" ({exc})"
     if "://" not in text and _HOSTISH.match(text):
-        return f": no scheme (write https://{text})"
+        if scheme is None:
+            return f": no scheme (write http://{text} or https://{text}, as the site serves it)"
+        return f": no scheme (write {scheme}://{text}, as the list's other lines do)"
     if parts.scheme and parts.scheme.lower() not in ("http", "https") and "://" in text:
         return f": its scheme is {parts.scheme}"
     return ""

@@ -12,6 +12,20 @@ def utc_iso(t: float | None = None, timespec: str = "seconds") -> str:
     return when.isoformat(timespec=timespec)
 
 
+def parse_utc_iso(text: object) -> float | None:
+    """A time :func:`utc_iso` wrote (seconds since the epoch), or None for
+    anything else."""
+    if not isinstance(text, str):
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.timestamp()
+
+
 def duration_text(seconds: float) -> str:
     """*seconds* as a person reads a wait: ``45 s``, ``6 min 5 s``, ``2 h 3 min``."""
     whole = max(0, round(seconds))

@@ -39,6 +39,12 @@ FETCHED = ("fetched", "not_modified")
 #: skipped (R4/R5/R8, a duplicate line) or failed (an HTTP error such as 404,
 #: a network failure), which no one denied
 DENIED = ("denied", "withheld")
+#: outcomes of the operator's own list lines (a line that repeats an earlier
+#: one, a line that is no URL): nothing the site did, counted apart
+LIST_LINES = ("duplicate", "invalid")
+#: distinct User-Agents and keyids tallied (the bot sends one of each; more is
+#: a finding, and a hostile log cannot make the tally grow without bound)
+TALLIED = 100
 
 
 @dataclass
@@ -129,6 +135,13 @@ class HostEvidence:
     #: targets not fetched by "outcome (rule)", and how many were denied
     outcomes: dict[str, int] = field(default_factory=dict)
     denied_count: int = 0
+    #: the operator's own list lines not fetched (:data:`LIST_LINES`): by
+    #: outcome, and the latest rows
+    list_line_counts: dict[str, int] = field(default_factory=dict)
+    list_lines: list[dict[str, Any]] = field(default_factory=list)
+    #: every request's User-Agent and keyid ("" unsigned), with how many sent each
+    user_agents: dict[str, int] = field(default_factory=dict)
+    keyids: dict[str, int] = field(default_factory=dict)
     robots: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     robots_fetch_rows: list[Sent] = field(default_factory=list)
     blocklists: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -196,6 +209,10 @@ class HostEvidence:
         return list(self.entries_named)
 
     @property
+    def list_line_count(self) -> int:
+        return sum(self.list_line_counts.values())
+
+    @property
     def empty(self) -> bool:
         return not (
             self.request_count or self.decision_count or self.purges or self.waits
@@ -210,6 +227,10 @@ class HostEvidence:
             "request_count": self.request_count,
             "not_fetched": self.not_fetched,
             "not_fetched_by_outcome": self.not_fetched_by_outcome(),
+            "list_lines": self.list_lines,
+            "list_lines_by_outcome": dict(sorted(self.list_line_counts.items())),
+            "user_agents": self.user_agents,
+            "keyids": self.keyids,
             "decisions": self.decision_count,
             "robots_versions": self.robots_versions(),
             "blocklist_versions": self.blocklist_versions(),
@@ -243,7 +264,7 @@ class Collector:
         self._not_fetched: deque[dict[str, Any]] = deque(maxlen=ROWS)
         self._lists = {
             name: deque[dict[str, Any]](maxlen=ROWS)
-            for name in ("purges", "waits", "sitemaps", "skips")
+            for name in ("purges", "waits", "sitemaps", "skips", "list_lines")
         }
         self._robots_fetches: deque[Sent] = deque(maxlen=ROWS)
         self._under: deque[Sent] = deque(maxlen=ROWS)
@@ -270,6 +291,7 @@ class Collector:
         ev.waits = list(self._lists["waits"])
         ev.sitemaps = list(self._lists["sitemaps"])
         ev.sitemap_skip_rows = list(self._lists["skips"])
+        ev.list_lines = list(self._lists["list_lines"])
         ev.robots_fetch_rows = list(self._robots_fetches)
         ev.under = list(self._under)
         return ev
@@ -319,6 +341,8 @@ class Collector:
         ev = self.evidence
         ev.request_count += 1
         self._requests.append(r)
+        _tally(ev.user_agents, r.user_agent or "")
+        _tally(ev.keyids, r.keyid or "")
         if r.gap is not None:
             ev.gap_count += 1
             if ev.smallest_gap is None or r.gap < (ev.smallest_gap.gap or 0.0):
@@ -380,7 +404,11 @@ class Collector:
         ev.decision_count += 1
         outcome = d.get("outcome")
         rule = d.get("rule")
-        if outcome not in FETCHED:
+        if outcome in LIST_LINES:
+            key = str(outcome)
+            ev.list_line_counts[key] = ev.list_line_counts.get(key, 0) + 1
+            self._lists["list_lines"].append(d)
+        elif outcome not in FETCHED:
             key = str(outcome) + (f" ({rule})" if rule else "")
             ev.outcomes[key] = ev.outcomes.get(key, 0) + 1
             ev.denied_count += outcome in DENIED
@@ -437,6 +465,13 @@ async def collect_stream(
     async for e in entries:
         collector.add(e)
     return collector.result()
+
+
+def _tally(counts: dict[str, int], value: str) -> None:
+    if value in counts or len(counts) < TALLIED:
+        counts[value] = counts.get(value, 0) + 1
+    else:
+        counts["(others)"] = counts.get("(others)", 0) + 1
 
 
 def _sent(e: dict[str, Any]) -> Sent:

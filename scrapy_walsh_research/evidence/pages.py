@@ -1,13 +1,18 @@
 """The evidence report: what the bot did to a host, from the audit log, as a
-page a site owner can open (``scrapy walsh-report``).
+page a site owner can open and read without the contract (``scrapy
+walsh-report``).
 
 ``--host HOST`` gives one page of what
 :mod:`~scrapy_walsh_research.evidence.host_evidence` gathers for HOST and its
-subdomains: the facts, a chart of the gaps against the interval that applied,
-and the tables of requests, targets not fetched, robots.txt, blocklist versions,
-waits for a document a failure left unknown, sitemaps, stated preferences and purges.
-A site owner sees the bot slow down when their server struggled. Without
-``--host``: a summary of every host linking to one page per host.
+subdomains: the facts, what the page's words mean, a chart of the gaps
+against the interval that applied (:mod:`.gap_chart`), and the tables of
+requests, pages not fetched, the operator's own list lines, robots.txt,
+waits for a document a failure left unknown, sitemaps, stated preferences,
+the blocklist and purges. A code (R2, PREF, ``distress``) is shown with its
+words, and every code the page uses is explained on it
+(:mod:`.glossary`); a reason from the log is shown without the operator's
+advice. A site owner sees the bot slow down when their server struggled.
+Without ``--host``: a summary of every host linking to one page per host.
 
 The page is static and self-contained: inline CSS and SVG, no script, no
 external asset, every value from the log escaped (paths and reasons come
@@ -16,16 +21,26 @@ from servers we do not trust).
 
 from __future__ import annotations
 
-import html
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scrapy_walsh_research.core.contract import POLICY_URL, PRODUCT_TOKEN
+from scrapy_walsh_research.evidence import glossary
+from scrapy_walsh_research.evidence.document_sections import documents
+from scrapy_walsh_research.evidence.gap_chart import chart
+from scrapy_walsh_research.evidence.glossary import for_site_owner, kind_words, set_by_words
 from scrapy_walsh_research.evidence.host_evidence import HostEvidence, Sent
-
-esc = html.escape
+from scrapy_walsh_research.evidence.page_html import (
+    esc,
+    kept,
+    rule,
+    seconds,
+    table,
+    when,
+    when_cell,
+)
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:72em;color:#222;padding:0 1em}
@@ -33,12 +48,15 @@ h1{font-size:1.5em}h2{font-size:1.15em;margin-top:2em;border-bottom:1px solid #c
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{text-align:left;padding:2px 6px;border-bottom:1px solid #eee;vertical-align:top}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.when{white-space:nowrap;font-variant-numeric:tabular-nums}
 code,.mono{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
 dl.facts{display:grid;grid-template-columns:max-content auto;gap:2px 1em}
 dl.facts dt{color:#555}dl.facts dd{margin:0;font-weight:600}
+dl.words dt{font-weight:600;margin-top:.4em}dl.words dd{margin:0 0 0 1.5em}
 .under{background:#fdd}.ok{color:#070}.bad{color:#b00;font-weight:600}
-svg{background:#fafafa;border:1px solid #ddd}
+.chart svg{width:100%;height:auto;max-width:1000px;background:#fafafa;border:1px solid #ddd}
 .note{color:#555;font-size:12px}
+abbr{text-decoration:underline dotted}
 """
 
 
@@ -49,330 +67,238 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _seconds(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f} s"
+# -- the top: who, the facts, the words ---------------------------------------------
 
 
-def _chart(requests: list[Sent]) -> str:
-    """Gaps between consecutive requests to one host, in request order: a bar
-    per gap (red when under the interval) and a tick at the interval that
-    applied. Gaps longer than the chart (between runs) are cut with a mark."""
-    gaps = [r for r in requests if r.gap is not None]
-    if not gaps:
-        return '<p class="note">fewer than two requests: no gap to show</p>'
-    top = max(3.0 * max(r.required or 1.0 for r in gaps), 2.0)
-    width, height, pad = max(320, min(1100, 8 * len(gaps) + 60)), 180, 40
-    step = (width - pad - 10) / len(gaps)
-    bar = max(1.0, step * 0.7)
-
-    def y(v: float) -> float:
-        return height - 20 - (min(v, top) / top) * (height - 40)
-
-    parts = [
-        f'<svg role="img" aria-label="gaps between requests to {esc(requests[0].host)}" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        'xmlns="http://www.w3.org/2000/svg">',
-        f'<line x1="{pad}" y1="{y(0)}" x2="{width - 5}" y2="{y(0)}" stroke="#999"/>',
-        f'<text x="4" y="{y(top) + 4:.1f}" font-size="10">{top:.1f} s</text>',
-        f'<text x="4" y="{y(0) + 4:.1f}" font-size="10">0 s</text>',
-    ]
-    steps = []
-    for i, r in enumerate(gaps):
-        x = pad + i * step
-        colour = "#c00" if r.under else "#4a8"
-        gap = r.gap or 0.0
-        by = r.set_by or "floor"
-        parts.append(
-            f'<rect class="gap{" under" if r.under else ""}" x="{x:.1f}" y="{y(gap):.1f}" '
-            f'width="{bar:.1f}" height="{y(0) - y(gap):.1f}" fill="{colour}">'
-            f"<title>{esc(r.ts)} {esc(r.path)}: gap {gap:.3f} s, interval "
-            f"{(r.required or 0):.3f} s (set by {esc(by)})</title></rect>"
-        )
-        req = y(r.required or 0.0)
-        steps.append(f"{x - 1:.1f},{req:.1f} {x + bar + 1:.1f},{req:.1f}")
-        parts.append(
-            f'<line class="interval {_slug(by)}" x1="{x - 1:.1f}" y1="{req:.1f}" '
-            f'x2="{x + bar + 1:.1f}" y2="{req:.1f}" stroke="{SET_BY_COLOURS.get(by, "#000")}" '
-            'stroke-width="2.5"/>'
-        )
-        if gap > top:
-            parts.append(f'<text x="{x:.1f}" y="{y(top) - 2:.1f}" font-size="9">▲</text>')
-    # the interval as one line across the bars: where it rises, the bot slowed down
-    parts.insert(
-        4,
-        f'<polyline class="interval-line" points="{" ".join(steps)}" fill="none" '
-        'stroke="#888" stroke-width="1" stroke-dasharray="3,2"/>',
+def _intro(ev: HostEvidence, since: str | None) -> str:
+    scope = f" since {esc(since)}" if since else ""
+    return (
+        f'<h1>What the Walsh-Research bot did on <span id="host">{esc(ev.host)}</span></h1>'
+        "<p>Walsh-Research is a research crawler; its public policy is at "
+        f"<code>{esc(POLICY_URL)}</code>. It fetches a list of pages its operator chose, reads "
+        "only feeds and structured files, one request at a time, never two requests to a host "
+        "less than a second apart. This page shows everything it did on "
+        f"{esc(ev.host)} and its subdomains{scope}, from its audit log: each request was "
+        "written down before it left. Times are UTC, as the sending machine's clock read "
+        "them.</p><p class=\"note\">To slow the bot down, give it a Crawl-delay in your "
+        f"robots.txt (<code>User-agent: {PRODUCT_TOKEN}</code>); to stop it, "
+        "<code>Disallow: /</code> there, or ask its operator to add your site to the "
+        "blocklist.</p>"
     )
-    parts.append("</svg>")
-    keys = ", ".join(
-        f'<span style="color:{c}">■</span> {esc(k)}' for k, c in SET_BY_COLOURS.items()
-    )
-    legend = (
-        '<p class="note">Bars: the gap before each request (to the same host), in request '
-        "order; tick and dashed line: the interval that applied, coloured by what set it "
-        f"({keys}): the floor (1 s), the Crawl-delay, the host's load (a multiple of its "
-        "response time), its distress (errors, timeouts), or a Retry-After or backoff hold; "
-        "red bar: under it; ▲: longer than the chart.</p>"
-    )
-    return "".join(parts) + legend
-
-
-#: the tick colour of each thing that can set a host's interval
-SET_BY_COLOURS = {
-    "floor": "#000",
-    "Crawl-delay": "#555",
-    "load": "#d80",
-    "distress": "#a0a",
-    "Retry-After": "#06c",
-    "backoff": "#39c",
-}
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
 def _facts(ev: HostEvidence) -> str:
-    smallest = ev.smallest_gap
-    under = ev.under_count
-    return (
-        '<dl class="facts">'
-        f'<dt>requests sent</dt><dd id="request-count">{ev.request_count}</dd>'
-        f'<dt>targets denied (a rule or the site said no)</dt>'
-        f'<dd id="denied-count">{ev.denied_count}</dd>'
-        f'<dt>targets not fetched, by outcome</dt><dd id="not-fetched-count">'
-        f"{esc(_counts(ev)) or 0}</dd>"
-        f'<dt>smallest gap</dt><dd id="smallest-gap">{_seconds(smallest.gap if smallest else None)}'
-        + (
-            f' <span class="note">(before {esc(smallest.path)} at {esc(smallest.ts)}, interval '
-            f"{_seconds(smallest.required)})</span>"
-            if smallest
-            else ""
-        )
-        + "</dd>"
-        f'<dt>gaps under the interval</dt><dd id="under-count" '
-        f'class="{"bad" if under else "ok"}">{under}</dd>'
-        "</dl>"
-    )
-
-
-def _under(ev: HostEvidence) -> str:
-    """Every request sent sooner after the previous one than the interval
-    that applied (the latest ROWS of them), apart from the request table,
-    which lists only the latest requests."""
-    if not ev.under_count:
-        return ""
+    smallest, under = ev.smallest_gap, ev.under_count
+    skipped = ev.not_fetched_count - ev.denied_count
     rows = [
-        f'<tr class="request under"><td class="mono">{esc(r.ts)}</td><td>{esc(r.host)}</td>'
-        f'<td class="mono">{esc(r.method)} {esc(r.path)}</td><td>{esc(r.set_by or "—")}</td>'
-        f'<td class="n">{_seconds(r.gap)}</td><td class="n">{_seconds(r.required)}</td></tr>'
-        for r in ev.under
-    ]
-    heads = ["time (UTC)", "host", "request", "interval set by", "gap", "interval"]
-    return (
-        "<h2>Gaps under the interval</h2>"
-        + _kept(ev.under_count, len(ev.under), "requests under the interval")
-        + _table(heads, rows, "none", "under", n_cols=2)
+        ("requests sent", f'<dd id="request-count">{ev.request_count}</dd>'),
+        *_identity(ev),
+        ("pages denied (a rule or your site said no)",
+         f'<dd id="denied-count">{ev.denied_count}</dd>'),
+        ("pages skipped or failed (not due yet, errors)", f'<dd id="skipped-count">{skipped}</dd>'),
+        ("pages not fetched, by why", f'<dd id="not-fetched-count">{_by_why(ev) or 0}</dd>'),
+    ]  # fmt: skip
+    if ev.list_line_count:
+        rows.append((
+            "lines of the operator's own list not fetched (nothing your site did)",
+            f'<dd id="list-line-count">{ev.list_line_count}</dd>',
+        ))  # fmt: skip
+    detail = (
+        f' <span class="note">(before {esc(smallest.path)} at {when(smallest.ts)}, '
+        f"required {seconds(smallest.required)})</span>"
+        if smallest
+        else ""
     )
+    rows += [
+        ("shortest gap between two requests",
+         f'<dd id="smallest-gap">{seconds(smallest.gap if smallest else None)}{detail}</dd>'),
+        ("gaps shorter than required",
+         f'<dd id="under-count" class="{"bad" if under else "ok"}">{under}</dd>'),
+    ]  # fmt: skip
+    return '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt>{v}" for k, v in rows) + "</dl>"
 
 
-def _kept(total: int, shown: int, what: str) -> str:
-    """A note when a table shows only the latest of its rows (the counts
-    above it cover them all)."""
-    if shown >= total:
-        return ""
-    return (
-        f'<p class="note rows-kept">The latest {shown:,} of {total:,} {esc(what)}; the counts '
-        "above cover them all (scrapy walsh-report --since narrows the period).</p>"
-    )
+def _identity(ev: HostEvidence) -> list[tuple[str, str]]:
+    """Which User-Agent the requests sent and whether they were signed:
+    said once when every request agrees (the table says it otherwise)."""
+    if not ev.request_count:
+        return []
+    agents = [a for a in ev.user_agents if a]
+    if len(ev.user_agents) == 1 and agents:
+        agent = f'<dd id="user-agent"><code>{esc(agents[0])}</code> (every request)</dd>'
+    else:
+        agent = '<dd id="user-agent">not the same for every request: see each request</dd>'
+    keys = list(ev.keyids)
+    if keys == [""]:
+        signed = '<dd id="keyid">no: the requests carried no signature</dd>'
+    elif len(keys) == 1:
+        signed = (f'<dd id="keyid">every request, key id <code>{esc(keys[0])}</code></dd>')
+    else:
+        signed = '<dd id="keyid">not the same for every request: see each request</dd>'
+    return [("User-Agent sent", agent), ("signed (Web Bot Auth)", signed)]
 
 
-def _counts(ev: HostEvidence) -> str:
-    return ", ".join(f"{k} {n}" for k, n in ev.not_fetched_by_outcome().items())
+def _by_why(ev: HostEvidence) -> str:
+    """``denied, your robots.txt (R2): 1; skipped, not too often (R8): 4``."""
+    parts = []
+    for key, n in ev.not_fetched_by_outcome().items():
+        outcome, _, code = key.partition(" (")
+        code = code.rstrip(")")
+        name = glossary.RULES.get(code, ("", ""))[0]
+        parts.append(f"{outcome}, {name} ({code}): {n}" if name else f"{key}: {n}")
+    return esc("; ".join(parts))
 
 
-def _table(
-    heads: list[str], rows: list[str], empty: str, table_id: str = "", n_cols: int = 0
-) -> str:
-    """*rows* under *heads* (the last *n_cols* right-aligned), or *empty*."""
-    if not rows:
-        return f'<p class="note">{esc(empty)}</p>'
-    cells = "".join(
-        f'<th class="n">{h}</th>' if i >= len(heads) - n_cols else f"<th>{h}</th>"
-        for i, h in enumerate(heads)
-    )
-    opening = f'<table id="{table_id}">' if table_id else "<table>"
-    return f"{opening}<thead><tr>{cells}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+def _glossary(ev: HostEvidence, body: str) -> str:
+    """What each code and term the page uses means: every rule code the
+    page shows, the outcomes, kinds of request and causes of an interval
+    its tables hold."""
+    text = re.sub(r"<[^>]+>", " ", body)
+    entries = [(f"{code}: {name}", meaning) for code, (name, meaning) in glossary.RULES.items()
+               if re.search(rf"\b{code}\b", text)]  # fmt: skip
+    outcomes = {key.partition(" (")[0] for key in ev.outcomes}
+    entries += [(o, m) for o, m in glossary.OUTCOMES.items() if o in outcomes]
+    kinds = {r.kind.partition(" ")[0] for r in ev.requests}
+    entries += [(w, m) for k, (w, m) in glossary.KINDS.items() if k in kinds]
+    set_by = {r.set_by or "floor" for r in ev.requests if r.gap is not None}
+    entries += [(f"{w} ({k})", m) for k, (w, m) in glossary.SET_BY.items() if k in set_by]
+    if ev.request_count:
+        entries += list(glossary.IDENTITY.items())
+    entries += [
+        ("gap", "the time between a request and the one before it to the same host."),
+        ("required (interval)", "the shortest gap the bot allowed itself before that request; "
+         "a gap shorter than it is a fault of the bot, shown in red and counted above."),
+    ]  # fmt: skip
+    items = "".join(f"<dt>{esc(t)}</dt><dd>{esc(m[0].upper() + m[1:])}</dd>" for t, m in entries)
+    return f'<h2>What the words on this page mean</h2><dl class="words" id="glossary">{items}</dl>'
 
 
-NOT_FETCHED_HEADS = ["time (UTC)", "target", "outcome", "rule", "reason"]
-PREFERENCE_HEADS = ["source", "signal", "value", "scope", "speaks about", "first seen (UTC)",
-                    "what the bot did"]  # fmt: skip
-WAIT_HEADS = ["time (UTC)", "document", "what happened", "last answer", "tries", "next try",
-              "waits until"]  # fmt: skip
-WAIT_STATES = {
-    "waiting": "unknown: targets wait for the next try",
-    "known": "read again: the targets went on",
-    "gave_up": "wait over: targets recorded, not requested",
-}
+# -- what was sent -------------------------------------------------------------------
 
 
-def _wait_row(wait: dict[str, Any]) -> str:
-    """One entry of a document's wait: when, which, what happened, the tries."""
-    state = str(wait.get("state"))
-    cells = [wait.get("ts"), wait.get("url"), WAIT_STATES.get(state, state), wait.get("answer"),
-             wait.get("tries"), wait.get("next_try"), wait.get("wait_until")]  # fmt: skip
-    text = [esc(str(c)) if c not in (None, "") else "—" for c in cells]
-    return (
-        f'<tr class="wait"><td class="mono">{text[0]}</td><td class="mono">{text[1]}</td>'
-        f'<td>{text[2]}</td><td>{text[3]}</td><td class="n">{text[4]}</td>'
-        f'<td class="mono">{text[5]}</td><td class="mono">{text[6]}</td></tr>'
-    )
-
-
-SITEMAP_STATES = {
-    "trusted": "claim checked: the target answered 304 or the same validators",
-    "contradicted": "claim contradicted: new validators; sitemap not used for a while",
-    "stale": "every claim of change answered 304: not fetched for a while",
-    "ignored": "not used: not fetched or not read whole",
-}
-
-
-def _sitemaps(ev: HostEvidence) -> str:
-    """The host's sitemaps section (empty when the bot used none)."""
-    if not ev.sitemaps and not ev.sitemap_skips():
-        return ""
-    facts = ev.sitemap_facts()
-    rows = [
-        f'<tr class="sitemap"><td class="mono">{esc(str(m.get("ts")))}</td>'
-        f'<td class="mono">{esc(str(m.get("url")))}</td>'
-        f"<td>{esc(SITEMAP_STATES.get(str(m.get('state')), str(m.get('state'))))}</td>"
-        f"<td>{esc(str(m.get('why') or m.get('sitemaps') or ''))}</td></tr>"
-        for m in ev.sitemaps
-    ]
-    return (
-        "<h2>Sitemaps</h2><p>On a re-run, a target the host's sitemap says has not changed "
-        "since the bot's last answer from it is not requested, once the sitemap has been "
-        "checked in that run: one such target is sent as a conditional GET first.</p>"
-        '<dl class="facts" id="sitemap-facts">'
-        + "".join(f"<dt>{esc(k.replace('_', ' '))}</dt><dd>{n}</dd>" for k, n in facts.items())
-        + "</dl>"
-        + _table(["time (UTC)", "URL", "what happened", "detail"], rows, "no verdict", "sitemaps")
-    )
-
-
-def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
-    """One host's page. Long because it writes the page's sections in the
-    order they appear (requests, targets not fetched, documents, preferences,
-    purges): read top to bottom."""
-    rows = []
-    for r in ev.requests:
-        answer = str(r.status) if r.status is not None else (r.error or "—")
-        rows.append(
-            f'<tr class="request{" under" if r.under else ""}"><td class="mono">{esc(r.ts)}</td>'
-            f'<td>{esc(r.host)}</td><td class="mono">{esc(r.method)} {esc(r.path)}</td>'
-            f"<td>{esc(r.kind)}</td><td>{esc(answer)}</td>"
-            f'<td class="n">{_seconds(r.gap)}</td><td class="n">{_seconds(r.required)}</td>'
-            f'<td class="set-by">{esc(r.set_by or "—") if r.gap is not None else "—"}</td>'
-            f'<td class="mono">{esc(r.user_agent or "—")}</td>'
-            f'<td class="mono">{esc(r.keyid or "unsigned")}</td></tr>'
-        )
-    not_fetched = [
-        f'<tr class="{esc(str(d.get("outcome")))}"><td class="mono">{esc(str(d.get("ts")))}</td>'
-        f'<td class="mono">{esc(str(d.get("url")))}</td><td>{esc(str(d.get("outcome")))}</td>'
-        f"<td>{esc(str(d.get('rule') or ''))}</td><td>{esc(str(d.get('reason') or ''))}</td></tr>"
-        for d in ev.not_fetched
-    ]
-    robots = [
-        f'<tr><td class="mono">{esc(v["origin"])}</td><td class="mono">{esc(v["sha256"])}</td>'
-        f'<td class="mono">{esc(v["first"])}</td><td class="mono">{esc(v["last"])}</td>'
-        f'<td class="n">{v["n"]}</td></tr>'
-        for v in ev.robots_versions()
-    ]
-    fetches = [
-        f'<li><span class="mono">{esc(r.ts)}</span> {esc(r.url)}: '
-        f"{esc(str(r.status) if r.status is not None else (r.error or '—'))}</li>"
-        for r in ev.robots_fetches()
-    ]
-    blocklists = [
-        f'<tr><td>{esc(str(v["updated"]))}</td><td class="mono">{esc(v["sha256"])}</td>'
-        f'<td class="mono">{esc(v["first"])}</td>'
-        f'<td class="mono">{esc(v.get("last", ""))}</td></tr>'
-        for v in ev.blocklist_versions()
-    ]
-    entries = "".join(f"<li><code>{esc(x)}</code></li>" for x in ev.blocklist_entries())
-    stated = [
-        f'<tr class="preference"><td>{esc(v["source"])}</td><td class="mono">{esc(v["signal"])}'
-        f'</td><td class="mono">{esc(v["value"])}</td><td>{esc(v["scope"])}</td>'
-        f"<td>{esc(', '.join(map(str, v['purposes'])) or '—')}</td>"
-        f'<td class="mono">{esc(str(v["first"]))}</td>'
-        f"<td>{esc(', '.join(f'{k}: {n}' for k, n in v['did'].items()))}</td></tr>"
-        for v in ev.stated_preferences()
-    ]
-    waits = [_wait_row(w) for w in ev.waits]
-    purposes = ev.purposes()
-    purges = "".join(
-        f'<li><span class="mono">{esc(str(p.get("ts")))}</span> {esc(str(p.get("host")))}: '
-        f"{esc(str(p.get('reason')))} — deleted {esc(json.dumps(p.get('deleted')))}</li>"
-        for p in ev.purges
-    )
+def _timeline(ev: HostEvidence) -> str:
     by_exact: dict[str, list[Sent]] = {}
     for r in ev.requests:
         by_exact.setdefault(r.host, []).append(r)
     charts = (
-        "".join(f"<h3>{esc(h)}</h3>{_chart(rs)}" for h, rs in sorted(by_exact.items()))
+        "".join(f"<h3>{esc(h)}</h3>{chart(rs)}" for h, rs in sorted(by_exact.items()))
         or '<p class="note">no request was sent</p>'
     )
-    scope = f" since {esc(since)}" if since else ""
-    body = (
-        f'<h1>Walsh-Research bot: evidence for <span id="host">{esc(ev.host)}</span></h1>'
-        f'<p class="note">From the bot\'s audit log{scope}, written before each request left. '
-        "Times are UTC (wall clock of the machine that sent).</p>"
-        f"{_facts(ev)}{_under(ev)}<h2>Timeline</h2>{charts}"
-        "<h2>Requests</h2>"
-        + _kept(ev.request_count, len(ev.requests), "requests")
-        + '<table id="requests"><thead><tr><th>time (UTC)</th><th>host</th>'
-        '<th>request</th><th>kind</th><th>answer</th><th class="n">gap</th>'
-        '<th class="n">interval</th><th>set by</th><th>User-Agent</th><th>keyid</th></tr>'
-        "</thead><tbody>"
-        + "".join(rows)
-        + "</tbody></table><h2>Targets not fetched</h2><p class=\"note\">Denied (a rule or the "
-        "site said no: robots.txt, the operator blocklist, a usage preference), skipped (not "
-        "due, R8; the host held or given up, R4/R5; a duplicate line) or failed (an HTTP "
-        "error such as 404, a network failure).</p>"
-        + _kept(ev.not_fetched_count, len(ev.not_fetched), "targets not fetched")
-        + _table(NOT_FETCHED_HEADS, not_fetched, "none", "not-fetched")
-        + "<h2>robots.txt</h2><p>Versions in force (by sha256 of the file):</p>"
-        + _table(
-            ["origin", "sha256", "first", "last", "requests"], robots, "none recorded", n_cols=1
-        )
-        + (f"<p>Fetches:</p><ul>{''.join(fetches)}</ul>" if fetches else "")
-        + (
-            "<h2>Waits</h2><p>A robots.txt, tdmrep.json or blocklist that could not be read "
-            "(5xx, 429, a timeout, a connection failure) is unknown, not a verdict: nothing is "
-            "sent to the host meanwhile, and its targets wait for the next try, up to a bound "
-            "(WALSH_POLICY_WAIT).</p>"
-            + _table(WAIT_HEADS, waits, "none", "waits")
-            if waits
-            else ""
-        )
-        + _sitemaps(ev)
-        + "<h2>Stated usage preferences</h2>"
-        + (
-            f'<p>Purposes the bot declared: <span id="purposes">{esc(", ".join(purposes))}</span>. '
-            "A statement that says no to one of them denies the target before the request "
-            "(robots.txt, tdmrep.json) or withholds it after (response headers: status and "
-            "validators kept, nothing read).</p>"
-            if purposes is not None
-            else ""
-        )
-        + _table(PREFERENCE_HEADS, stated, "none stated", "preferences")
-        + "<h2>Operator blocklist</h2>"
-        + (f"<p>Entries that applied:</p><ul>{entries}</ul>" if entries else "")
-        + _table(["updated", "sha256", "first", "last"], blocklists, "no list was in force")
-        + (f"<h2>Purges</h2><ul>{purges}</ul>" if purges else "")
+    return f"<h2>Time between requests</h2>{charts}"
+
+
+def _under(ev: HostEvidence) -> str:
+    """Every request sent sooner after the previous one than required (the
+    latest ROWS of them), apart from the request table, which lists only
+    the latest requests."""
+    if not ev.under_count:
+        return ""
+    rows = [
+        f'<tr class="request under">{when_cell(r.ts)}<td>{esc(r.host)}</td>'
+        f'<td class="mono">{esc(r.method)} {esc(r.path)}</td><td>{esc(set_by_words(r.set_by))}'
+        f'</td><td class="n">{seconds(r.gap)}</td><td class="n">{seconds(r.required)}</td></tr>'
+        for r in ev.under
+    ]
+    heads = ["time (UTC)", "host", "request", "required because of", "gap", "required"]
+    return (
+        "<h2>Gaps shorter than required</h2>"
+        + kept(ev.under_count, len(ev.under), "requests under the interval")
+        + table(heads, rows, "none", "under", n_cols=2)
     )
+
+
+def _requests(ev: HostEvidence) -> str:
+    hosts = len({r.host for r in ev.requests}) > 1
+    agents, keyids = len(ev.user_agents) > 1, len(ev.keyids) > 1
+    rows = []
+    for r in ev.requests:
+        answer = str(r.status) if r.status is not None else for_site_owner(r.error or "—")
+        cells = [
+            when_cell(r.ts),
+            f"<td>{esc(r.host)}</td>" if hosts else "",
+            f'<td class="mono">{esc(r.method)} {esc(r.path)}</td>',
+            f"<td>{esc(kind_words(r.kind))}</td><td>{esc(answer)}</td>",
+            f'<td class="n">{seconds(r.gap)}</td><td class="n">{seconds(r.required)}</td>',
+            f'<td class="set-by">{esc(set_by_words(r.set_by)) if r.gap is not None else "—"}</td>',
+            f'<td class="mono">{esc(r.user_agent or "—")}</td>' if agents else "",
+            f'<td class="mono">{esc(r.keyid or "not signed")}</td>' if keyids else "",
+        ]
+        rows.append(f'<tr class="request{" under" if r.under else ""}">{"".join(cells)}</tr>')
+    heads = ["time (UTC)", *(["host"] if hosts else []), "request", "what it was", "answer",
+             "gap", "required", "required because of",
+             *(["User-Agent"] if agents else []), *(["key id"] if keyids else [])]  # fmt: skip
+    head = "".join(
+        f'<th class="n">{h}</th>' if h in ("gap", "required") else f"<th>{h}</th>" for h in heads
+    )
+    return (
+        "<h2>Requests</h2>"
+        + kept(ev.request_count, len(ev.requests), "requests")
+        + f'<table id="requests"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}'
+        "</tbody></table>"
+    )
+
+
+# -- what was not sent ---------------------------------------------------------------
+
+
+def _not_fetched(ev: HostEvidence) -> str:
+    rows = [
+        f'<tr class="{esc(str(d.get("outcome")))}">{when_cell(d.get("ts"))}'
+        f'<td class="mono">{esc(str(d.get("url")))}</td><td>{esc(str(d.get("outcome")))}</td>'
+        f"<td>{_why(d)}</td></tr>"
+        for d in ev.not_fetched
+    ]
+    return (
+        "<h2>Pages not fetched</h2><p class=\"note\">Denied: a rule or your site said no "
+        "(robots.txt, the operator's blocklist, a usage preference). Skipped: not requested "
+        "this time for the bot's own reasons (not due again yet; your host given time). "
+        "Failed: requested, with no usable answer (an HTTP error such as 404, a network "
+        "failure).</p>"
+        + kept(ev.not_fetched_count, len(ev.not_fetched), "pages not fetched")
+        + table(["time (UTC)", "page", "outcome", "why"], rows, "none", "not-fetched")
+    )
+
+
+def _why(d: dict[str, Any]) -> str:
+    """The rule, in words, and the reason without the operator's advice."""
+    code = rule(d.get("rule"))
+    reason = esc(for_site_owner(str(d.get("reason") or "")))
+    return f"{code}: {reason}" if code and reason else code or reason
+
+
+def _list_lines(ev: HostEvidence) -> str:
+    """The operator's own list lines that were not fetched (a line that
+    repeats an earlier one): apart, since they say nothing of the site."""
+    if not ev.list_line_count:
+        return ""
+    rows = [
+        f'<tr class="{esc(str(d.get("outcome")))}">{when_cell(d.get("ts"))}'
+        f'<td class="mono">{esc(str(d.get("url")))}</td>'
+        f'<td>{esc(for_site_owner(str(d.get("reason") or d.get("outcome"))))}</td></tr>'
+        for d in ev.list_lines
+    ]
+    return (
+        "<h2>The operator's own list</h2><p>Lines of the bot's list that were not fetched "
+        "because of the list itself (a page listed twice is fetched once): no request, and "
+        "nothing your site did.</p>"
+        + kept(ev.list_line_count, len(ev.list_lines), "list lines")
+        + table(["time (UTC)", "page", "why"], rows, "none", "list-lines")
+    )
+
+
+def host_page(ev: HostEvidence, *, since: str | None = None) -> str:
+    """One host's page, its sections in the order they appear; the words
+    they use explained after the facts."""
+    facts = _facts(ev)
+    rest = (
+        _under(ev) + _timeline(ev) + _requests(ev) + _not_fetched(ev) + _list_lines(ev)
+        + documents(ev)
+    )  # fmt: skip
+    body = _intro(ev, since) + facts + _glossary(ev, facts + rest) + rest
     return _page(f"Walsh-Research evidence: {ev.host}", body)
+
+
+# -- every host ----------------------------------------------------------------------
 
 
 def host_file(host: str) -> str:
@@ -414,7 +340,7 @@ def summary_page(
             f'<td><a href="{esc(link_dir)}/{esc(host_file(host))}">{esc(host)}</a></td>'
             f'<td class="n">{h.requests}</td><td class="n">{h.denied}</td>'
             f'<td class="n">{h.skipped_or_failed}</td>'
-            f'<td class="n">{_seconds(h.smallest_gap)}</td>'
+            f'<td class="n">{seconds(h.smallest_gap)}</td>'
             f'<td class="n">{h.under}</td></tr>'
         )
     scope = f" since {esc(since)}" if since else ""
@@ -423,6 +349,10 @@ def summary_page(
         f'<dl class="facts"><dt>hosts</dt><dd id="host-count">{len(hosts)}</dd>'
         f'<dt>requests sent</dt><dd id="request-count">'
         f"{sum(h.requests for h in hosts.values())}</dd></dl>"
+        '<p class="note">Per host: pages denied (a rule or the site said no), pages skipped or '
+        "failed (not due yet, errors; a list line listed twice is not counted), the shortest "
+        "gap between two requests, and the gaps shorter than required. Each host's page "
+        "explains its codes.</p>"
         '<table id="hosts"><thead><tr><th>host</th><th class="n">requests</th>'
         '<th class="n">targets denied</th><th class="n">skipped or failed</th>'
         '<th class="n">smallest gap</th>'

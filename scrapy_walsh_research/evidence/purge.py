@@ -17,7 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import host_variants, in_domain
-from scrapy_walsh_research.state.namespaces import PER_TARGET, key_host
+from scrapy_walsh_research.state.namespaces import (
+    ANSWERED,
+    CADENCE,
+    LLMS_PROBES,
+    PER_TARGET,
+    SEEN,
+    SITEMAP_DOCUMENTS,
+    SITEMAP_HISTORY,
+    SITEMAP_TRUST,
+    VALIDATORS,
+    key_host,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,6 +42,27 @@ logger = logging.getLogger(__name__)
 
 #: what is stored per target URL (keys start with the target's URL)
 NAMESPACES = PER_TARGET
+
+#: what a purge deleted, in the words ``scrapy walsh-purge`` and the log use:
+#: each namespace of :data:`NAMESPACES`, and a fleet's fed records
+DELETED_WORDS = {
+    VALIDATORS: "validators (ETag, Last-Modified)",
+    SEEN: "first-seen feed entries and links",
+    CADENCE: "last fetch times (R8)",
+    ANSWERED: "last answer times (sitemaps)",
+    SITEMAP_DOCUMENTS: "sitemaps read",
+    SITEMAP_TRUST: "sitemap verdicts",
+    SITEMAP_HISTORY: "sitemap run counts",
+    LLMS_PROBES: "llms.txt probe turns",
+    "records": "fed records emptied (line and outcome kept)",
+    "claims": "canonical-URL claims of fed lines",
+}
+
+
+def in_words(counts: dict[str, int]) -> str:
+    """What a purge deleted for one host, as a person reads it:
+    ``validators (ETag, Last-Modified): 1; last fetch times (R8): 1``."""
+    return "; ".join(f"{DELETED_WORDS.get(k, k)}: {n}" for k, n in counts.items() if n)
 
 
 def stored_host(key: str) -> str | None:
@@ -109,7 +141,7 @@ async def purge(
         why = cause(host) if callable(cause) else cause
         logger.info(
             "Purged what was stored about %(host)s (%(counts)s): %(cause)s",
-            {"host": host, "counts": counts, "cause": why},
+            {"host": host, "counts": in_words(counts), "cause": why},
         )
         if stats is not None:
             stats.inc_value("walsh/purge/hosts")

@@ -169,11 +169,14 @@ class CadenceMiddleware:
             )
             deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
-    async def stamp(self, key: str, at: float | None = None) -> None:
-        """The target *key* was fetched (or answered 304) now; with *at*, the
-        record pipeline already wrote it (in Redis, with the record)."""
+    async def stamp(self, key: str, at: float | None = None, *, written: bool = False) -> None:
+        """The target *key* was fetched (or answered 304) at *at* (its
+        record's ``fetched_at``, so an R8 skip names the time its record
+        gives), or now; *written*: the record pipeline already wrote it (in
+        Redis, with the record)."""
         if at is None:
             at = self.store.time()
+        if not written:
             await self.store.put(CADENCE, key, at)
         self._remember(key, at)
 

@@ -143,7 +143,7 @@ class PacingMiddleware:
             await self.pacer.note_answer(
                 host, response_time=answered - sent_at, status=response.status
             )
-        await self._commit(request)
+        await self._commit(request, answered=True)
         await self.audit.answered(
             request, status=response.status, hold=hold.seconds, hold_by=hold.by
         )
@@ -164,7 +164,7 @@ class PacingMiddleware:
             await self.pacer.hold(host, time.monotonic() + hold.seconds, hold.by, sent_at)
         if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
             await self.pacer.note_answer(host, exception=exception)
-        await self._commit(request)
+        await self._commit(request, answered=False)
         await self.audit.answered(request, error=failure_reason(exception), hold=hold.seconds)
 
     def _sent_at(self, request: Request) -> float | None:
@@ -176,7 +176,10 @@ class PacingMiddleware:
         wire = request.meta.get(WIRE_TIME_META)
         return wire if wire is not None else reserved
 
-    async def _commit(self, request: Request) -> None:
+    async def _commit(self, request: Request, *, answered: bool) -> None:
+        """The host's slot is free again: its clock counts from when
+        *request* left (or, without a wire stamp, from now); *answered*:
+        a response came (else a failure)."""
         reserved = self._reserved.pop(request, None)
         if reserved is None:
             return
@@ -186,5 +189,9 @@ class PacingMiddleware:
         # Without a wire stamp (another download handler), the response time
         # is a safe upper bound of when the origin saw the request.
         await self.pacer.commit(host, wire if wire is not None else time.monotonic())
-        if wire is None:
+        if wire is None and answered:
+            # a response without a stamp: another download handler, paced
+            # from the response. A failure without one never went out (its
+            # connection failed before the request was handed to it): it is
+            # not a request whose wire time was missing.
             self.stats.inc_value("walsh/pacing/no_wire_time")

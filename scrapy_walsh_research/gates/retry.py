@@ -31,8 +31,6 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scrapy.downloadermiddlewares.retry import get_retry_request
-
 from scrapy_walsh_research._runtime.meta import GAVE_UP_META
 from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
@@ -143,6 +141,7 @@ class RetryMiddleware:
         self.backoff = Backoff.for_crawler(crawler)
         self.backoff.retrying = True
         self.max_times = self.backoff.max_times
+        self.priority_adjust = crawler.settings.getint("RETRY_PRIORITY_ADJUST")
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -186,16 +185,16 @@ class RetryMiddleware:
             # planned with the decision: this gate retries what it planned for
             assert hold.backoff is not None
             delay, source = hold.backoff, "backoff"
-        assert self.crawler.spider is not None  # as Scrapy's own RetryMiddleware does
-        retry = get_retry_request(
-            request,
-            spider=self.crawler.spider,
-            reason=reason,
-            max_retry_times=self.max_times,
-            stats_base_key="walsh/retry",
-        )
-        if retry is None:
-            return None
+        # What Scrapy's get_retry_request does, without its DEBUG line
+        # ("Retrying ...", logged as scrapy.downloadermiddlewares.retry, as if
+        # Scrapy's RetryMiddleware, which is off, were retrying): the R5 line
+        # below says it, with the hold.
+        retry = request.copy()
+        retry.meta["retry_times"] = attempt + 1
+        retry.dont_filter = True
+        retry.priority = request.priority + self.priority_adjust
+        self.stats.inc_value("walsh/retry/count")
+        self.stats.inc_value(f"walsh/retry/reason_count/{reason}")
         logger.info(
             "R5: %(reason)s on %(url)s; holding %(host)s for %(delay).2f s (%(source)s)",
             {"reason": reason, "url": request.url, "host": url_host(request.url),

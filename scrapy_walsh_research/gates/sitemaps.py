@@ -268,6 +268,14 @@ class SitemapsMiddleware:
         if due < self.min_targets:
             self.stats.inc_value("walsh/sitemaps/too_few_targets")
             why = f"{due} due targets with a past answer, fewer than WALSH_SITEMAP_MIN_TARGETS"
+            # once per origin and run (decided once): a user whose robots.txt
+            # declares a sitemap sees why it was not read, not only a stat
+            logger.info(
+                "Sitemaps of %(origin)s not read in this run: %(due)d of its due targets have "
+                "a past answer, fewer than WALSH_SITEMAP_MIN_TARGETS=%(min)d, too few for the "
+                "sitemap requests to pay; its targets are revalidated as usual",
+                {"origin": origin, "due": due, "min": self.min_targets},
+            )
             return OriginSitemaps("off", why)
         site = OriginSitemaps("loading", pending=list(urls), budget=max(1, due // 2))
         site.answered = {k: float(v) for k, v in answered.items()}

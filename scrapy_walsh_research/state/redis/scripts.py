@@ -488,20 +488,22 @@ FINISH = NOW + BUCKETS + INDEX + """
 -- ARGV[6] the claim's field ('' if none), ARGV[7] worker id
 -- KEYS[5] the host's record index, ARGV[8] this record in it ('' for no host)
 -- KEYS[6] the legacy cadence hash, ARGV[9] the target (its legacy key),
--- ARGV[10] the cadence's retention s
+-- ARGV[10] the cadence's retention s, ARGV[11] how long ago the answer came
+-- (s): the cadence is stamped then, and returned
+local at = now - math.max(0, tonumber(ARGV[11] or '0') or 0)
 local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[5])))
 if ARGV[8] ~= '' then index_record(KEYS[5], ARGV[8], tonumber(ARGV[5])) end
 redis.call('LREM', KEYS[2], 1, ARGV[3])
 if ARGV[4] ~= '' then
-  redis.call('HSET', KEYS[3], ARGV[4], stamp(string.format('%.6f', now)))
+  redis.call('HSET', KEYS[3], ARGV[4], stamp(string.format('%.6f', at)))
   redis.call('HDEL', KEYS[6], ARGV[9])
   touch(KEYS[3], tonumber(ARGV[10]))
 end
 if ARGV[6] ~= '' and unstamp(redis.call('HGET', KEYS[4], ARGV[6])) == ARGV[7] then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
-return {first, string.format('%.6f', now)}
+return {first, string.format('%.6f', at)}
 """
 
 

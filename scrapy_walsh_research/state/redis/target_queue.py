@@ -148,10 +148,12 @@ async def finish(
     record: dict[str, Any],
     cadence_key: str,
     claim_key: str,
+    age: float = 0.0,
 ) -> tuple[bool, float]:
     """Write *record* as its line's one record, acknowledge the line and
-    write its cadence, atomically; (whether this was the line's first record,
-    Redis's time)."""
+    write its cadence (Redis's time, less *age*: how long ago the answer
+    came), atomically; (whether this was the line's first record, the
+    cadence written)."""
     script = conn.client.register_script(FINISH)
     index, member = _index_entry(conn, ticket, record)
     host = layout.bucket_host(cadence_key or claim_key)
@@ -167,9 +169,9 @@ async def finish(
             layout.field(cadence_key, host) if cadence_key else "",
             _seconds(layout.records_ttl(conn)),
             layout.field(claim_key, host) if claim_key else "", conn.worker, member,
-            cadence_key, layout.retention_of(conn)[CADENCE]]  # fmt: skip
-    first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
-    return bool(int(first)), float(now)
+            cadence_key, layout.retention_of(conn)[CADENCE], f"{max(0.0, age):.6f}"]  # fmt: skip
+    first, at = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
+    return bool(int(first)), float(at)
 
 
 def _seconds(ttl: float) -> int:
