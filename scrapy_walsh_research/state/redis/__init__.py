@@ -5,8 +5,9 @@ request's slot from one per-host clock in Redis, and shares the stores
 (blocklist, robots copies, validators, cadence, first-seen) and the targets.
 
 * :mod:`.scripts`: every Lua script (run atomically in Redis, on its clock);
-* :mod:`.connection`: one client per crawler, the fail-closed retry loop,
-  and the fleet's guard (a Redis restart, a step of its clock);
+* :mod:`.connection`: one client per crawler, the fail-closed retry loop;
+* :mod:`.guard`: the fleet's guard (a Redis restart, a failover, a step of
+  its clock), whose Lua is in :mod:`.guard_scripts`;
 * :mod:`.store`: the :class:`~scrapy_walsh_research.state.protocols.StateStore`;
 * :mod:`.lock`: single-flight locks (one worker fetches for the fleet);
 * :mod:`.journal`: what this worker last saw of the fleet, on disk;

@@ -2,7 +2,7 @@
 backend runs first (:data:`GUARD`: did Redis lose the fleet's history, and
 can its clock be trusted?), the check of what it needs from Redis
 (:data:`PROBE`), and the guard on its own (:data:`FLEET`). Its Python side is
-:class:`~.connection.FleetGuard`; the scripts that run it are in
+:class:`~.guard.FleetGuard`; the scripts that run it are in
 :mod:`.scripts`.
 
 Plain strings, importable without the ``redis`` extra.

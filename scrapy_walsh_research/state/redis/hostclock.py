@@ -17,7 +17,7 @@ each request's slot from one per-host clock in Redis.
   What this worker last saw is kept on disk (:mod:`.journal`), so a Redis
   rolled back while no worker ran is noticed too.
 * **Every answer passes the fleet's guard** (a Redis restart, a step of its
-  clock: :class:`~.connection.FleetGuard`).
+  clock: :class:`~.guard.FleetGuard`).
 """
 
 from __future__ import annotations
