@@ -508,6 +508,68 @@ async def test_two_failovers_in_a_row_are_lost_history(tmp_path):
             redis.kill()
 
 
+# -- case 1c: the endpoint reaches a Redis that takes no writes for now ------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_whose_endpoint_still_reaches_the_demoted_primary_waits_for_the_new_one(
+    server, tmp_path
+):
+    """A failover as Sentinel or a managed service runs it: the replica is
+    promoted and the old primary made its replica (``REPLICAOF``), while the
+    fleet's endpoint still reaches the old one for a few seconds (a DNS TTL,
+    a health check not yet flipped), which answers every write ``READONLY``.
+    The worker waits, as for a Redis that does not answer, and crawls every
+    line once the endpoint reaches the new primary. (Before: READONLY was
+    not among the errors a call waits out: the worker's start-up failed,
+    the crawl ended at once, "start_error", with exit code 0, its lines
+    untouched; a crawling worker's heartbeat stopped for good.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    try:
+        shared = failover_settings(primary, endpoint)
+        push(primary, shared, site(server, "o.test", 2), tmp_path)
+        replica.synced()
+        replica.promote()
+        demoted = primary.client()
+        demoted.execute_command("REPLICAOF", "127.0.0.1", str(replica.port))
+        demoted.close()
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await sleep(4.0)
+        endpoint.point_at(replica.port)  # the endpoint reaches the new primary
+        await worker.ended
+        err = worker.err.decode()
+        assert sorted(pages(server, "o.test")) == ["/p/0", "/p/1"], err[-3000:]
+        assert "takes no writes for now (You can't write against a read only replica" in err
+        assert worker.code == 0 and "Traceback" not in err, err[-3000:]
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_primary_short_of_its_min_replicas_is_waited_for(tmp_path):
+    """With ``min-replicas-to-write`` (docs/redis.rst recommends it, so
+    that a primary cut off from its replicas stops taking the fleet's
+    writes), Redis answers a write ``NOREPLICAS`` while it has too few
+    replicas: a worker waits, sending nothing, and goes on once a replica
+    is back. (Before: the reservation failed with that error at once.)"""
+    primary = own_redis(tmp_path, config=["--min-replicas-to-write", "1",
+                                          "--min-replicas-max-lag", "10"])  # fmt: skip
+    worker = guarded_worker(primary.url)
+    replica = RedisServer(tmp_path / "replica", replicaof=primary)
+    try:
+        reserving = deferred_from_coro(worker.reserve("a.test", 0.0, 5.0))
+        await sleep(2.0)
+        assert not reserving.called, "the reservation did not wait for a replica"
+        replica.start().synced()
+        assert isinstance(await reserving, float)
+    finally:
+        await deferred_from_coro(worker.conn.close())
+        primary.kill()
+        replica.kill()
+
+
 # -- case 2: the same, with an opt-out ----------------------------------------------
 
 

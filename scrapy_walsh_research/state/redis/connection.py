@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MasterDownError, ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
@@ -54,8 +55,24 @@ HEARTBEAT_S = 15.0
 #: how long one connection attempt or call may take before it counts as failed
 CONNECT_TIMEOUT_S = 5.0
 
-#: errors that mean "Redis is not there right now", as opposed to a bug
-UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+#: errors that mean "Redis is not there right now", as opposed to a bug: no
+#: answer, or an answer from a Redis that takes no writes for now: during a
+#: failover the fleet's endpoint may still reach the old primary, demoted to
+#: a replica (READONLY), or a replica cut off from its primary (MASTERDOWN)
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, ReadOnlyError, MasterDownError)
+
+#: refusals of the same kind that redis-py raises as a plain ResponseError,
+#: by their error code: a primary short of the replicas that
+#: ``min-replicas-to-write`` asks for (docs/redis.rst recommends it)
+REFUSED_FOR_NOW = ("NOREPLICAS",)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """Whether *exc* says that Redis cannot serve the call now (wait and
+    retry), rather than that the call is wrong."""
+    return isinstance(exc, UNAVAILABLE) or (
+        isinstance(exc, ResponseError) and str(exc).startswith(REFUSED_FOR_NOW)
+    )
 
 
 #: a live holder renews its lease this many times per lease (host clock, locks)
@@ -212,19 +229,29 @@ class RedisConnection:
             stats.inc_value(f"walsh/redis/{name}", count)
 
     async def call(self, what: str, fn: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
-        """Run *fn* until Redis answers: wait and reconnect, never skip it."""
+        """Run *fn* until Redis answers: wait and reconnect, never skip it.
+
+        A Redis that answers but takes no writes for now (:func:`unavailable`)
+        is waited for too, on new connections: the endpoint (a DNS name, a
+        managed service's address) is resolved again, and reaches the new
+        primary once the failover has moved it."""
         delay = 0.25
         while True:
             try:
                 result = await fn(self.client)
-            except UNAVAILABLE as exc:
+            except (*UNAVAILABLE, ResponseError) as exc:
+                if not unavailable(exc):
+                    raise
+                if isinstance(exc, ResponseError):
+                    # idle connections only: a call still on one gets its own answer
+                    await self.client.connection_pool.disconnect(inuse_connections=False)
                 if self._down_since is None:
                     self._down_since = time.monotonic()
                     self.inc_stat("outages")
                     logger.error(
-                        "Redis at %(url)s is unreachable (%(exc)s) during %(what)s: no request "
-                        "goes out without a reservation and no state is dropped; waiting and "
-                        "reconnecting.",
+                        "Redis at %(url)s is unreachable or takes no writes for now (%(exc)s) "
+                        "during %(what)s: no request goes out without a reservation and no "
+                        "state is dropped; waiting and reconnecting.",
                         {"url": self.shown_url, "exc": exc, "what": what},
                     )
                 self.inc_stat("retries")

@@ -39,8 +39,8 @@ from scrapy_walsh_research.state.hostclock import RobotsIntervals
 from scrapy_walsh_research.state.hostload import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.state.redis.connection import (
     RENEWALS_PER_LEASE,
-    UNAVAILABLE,
     RedisConnection,
+    unavailable,
 )
 from scrapy_walsh_research.state.redis.scripts import (
     ANSWER,
@@ -381,8 +381,10 @@ class RedisHostClock(RobotsIntervals):
             args: list[str | float] = [owner, self.lease, self._granted_at.get(host, 0.0)]
             try:
                 ours = await self._renew(keys=keys, args=args)
-            except UNAVAILABLE:  # unreachable: the grant runs out on its own
-                continue
+            except Exception as exc:
+                if unavailable(exc):  # unreachable: the grant runs out on its own
+                    continue
+                raise
             if ours and self._grants.get(host, ("",))[0] == owner:
                 self._grants[host] = (owner, asked + self.lease)
         if not self._grants and self._renewer is not None and self._renewer.running:
