@@ -26,6 +26,7 @@ from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from tests.support.crawling import (
     BLOCKLIST_HOST,
@@ -506,6 +507,50 @@ async def test_two_failovers_in_a_row_are_lost_history(tmp_path):
         await deferred_from_coro(new.conn.close())
         for redis in (primary, first, second):
             redis.kill()
+
+
+#: the guard's Lua as a Redis whose scripts cannot call ``redis.set_repl``
+#: (3.2 without lua-replicate-commands) runs it, on Redis 7: a local
+#: ``redis`` whose ``set_repl`` fails as that server's does (Redis 7's own
+#: table is read-only)
+WITHOUT_SET_REPL = (
+    "local redis = setmetatable({set_repl = function() error('unsupported') end},"
+    " {__index = redis})\n"
+)
+
+
+def test_without_set_repl_every_restart_is_a_failover_and_nothing_else_is(tmp_path):
+    """A Redis whose scripts cannot write to the AOF alone keeps no stamp
+    of its own: docs/redis.rst says every restart of it counts as a
+    failover (lost history), even with AOF always. Between restarts, the
+    guard (here the heartbeat's script, as a worker calls it) sees no loss.
+    (Before: the missing own stamp differed from the fleet's stamp at every
+    call, so every heartbeat, reservation and line taken marked the history
+    lost again and moved every host's wait on: nothing was ever sent.)"""
+    redis = own_redis(tmp_path)  # AOF always: a restart alone costs nothing
+    conn = RedisConnection(redis.url, "norepl")
+    guard = conn.guard
+    guard.lossless = True  # as a worker reads this Redis's persistence
+    client = redis.client()
+    heartbeat = client.register_script(WITHOUT_SET_REPL + FLEET)
+
+    def beat() -> str:
+        keys = [*guard.keys(), conn.key("clockq")]
+        verdict, _, guard.seen, _, _ = heartbeat(keys=keys, args=[*guard.args(), "", ""])
+        return str(verdict)
+
+    try:
+        # the first call meets a Redis only seconds old: lost history (young)
+        assert [beat() for _ in range(4)][1:] == ["", "", ""], "a loss with no restart"
+        client.close()
+        redis.kill()
+        redis.start()  # its AOF intact
+        client = redis.client()
+        heartbeat = client.register_script(WITHOUT_SET_REPL + FLEET)
+        assert [beat() for _ in range(3)] == ["restarted", "", ""]
+    finally:
+        client.close()
+        redis.kill()
 
 
 # -- case 1c: the endpoint reaches a Redis that takes no writes for now ------------

@@ -84,8 +84,11 @@ local function guard(G, A)
     local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
     return A[1] == '1' and aof == '1'
   end
-  -- the fleet's latest stamp, and this Redis's own copy of the last one it wrote
+  -- the fleet's latest stamp, and this Redis's own copy of the last one it
+  -- wrote: kept only where a script may write to the AOF alone
+  -- (redis.set_repl: Redis 5 and later, 3.2 with lua-replicate-commands)
   local stamp, own = redis.call('GET', G[5]), redis.call('GET', G[6])
+  local keeps_own = pcall(redis.set_repl, redis.REPL_ALL)
   if not stored then
     -- None of the fleet's records: a new fleet, or a Redis that lost them,
     -- whatever its persistence says. This worker saw them: lost (when, it
@@ -106,11 +109,12 @@ local function guard(G, A)
     -- the records this worker saw were lost, and made again by another
     -- worker since (which may have taken Redis for a new fleet's)
     lost(now)
-  elseif (stamp and stamp ~= own) or (srun ~= run and not own) then
-    -- Another Redis wrote the fleet's latest stamp (or this one kept none
+  elseif (keeps_own and stamp and stamp ~= own) or (srun ~= run and not (keeps_own and own)) then
+    -- Another Redis wrote the fleet's latest stamp (or this one keeps none
     -- of its own, and cannot vouch for its restart): a replica promoted
     -- since the fleet last looked, which may lack the last writes of the
     -- Redis it replaced. Since when, nothing in it says: every host waits from now.
+    -- (Without a copy of its own, only a new run id says so: every restart.)
     redis.call('SET', G[1], run .. '|' .. token)
     lost(now)
   elseif srun ~= run then
@@ -124,7 +128,8 @@ local function guard(G, A)
   -- a replica keeps the copy of its last full sync, never a later one)
   local mark = run .. '@' .. f(now)
   redis.call('SET', G[5], mark)
-  if pcall(redis.set_repl, redis.REPL_AOF) then
+  if keeps_own then
+    redis.set_repl(redis.REPL_AOF)
     redis.call('SET', G[6], mark)
     redis.set_repl(redis.REPL_ALL)
   end
