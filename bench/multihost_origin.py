@@ -10,11 +10,16 @@ phases where capacity drops or the host is down, or a host that answers
 only errors). On SIGTERM/SIGINT, or after --max-seconds, it writes the log
 as JSON to --log and exits. 127.0.0.1 serves an empty, valid blocklist and
 the schema (kept out of the figures).
+
+With ``--validators`` every page has an ETag and a Last-Modified (the same at
+every request) and answers a request that sends its ETag with a 304; with
+``--feed-entries K`` a path ending in ``.xml`` is an RSS feed of K entries.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import signal
 import sys
@@ -111,8 +116,10 @@ class Origin(resource.Resource):
     def __init__(
         self, state: dict, latency: float, crawl_delay: float,
         blocklist: bytes | None = None, robots_bytes: int = 0,
+        validators: bool = False, feed_entries: int = 0,
     ) -> None:  # fmt: skip
         super().__init__()
+        self.validators, self.feed_entries = validators, feed_entries
         self.state, self.latency, self.crawl_delay = state, latency, crawl_delay
         self.blocklist = blocklist or json.dumps(BLOCKLIST).encode()
         #: with --blocklist-vary, every fetch gets a document that differs from
@@ -173,12 +180,38 @@ class Origin(resource.Resource):
                 body += line * (self.robots_bytes // len(line))
             else:
                 body = f"page {path} on {host}\n"
-            request.setHeader(b"content-type", b"text/plain")
+            kind = b"text/plain"
+            if host != "127.0.0.1" and path != "/robots.txt":
+                if self.feed_entries and path.endswith(".xml"):
+                    kind, body = b"application/rss+xml", self.feed(host, path)
+                if self.validators:
+                    etag = '"' + hashlib.sha1(f"{host}{path}".encode()).hexdigest()[:16] + '"'
+                    request.setHeader(b"etag", etag.encode())
+                    request.setHeader(b"last-modified", b"Sat, 02 May 2026 10:00:00 GMT")
+                    if request.getHeader("if-none-match") == etag:
+                        entry["status"] = 304
+                        request.setResponseCode(304)
+                        request.finish()
+                        return
+            request.setHeader(b"content-type", kind)
             request.write(body.encode())
             request.finish()
 
         reactor.callLater(latency, finish)
         return server.NOT_DONE_YET
+
+
+    def feed(self, host: str, path: str) -> str:
+        """An RSS feed of ``feed_entries`` entries, the same at every request."""
+        items = "".join(
+            f"<item><guid>http://{host}{path[:-4]}/entry-{i}</guid><title>Entry {i}</title>"
+            f"<link>http://{host}{path[:-4]}/entry-{i}</link></item>"
+            for i in range(self.feed_entries)
+        )
+        return (
+            '<?xml version="1.0"?><rss version="2.0"><channel><title>Feed</title>'
+            f"<link>http://{host}/</link>{items}</channel></rss>"
+        )
 
 
 def main() -> int:
@@ -193,6 +226,8 @@ def main() -> int:
     ap.add_argument("--robots-bytes", type=int, default=0)
     ap.add_argument("--blocklist-vary", action="store_true")
     ap.add_argument("--max-seconds", type=float, default=900)
+    ap.add_argument("--validators", action="store_true", help="ETag/Last-Modified, and 304s")
+    ap.add_argument("--feed-entries", type=int, default=0, help="*.xml paths: RSS of K entries")
     ap.add_argument(
         "--model", help="JSON file: host address -> CapacityModel spec (service, capacity, "
         "threshold, degraded, outage, status)",
@@ -202,7 +237,8 @@ def main() -> int:
     blocklist = (
         big_blocklist(a.blocklist_entries, a.blocklist_refresh) if a.blocklist_entries else None
     )
-    origin = Origin(state, a.latency, a.crawl_delay, blocklist, a.robots_bytes)
+    origin = Origin(state, a.latency, a.crawl_delay, blocklist, a.robots_bytes,
+                    a.validators, a.feed_entries)  # fmt: skip
     if a.blocklist_vary and blocklist:
         other = blocklist.replace(
             b'"updated": "2026-05-23T00:00:00Z"', b'"updated": "2026-05-24T00:00:00Z"'

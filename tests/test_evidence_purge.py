@@ -15,6 +15,7 @@ from typing import Any
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.namespaces import PER_TARGET
 from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -151,6 +152,16 @@ async def test_a_local_entry_purges_even_when_swapped_for_another_or_no_list_is_
     ]
 
 
+def hashes_about(redis_server: Any, shared: dict[str, Any], host: str) -> set[str]:
+    """The namespaces holding a hash about *host* in the fleet's Redis."""
+    r = redis_server.client()
+    try:
+        names = r.scan_iter(f"{shared['WALSH_REDIS_PREFIX']}:state:*:{host}")
+        return {name.split(":")[-2] for name in names}
+    finally:
+        r.close()
+
+
 def scrapy_command(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "scrapy", *args], cwd=cwd, capture_output=True, text=True,
@@ -231,6 +242,7 @@ async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_th
     await ended(*workers(server, shared, tmp_path, 1))
     before = {r["line"]: r for r in durable_records(redis_server, shared)}
     assert all(r["etag"] == '"v1"' and r["sha256"] for r in before.values())
+    assert hashes_about(redis_server, shared, "gone.test") >= {"validators", "cadence"}
     fleet = ["-s", f"WALSH_REDIS_URL={redis_server.url}",
              "-s", f"WALSH_REDIS_PREFIX={shared['WALSH_REDIS_PREFIX']}"]  # fmt: skip
     done = scrapy_command("walsh-purge", *fleet, "gone.test", cwd=tmp_path)
@@ -250,6 +262,10 @@ async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_th
     r.close()
     assert claims == [urls[2]]
     assert "records" in done.stdout and "2 host(s) under gone.test" in done.stdout
+    # what was stored per target of the host is gone: its hashes were deleted
+    for name in ("gone.test", "www.gone.test"):
+        assert hashes_about(redis_server, shared, name) & set(PER_TARGET) == set(), name
+    assert hashes_about(redis_server, shared, "kept.test") >= {"validators", "cadence"}
     # kept.test opts out by robots.txt: the next worker to read it purges its record
     server.origin.route("kept.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /\n"))
     await sleep(1.2)  # the shared robots.txt copy (TTL 1 s) has expired
@@ -282,20 +298,20 @@ async def test_a_record_finished_while_a_purge_runs_is_left_for_the_next_purge(r
 
     async def scenario() -> list[dict[str, Any]]:
         await feed.finish(conn, fed.ticket("1", "b1"), record(1), "", "")
-        read = conn.client.smembers
+        read = conn.client.zrange
 
-        async def smembers(name: str) -> Any:
-            members = await read(name)
+        async def zrange(name: str, *args: Any) -> Any:
+            members = await read(name, *args)
             await feed.finish(conn, fed.ticket("2", "b1"), record(2), "", "")  # meanwhile
             return members
 
-        conn.client.smembers = smembers  # type: ignore[method-assign]
+        conn.client.zrange = zrange  # type: ignore[method-assign]
         try:
             await feed.purge_records(
                 conn, lambda h: h == "x.test", lambda h: "opt-out", "t", "x.test"
             )
         finally:
-            conn.client.smembers = read  # type: ignore[method-assign]
+            conn.client.zrange = read  # type: ignore[method-assign]
         await feed.purge_records(conn, lambda h: h == "x.test", lambda h: "opt-out", "t", "x.test")
         stored = await conn.client.hgetall(conn.key("targets", "records", "b1"))
         await conn.close()

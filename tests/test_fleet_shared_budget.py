@@ -36,7 +36,7 @@ from tests.support.crawling import (
     json_reply,
     sleep,
 )
-from tests.support.fleet import crawl_feed, redis_settings
+from tests.support.fleet import crawl_feed, redis_settings, stored_state
 from tests.support.redis_server import RedisServer
 
 
@@ -332,11 +332,9 @@ async def test_killing_redis_mid_crawl_sends_nothing_until_it_returns_and_loses_
         assert min(gaps(server.origin.hits_for("k.test"))) >= 1.0
         assert res.stats["walsh/redis/outages"] >= 1
         # every target's validator and cadence entry is in Redis after the restart
-        r = own.client()
         prefix = settings["WALSH_REDIS_PREFIX"]
-        assert r.hlen(f"{prefix}:state:validators") == 5
-        assert r.hlen(f"{prefix}:state:cadence") == 5
-        r.close()
+        assert len(stored_state(own, prefix, "validators")) == 5
+        assert len(stored_state(own, prefix, "cadence")) == 5
     finally:
         own.kill()
 
@@ -388,7 +386,8 @@ async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
     import redis.asyncio as aioredis
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from scrapy_walsh_research.state.redis.target_queue import CLAIMS_TTL_S, RedisFeed
+    from scrapy_walsh_research.settings.defaults import WALSH_RECORDS_TTL
+    from scrapy_walsh_research.state.redis.target_queue import RedisFeed
 
     prefix = redis_settings(redis_server)["WALSH_REDIS_PREFIX"]
     conn = RedisConnection(redis_server.url, prefix)
@@ -407,7 +406,7 @@ async def test_a_canonical_claim_and_its_expiry_are_one_step(redis_server):
     try:
         assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 7)) is None
         ttl = await deferred_from_coro(conn.client.ttl(conn.key("targets", "canonical", "b1")))
-        assert 0 < ttl <= CLAIMS_TTL_S, (ttl, answered)
+        assert 0 < ttl <= WALSH_RECORDS_TTL, (ttl, answered)
         assert await deferred_from_coro(feed.claim("b1", "http://a.test/", 9)) == 7
     finally:
         await deferred_from_coro(conn.close())

@@ -24,7 +24,7 @@ from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.support.crawling import TDMREP, base_settings, gaps, sleep
-from tests.support.fleet import crawl_feed, redis_settings
+from tests.support.fleet import crawl_feed, redis_settings, stored_state
 from tests.support.processes import ProcessCrawl, spawn_worker
 
 
@@ -392,9 +392,7 @@ async def test_a_worker_killed_mid_crawl_loses_no_line(server, redis_server, tmp
     for i in range(6):
         assert min(gaps(server.origin.hits_for(f"h{i}.test"))) >= 1.0
     # the cadence was written with the records, never without one
-    r = redis_server.client()
-    cadence = set(r.hkeys(f"{shared['WALSH_REDIS_PREFIX']}:state:cadence"))
-    r.close()
+    cadence = set(stored_state(redis_server, shared["WALSH_REDIS_PREFIX"], "cadence"))
     assert cadence == {rec["canonical_url"] for rec in got}
     # and the operator reads them back, one per line, with the command
     printed = walsh_records(redis_server, shared)

@@ -109,3 +109,23 @@ async def test_the_store_survives_sigkill_mid_crawl(server, tmp_path):
     assert all(rerun[h].headers.get("if-none-match") == ETAG for h in done)
     outcomes = {i["url"]: i["outcome"] for i in res.items}
     assert all(outcomes[server.url(h, "/doc")] == "not_modified" for h in done)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_state_dir_forgets_validators_not_written_for_the_state_ttl(server, tmp_path):
+    """What is stored per target is kept WALSH_STATE_TTL after it was last
+    written: a crawl opening the state directory later asks without them."""
+    state = tmp_path / "s"
+    url = conditional_page(server, "old.test")
+    await crawl(base_settings(server, state, WALSH_STATE_TTL=1), [url], tmp_path)
+    await task.deferLater(reactor, 1.5, lambda: None)
+    again = await crawl(base_settings(server, state, WALSH_STATE_TTL=1), [url], tmp_path)
+    _, second = server.origin.hits_for("old.test", "/doc")
+    assert "if-none-match" not in second.headers
+    assert again.items[0]["outcome"] == "fetched"
+    db = sqlite3.connect(str(state / "state.sqlite3"))
+    try:
+        kept = {ns for (ns,) in db.execute("SELECT DISTINCT namespace FROM kv")}
+    finally:
+        db.close()
+    assert "validators" in kept  # written again by the second crawl

@@ -27,6 +27,7 @@ from twisted.internet import defer, reactor
 from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.state.redis import layout
 from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.support.crawling import (
     BLOCKLIST_HOST,
@@ -298,13 +299,14 @@ async def test_a_contradiction_found_by_another_worker_stops_this_workers_skips(
     settings = base_settings(server, tmp_path / "s", **shared)
     await crawl(settings, site.urls, tmp_path)
     origin = server.url("told.test", "")
-    trust_key = f"{shared['WALSH_REDIS_PREFIX']}:state:sitemap_trust"
+    trust_key = f"{shared['WALSH_REDIS_PREFIX']}:state:sitemap_trust:told.test"
 
     def meanwhile(page: Any) -> Any:
         def answer(hit: Any) -> Reply:
             verdict = {"until": time.time() + 3600, "why": "contradicted", "at": time.time(),
                        "probe": origin + "/elsewhere"}  # fmt: skip
-            redis_server.client().hset(trust_key, origin, json.dumps(verdict))
+            stored = layout.stamped(json.dumps(verdict), time.time())
+            redis_server.client().hset(trust_key, layout.field(origin), stored)
             return page(hit)
 
         return answer

@@ -16,8 +16,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research.core.timestamps import utc_iso
-from scrapy_walsh_research.core.urls import host_variants, in_domain, is_http_url, url_host
-from scrapy_walsh_research.state.namespaces import PER_TARGET
+from scrapy_walsh_research.core.urls import host_variants, in_domain
+from scrapy_walsh_research.state.namespaces import PER_TARGET, key_host
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -34,14 +34,7 @@ NAMESPACES = PER_TARGET
 
 
 def stored_host(key: str) -> str | None:
-    url = key.split("\t", 1)[0]
-    return url_host(url) if is_http_url(url) else None
-
-
-def url_prefixes(host: str) -> tuple[str, ...]:
-    """Where the stored keys of *host* begin (canonical URLs, any port)."""
-    name = f"[{host}]" if ":" in host else host  # an IPv6 address is bracketed
-    return (f"http://{name}", f"https://{name}")
+    return key_host(key)
 
 
 def host_argument(text: str, what: str = "HOST") -> str:
@@ -95,25 +88,17 @@ async def purge(
     {host: {namespace: keys deleted}}; each purged host gets an audit entry
     naming *cause* (or ``cause(host)``: the blocklist entry that covers it).
     Given *only* one host, only its keys (in each of its spellings) are read
-    instead of the whole store."""
+    instead of the whole store; a host's keys go at once (in Redis, its
+    hashes)."""
     purged: dict[str, dict[str, int]] = {}
-    if only is None:
-        onlies: list[str | None] = [None]
-        prefixes: tuple[str, ...] = ("",)
-    else:
-        onlies = [*sorted(spellings(only))]
-        prefixes = tuple(p for name in sorted(spellings(only)) for p in url_prefixes(name))
+    onlies: list[str | None] = [None] if only is None else [*sorted(spellings(only))]
     for namespace in NAMESPACES:
-        gone: list[str] = []
-        candidates = {k for prefix in prefixes for k in await store.keys(namespace, prefix)}
-        for key in sorted(candidates):
-            host = stored_host(key)
-            if host is not None and matches(host):
-                gone.append(key)
+        hosts = await store.hosts(namespace) if only is None else onlies
+        for host in sorted(h for h in hosts if h is not None and matches(h)):
+            gone = await store.forget(namespace, host)
+            if gone:
                 counts = purged.setdefault(host, {})
-                counts[namespace] = counts.get(namespace, 0) + 1
-        if gone:
-            await store.delete_many(namespace, gone)
+                counts[namespace] = counts.get(namespace, 0) + gone
     at = utc_iso(store.time())
     why_for = cause if callable(cause) else (lambda host: cause)
     for name in onlies:

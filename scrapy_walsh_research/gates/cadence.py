@@ -5,9 +5,10 @@ Cadence has one home, here: the gate, each target's last fetch (persisted
 in the state store, by canonical URL, so the rule holds across runs, which
 is where it matters), and with a fleet the claim a worker holds on a target
 while it fetches it, and its release. The claim's Lua is
-:data:`~scrapy_walsh_research.state.redis.scripts.CADENCE_CLAIM`, beside the
-Redis backend's other scripts; the namespaces are named once in
-:mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
+:data:`~scrapy_walsh_research.state.redis.layout_scripts.CADENCE_CLAIM`, beside the
+Redis backend's other scripts, on the per-host hashes of
+:mod:`scrapy_walsh_research.state.redis.layout`; the namespaces are named
+once in :mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
 target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
 :meth:`CadenceMiddleware.release`), finding the gate with :func:`cadence_of`.
 """
@@ -27,6 +28,7 @@ from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state import redis_url, state_for
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
+from scrapy_walsh_research.state.redis import layout  # no redis import: the keys' layout
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -74,10 +76,14 @@ class CadenceMiddleware:
         if redis_url(crawler):
             # redis is the optional [redis] extra: imported only when in use
             from scrapy_walsh_research.state.redis.connection import RedisConnection
-            from scrapy_walsh_research.state.redis.scripts import CADENCE_CLAIM
+            from scrapy_walsh_research.state.redis.layout_scripts import (
+                CADENCE_CLAIM,
+                RELEASE_CLAIM,
+            )
 
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CADENCE_CLAIM)
+            self._release = self._redis.client.register_script(RELEASE_CLAIM)
         register(crawler, CadenceMiddleware, self)
 
     @classmethod
@@ -139,12 +145,17 @@ class CadenceMiddleware:
         """Claim *request*'s target for this worker (its hops and retries claim
         it again: a claim this worker holds is granted again)."""
         key = target_key(request)
-        await self._redis.announce()
+        conn = self._redis
+        await conn.announce()
+        host = layout.bucket_host(key)
         keys = [
-            self._redis.key("state", CADENCE),
-            self._redis.key("state", CADENCE_CLAIMS),
+            layout.bucket(conn, CADENCE, host),
+            layout.bucket(conn, CADENCE_CLAIMS, host),
+            layout.legacy(conn, CADENCE),
+            layout.legacy(conn, CADENCE_CLAIMS),
         ]
-        args = [key, self.interval, self._redis.worker, self._redis.key("alive", "")]
+        args = [layout.field(key, host), self.interval, conn.worker, conn.key("alive", ""), key,
+                layout.retention_of(conn)[CADENCE_CLAIMS]]  # fmt: skip
         status, value = await self._redis.call(
             "claim cadence", lambda r: self._claim(keys=keys, args=args, client=r)
         )
@@ -181,10 +192,9 @@ class CadenceMiddleware:
         if self._redis is None:
             return
         conn = self._redis
-        claims = conn.key("state", CADENCE_CLAIMS)
-
-        async def release(r: Any) -> None:
-            if await r.hget(claims, key) == conn.worker:
-                await r.hdel(claims, key)
-
-        await conn.call("release claim", release)
+        host = layout.bucket_host(key)
+        keys = [layout.bucket(conn, CADENCE_CLAIMS, host)]
+        args = [layout.field(key, host), conn.worker]
+        await conn.call(
+            "release claim", lambda r: self._release(keys=keys, args=args, client=r)
+        )

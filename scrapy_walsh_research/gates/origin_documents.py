@@ -52,8 +52,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-#: a last good answer is used for this long when the document is unreachable
-LAST_GOOD_MAX_AGE = 30 * 86400.0
 #: an origin's documents (robots.txt, tdmrep.json) stay in force at least this
 #: many of its host's intervals: their two fetches, then the target
 USABLE_INTERVALS = 3

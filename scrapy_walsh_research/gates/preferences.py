@@ -77,10 +77,12 @@ from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.gates.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
+from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import declared_purposes
+from scrapy_walsh_research.state import namespaces
+from scrapy_walsh_research.state.namespaces import LAST_GOOD_MAX_AGE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -92,10 +94,9 @@ TDMREP_PATH = "/.well-known/tdmrep.json"
 #: read at most this much of a tdmrep.json (robots.txt's limit; real files
 #: are a few hundred bytes)
 MAX_TDMREP_BYTES = MAX_ROBOTS_BYTES
-#: the last answer per origin: a 2xx body, or a 4xx status (no file)
-STATE_NAMESPACE = "tdmrep"
-#: the last failed fetch per origin and when to try again
-UNREACHABLE_NAMESPACE = "tdmrep_unreachable"
+#: where tdmrep.json answers are stored (state.namespaces says what each holds)
+STATE_NAMESPACE = namespaces.TDMREP
+UNREACHABLE_NAMESPACE = namespaces.TDMREP_UNREACHABLE
 
 
 @dataclass

@@ -47,10 +47,12 @@ from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
-from scrapy_walsh_research.gates.origin_documents import LAST_GOOD_MAX_AGE, OriginDocuments
+from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import operator_hosts
+from scrapy_walsh_research.state import namespaces
+from scrapy_walsh_research.state.namespaces import LAST_GOOD_MAX_AGE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -58,15 +60,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: the last 2xx robots.txt per origin: reused within WALSH_ROBOTS_TTL by every
-#: run and worker (RFC 9309 §2.4 allows caching up to 24 h), and as the last
-#: good copy for 30 days when robots.txt is unreachable
-STATE_NAMESPACE = "robots"
-#: the last 4xx answer per origin (no rules apply), reused the same way
-ABSENT_NAMESPACE = "robots_4xx"
-#: the last failed fetch per origin and when to try again, so a restart or
-#: another worker keeps the backoff instead of fetching at once
-UNREACHABLE_NAMESPACE = "robots_unreachable"
+#: where robots.txt answers are stored (state.namespaces says what each holds)
+STATE_NAMESPACE = namespaces.ROBOTS
+ABSENT_NAMESPACE = namespaces.ROBOTS_4XX
+UNREACHABLE_NAMESPACE = namespaces.ROBOTS_UNREACHABLE
 
 
 @dataclass

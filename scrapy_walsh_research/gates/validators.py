@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy_walsh_research._runtime.marks import Marks
 from scrapy_walsh_research.core.urls import canonical_url
@@ -38,6 +38,12 @@ class ConditionalRequestMiddleware:
         #: (a response without validators then has nothing to delete: one
         #: state write per response fewer)
         self._unstored: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
+        #: the validators a request was sent with, written again on its 304:
+        #: the store forgets what was not written for WALSH_STATE_TTL, and a
+        #: page that never changes must keep its validators
+        self._sent: weakref.WeakKeyDictionary[Request, tuple[str, dict[str, Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -51,6 +57,7 @@ class ConditionalRequestMiddleware:
         if not saved:
             self._unstored[request] = key
             return
+        self._sent[request] = (key, saved)
         if saved.get("etag"):
             request.headers.setdefault(b"If-None-Match", saved["etag"])
         if saved.get("last_modified"):
@@ -62,6 +69,9 @@ class ConditionalRequestMiddleware:
             return response
         if response.status == 304:
             self.stats.inc_value("walsh/validators/not_modified")
+            sent = self._sent.pop(request, None)
+            if sent is not None:
+                await self.store.put(VALIDATORS, *sent)
         elif 200 <= response.status < 300:
             etag = response.headers.get(b"ETag")
             modified = response.headers.get(b"Last-Modified")

@@ -60,7 +60,7 @@ from scrapy_walsh_research.components import (
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import adaptive, defaults
+from scrapy_walsh_research.settings import adaptive, defaults, options
 from scrapy_walsh_research.settings.options import (
     RENAMED,
     declared_purposes,
@@ -124,7 +124,7 @@ def problems(settings: BaseSettings) -> list[str]:
             "requests. Set CONCURRENT_REQUESTS=1."
         )
     found.extend(_list_problems(settings))
-    found.extend(_freshness_problems(settings))
+    found.extend(_freshness_problems(settings) + options.retention_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(

@@ -79,6 +79,10 @@ WALSH_REDIS_MARGIN = 0.05
 #: costs its host this long at most
 WALSH_REDIS_LEASE = 15.0
 WALSH_REDIS_MAX_BACKOFF = 10.0
+#: the records of lines fed through Redis (``walsh-records``), the index a
+#: purge reads them by, and each machine's copies of them, are kept this long
+#: after they were written (a week)
+WALSH_RECORDS_TTL = 7 * 86400.0
 
 # -- R2 and the usage preferences ----------------------------------------------
 
@@ -131,6 +135,15 @@ WALSH_RETRY_MAX_DELAY = 600.0
 WALSH_RUN_INTERVAL = 86400.0
 WALSH_LLMS_PROBE = True
 WALSH_ONLY_NEW = False
+
+# -- how long stored state lasts (state.namespaces.retention) -------------------------
+
+#: what is stored per target URL or origin (validators, cadence, first-seen
+#: entries, past answers, robots.txt copies, sitemap readings) is forgotten this
+#: long after it was last written: 8 days, so a weekly re-run still finds its
+#: validators; a namespace that must hold longer (cadence: WALSH_RUN_INTERVAL;
+#: robots.txt: its 30-day last good copy) does
+WALSH_STATE_TTL = 8 * 86400.0
 
 # -- R7 with sitemaps (gates.sitemaps, docs/sitemaps.rst) ---------------------------
 

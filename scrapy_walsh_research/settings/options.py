@@ -259,3 +259,19 @@ def sitemap_problems(settings: BaseSettings, order: dict[str, int]) -> list[str]
             "gate the higher number."
         )
     return found
+
+
+def retention_problems(settings: BaseSettings) -> list[str]:
+    """How long stored state and fed records are kept (``WALSH_STATE_TTL``,
+    ``WALSH_RECORDS_TTL``): some time, or what a crawl stores would be gone
+    before it is read."""
+    found: list[str] = []
+    for name in ("WALSH_STATE_TTL", "WALSH_RECORDS_TTL"):
+        try:
+            value = float(settings.get(name, getattr(defaults, name)))
+        except (TypeError, ValueError):
+            value = 0.0
+        if not value > 0:
+            found.append(f"{name}={settings.get(name)!r}: a number of seconds above 0 "
+                         f"(default {getattr(defaults, name):g}).")  # fmt: skip
+    return found

@@ -444,7 +444,10 @@ class TargetsSpider(scrapy.Spider):
 
     async def _first_seen(self, holder: dict[str, Any], target: str) -> None:
         """Stamp feed entries and markdown links with when they were first
-        seen for this target, across runs; with WALSH_ONLY_NEW keep only new ones."""
+        seen for this target, across runs; with WALSH_ONLY_NEW keep only new ones.
+        Every entry listed is written again (its first sighting kept): the
+        store forgets what was not written for WALSH_STATE_TTL, and an entry
+        still in the feed must not come back as new."""
         for field, key in (("entries", "id"), ("links", "url")):
             items = holder.get(field)
             if not items:
@@ -452,7 +455,7 @@ class TargetsSpider(scrapy.Spider):
             keys = [f"{target}\t{item.get(key) or item.get('link')}" for item in items]
             known = await self.store.get_many(SEEN, keys)
             now = utc_iso()
-            await self.store.put_many(SEEN, {k: now for k in keys if k not in known})
+            await self.store.put_many(SEEN, {k: known.get(k, now) for k in keys})
             for item, k in zip(items, keys, strict=True):
                 item["first_seen"] = known.get(k, now)
                 item["new"] = k not in known

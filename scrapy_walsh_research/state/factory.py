@@ -14,6 +14,7 @@ from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
+from scrapy_walsh_research.state.namespaces import retention
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _open_state(crawler: Crawler) -> StateStore:
     else:
         directory = state_dir(crawler)
         lock = hold_state_dir(directory, crawler)
-        store = SQLiteStateStore(directory / "state.sqlite3")
+        store = SQLiteStateStore(directory / "state.sqlite3", retention(crawler.settings))
         crawler.signals.connect(lambda: lock.close(), signal=signals.engine_stopped, weak=False)
     crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store

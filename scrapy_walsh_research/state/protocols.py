@@ -32,6 +32,13 @@ class StateStore(Protocol):
     Writes are durable when :meth:`put` returns: a crash right after must not
     lose them (R3 retention, R7 validators). The calls are coroutines because
     a shared backend talks to a server, and nothing may block the reactor.
+
+    A namespace keyed by URL or origin
+    (:data:`~scrapy_walsh_research.state.namespaces.BY_HOST`) keeps an entry
+    for its retention after it was last written
+    (:func:`~scrapy_walsh_research.state.namespaces.retention`); older ones
+    are gone, or not read. The others keep what is written until it is
+    deleted.
     """
 
     async def get(self, namespace: str, key: str) -> Any | None: ...
@@ -58,6 +65,17 @@ class StateStore(Protocol):
 
     async def delete_many(self, namespace: str, keys: list[str]) -> None:
         """Delete all *keys* (one transaction)."""
+        ...
+
+    async def hosts(self, namespace: str) -> list[str]:
+        """The hosts *namespace* holds keys about (the host of each key's
+        URL, :func:`~scrapy_walsh_research.state.namespaces.key_host`): a
+        purge's candidates, not on a hot path."""
+        ...
+
+    async def forget(self, namespace: str, host: str) -> int:
+        """Delete every key of *namespace* about *host* (its URL's host is
+        *host*), also any not read any more for its age; how many went."""
         ...
 
     async def put_blob(self, name: str, data: bytes) -> None:

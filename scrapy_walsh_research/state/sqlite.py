@@ -19,6 +19,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.state.directory import machine_lock
+from scrapy_walsh_research.state.namespaces import key_host, key_prefixes
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -35,7 +36,7 @@ class SQLiteStateStore:
     #: no fleet shares its state through this store
     shared = False
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, ttls: dict[str, float] | None = None) -> None:
         self.path = Path(path)
         # One process at a time opens it: the first connections to a new file
         # each switch it to WAL, and SQLite refuses all but one at once with
@@ -54,6 +55,13 @@ class SQLiteStateStore:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS kv (namespace TEXT NOT NULL, key TEXT NOT NULL,"
                 " value TEXT NOT NULL, updated REAL NOT NULL, PRIMARY KEY (namespace, key))"
+            )
+            # what a namespace keeps only so long (namespaces.retention) is
+            # forgotten when a crawl opens the store: one crawl at a time holds it
+            now = time.time()
+            self._db.executemany(
+                "DELETE FROM kv WHERE namespace = ? AND updated < ?",
+                [(namespace, now - ttl) for namespace, ttl in (ttls or {}).items()],
             )
 
     # -- blobs: files beside the database, written in a thread ----------------
@@ -143,6 +151,19 @@ class SQLiteStateStore:
             self.db.executemany(
                 "DELETE FROM kv WHERE namespace = ? AND key = ?", [(namespace, k) for k in keys]
             )
+
+    async def hosts(self, namespace: str) -> list[str]:
+        return sorted({h for k in await self.keys(namespace) if (h := key_host(k)) is not None})
+
+    async def forget(self, namespace: str, host: str) -> int:
+        found = [
+            k
+            for prefix in key_prefixes(host)
+            for k in await self.keys(namespace, prefix)
+            if key_host(k) == host
+        ]
+        await self.delete_many(namespace, found)
+        return len(found)
 
     async def put_if_absent(self, namespace: str, key: str, value: Any) -> Any:
         self.db.execute(

@@ -29,3 +29,23 @@ async def crawl_feed(
     """A worker: the targets spider reading its lines from the Redis feed *key*."""
     items, crawler = await crawl_spider(spidercls, settings, redis_key=key)
     return CrawlResult(items, crawler.stats.get_stats(), crawler)
+
+
+def stored_state(redis_server: Any, prefix: str, namespace: str) -> dict[str, str]:
+    """What the fleet's Redis holds in a per-host *namespace* (each host's
+    hash, ``<prefix>:state:<namespace>:<host>``): key -> value as JSON."""
+    from scrapy_walsh_research.state.redis.layout import key_of, unstamped
+
+    r = redis_server.client()
+    base = f"{prefix}:state:{namespace}:"
+    out: dict[str, str] = {}
+    try:
+        for name in r.scan_iter(f"{base}*"):
+            host = name[len(base) :]
+            for field, raw in r.hgetall(name).items():
+                key = key_of(field, host)
+                if key is not None:
+                    out[key] = unstamped(raw)[1]
+    finally:
+        r.close()
+    return out

@@ -1,10 +1,11 @@
 """The Lua scripts of the Redis backend's components: a script is data
 (a string sent to Redis, run there atomically), so they live together here,
 each with its KEYS and ARGV, and the Python that calls it lives with its
-component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`, and the
-R8 gate, :mod:`scrapy_walsh_research.gates.cadence`). The
+component (:mod:`.hostclock`, :mod:`.lock`, :mod:`.target_queue`). The
 fleet's guard, which every deciding script runs first, is in
-:mod:`.guard_scripts`.
+:mod:`.guard_scripts`; the scripts on the state store's per-host hashes
+(the store's writes, R8's cadence claim, and the steps every write to such
+a hash takes, ``BUCKETS``), in :mod:`.layout_scripts`.
 
 Plain strings: importing them needs no Redis client, so the target queue's
 list reader stays usable without the ``redis`` extra. The SCAN patterns'
@@ -16,6 +17,7 @@ from __future__ import annotations
 import re
 
 from scrapy_walsh_research.state.redis.guard_scripts import GUARD, NOW
+from scrapy_walsh_research.state.redis.layout_scripts import BUCKETS
 
 
 def glob_escape(text: str) -> str:
@@ -370,27 +372,6 @@ return 0
 """
 
 
-# -- R8 cadence (gates.cadence) ------------------------------------------------------
-
-#: only one worker of a fleet fetches a target at a time: same URL, other batch
-CADENCE_CLAIM = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
--- KEYS[1] cadence hash, KEYS[2] claims hash
--- ARGV[1] target, ARGV[2] interval s, ARGV[3] worker id, ARGV[4] heartbeat prefix
-local last = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
-if last and now - last < tonumber(ARGV[2]) and last <= now then
-  return {'recent', string.format('%.6f', last)}
-end
-local owner = redis.call('HGET', KEYS[2], ARGV[1])
-if owner and owner ~= ARGV[3] and redis.call('EXISTS', ARGV[4] .. owner) == 1 then
-  return {'taken', owner}
-end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
-return {'ok', ''}
-"""
-
-
 # -- the target queue (RedisFeed, finish) ---------------------------------------
 
 #: LMOVE a line into this worker's in-flight list, after giving the lines of
@@ -457,23 +438,67 @@ end
 return redis.call('HGET', KEYS[1], ARGV[1])
 """
 
-#: one record per line, the line acknowledged and its cadence written, in one step
-FINISH = NOW + """
--- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
--- KEYS[3] cadence hash, KEYS[4] cadence claims
--- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
--- ARGV[4] cadence key ('' when the line was not fetched), ARGV[5] records TTL,
--- ARGV[6] the cadence claim this line held ('' if none), ARGV[7] worker id
--- KEYS[5] the host's record index, ARGV[8] this record in it ('' for no host)
-local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
-if ARGV[8] ~= '' then
-  redis.call('SADD', KEYS[5], ARGV[8])
-  redis.call('EXPIRE', KEYS[5], ARGV[5])
+#: a record into its host's index (a sorted set, scored by when each member
+#: was written or last found alive): a member stays while its record does.
+#: Each record written looks at a few members dated *ttl* ago or more: one
+#: whose record is gone goes, one whose batch is still kept is dated now.
+#: (An index of the layout before, a set, becomes a sorted set dated now.)
+INDEX = """
+local function index_record(key, member, ttl)
+  if redis.call('TYPE', key).ok == 'set' then
+    local old = redis.call('SMEMBERS', key)
+    redis.call('DEL', key)
+    for i = 1, #old do redis.call('ZADD', key, now, old[i]) end
+  end
+  redis.call('ZADD', key, now, member)
+  local due = redis.call('ZRANGEBYSCORE', key, '-inf', string.format('%.6f', now - ttl),
+                         'LIMIT', 0, 8)
+  for _, m in ipairs(due) do
+    local ok, entry = pcall(cjson.decode, m)
+    if ok and type(entry) == 'table' and type(entry[1]) == 'string' and entry[3]
+       and redis.call('HEXISTS', entry[1], tostring(entry[3])) == 1 then
+      redis.call('ZADD', key, now, m)
+    else
+      redis.call('ZREM', key, m)
+    end
+  end
+  redis.call('EXPIRE', key, math.ceil(ttl))
 end
+"""
+
+#: publishing a record again (RecordCopies.republish): first record wins
+REPUBLISH = NOW + INDEX + """
+-- KEYS[1] records of the batch, KEYS[2] the host's record index, KEYS[3] the
+-- in-flight list the line came back to; ARGV[1] line, ARGV[2] record, ARGV[3]
+-- records TTL, ARGV[4] its member in the index ('' for no host), ARGV[5] the
+-- line as queued ('' if unknown)
+redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3])))
+if ARGV[4] ~= '' then index_record(KEYS[2], ARGV[4], tonumber(ARGV[3])) end
+if ARGV[5] ~= '' then redis.call('LREM', KEYS[3], 1, ARGV[5]) end
+return 1
+"""
+
+#: one record per line, the line acknowledged and its cadence written, in one step
+FINISH = NOW + BUCKETS + INDEX + """
+-- KEYS[1] records of the batch, KEYS[2] the in-flight list the line is in,
+-- KEYS[3] the host's cadence hash, KEYS[4] its cadence claims hash
+-- ARGV[1] line, ARGV[2] record (JSON), ARGV[3] the line as queued,
+-- ARGV[4] the target's field ('' when the line was not fetched), ARGV[5] records TTL,
+-- ARGV[6] the claim's field ('' if none), ARGV[7] worker id
+-- KEYS[5] the host's record index, ARGV[8] this record in it ('' for no host)
+-- KEYS[6] the legacy cadence hash, ARGV[9] the target (its legacy key),
+-- ARGV[10] the cadence's retention s
+local first = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[5])))
+if ARGV[8] ~= '' then index_record(KEYS[5], ARGV[8], tonumber(ARGV[5])) end
 redis.call('LREM', KEYS[2], 1, ARGV[3])
-if ARGV[4] ~= '' then redis.call('HSET', KEYS[3], ARGV[4], string.format('%.6f', now)) end
-if ARGV[6] ~= '' and redis.call('HGET', KEYS[4], ARGV[6]) == ARGV[7] then
+if ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[3], ARGV[4], stamp(string.format('%.6f', now)))
+  redis.call('HDEL', KEYS[6], ARGV[9])
+  touch(KEYS[3], tonumber(ARGV[10]))
+end
+if ARGV[6] ~= '' and unstamp(redis.call('HGET', KEYS[4], ARGV[6])) == ARGV[7] then
   redis.call('HDEL', KEYS[4], ARGV[6])
 end
 return {first, string.format('%.6f', now)}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -29,8 +30,9 @@ from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
+from scrapy_walsh_research.state.redis import layout
 from scrapy_walsh_research.state.redis.client import client_options
-from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, TAKE, glob_escape
+from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, REPUBLISH, TAKE, glob_escape
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,9 +41,6 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
-
-#: how long a batch's canonical-URL claims are kept once its last line is taken
-CLAIMS_TTL_S = 7 * 86400
 
 
 def enqueue(
@@ -133,7 +132,8 @@ class RedisFeed:
         """None if this line is first with *canonical* in *batch* (also when it
         is delivered again after its worker died), else the line that was."""
         keys = [self.conn.key(self.key, "canonical", batch)]
-        args: list[str | float] = [canonical, line, CLAIMS_TTL_S]
+        # kept as long as the batch's records, from its last claim
+        args: list[str | float] = [canonical, line, _seconds(layout.records_ttl(self.conn))]
         first = int(
             await self.conn.call(
                 "claim target", lambda r: self._claim(keys=keys, args=args, client=r)
@@ -154,17 +154,27 @@ async def finish(
     Redis's time)."""
     script = conn.client.register_script(FINISH)
     index, member = _index_entry(conn, ticket, record)
+    host = layout.bucket_host(cadence_key or claim_key)
     keys = [
         ticket["records"],
         ticket["inflight"],
-        conn.key("state", CADENCE),
-        conn.key("state", CADENCE_CLAIMS),
+        layout.bucket(conn, CADENCE, host),
+        layout.bucket(conn, CADENCE_CLAIMS, host),
         index,
+        layout.legacy(conn, CADENCE),
     ]
-    args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"], cadence_key,
-            CLAIMS_TTL_S, claim_key, conn.worker, member]  # fmt: skip
+    args = [record["line"], json.dumps(record, sort_keys=True), ticket["raw"],
+            layout.field(cadence_key, host) if cadence_key else "",
+            _seconds(layout.records_ttl(conn)),
+            layout.field(claim_key, host) if claim_key else "", conn.worker, member,
+            cadence_key, layout.retention_of(conn)[CADENCE]]  # fmt: skip
     first, now = await conn.call("finish line", lambda r: script(keys=keys, args=args, client=r))
     return bool(int(first)), float(now)
+
+
+def _seconds(ttl: float) -> int:
+    """A TTL as EXPIRE takes it (whole seconds, at least one)."""
+    return max(1, math.ceil(ttl))
 
 
 def _index_entry(
@@ -187,8 +197,8 @@ class RecordCopies:
     from an older snapshot has the line back in its queue and no record, and
     the fleet would fetch it again. Each worker appends the records it
     stores to its own file in ``WALSH_STATE_DIR`` (``feed-records-*.jl``,
-    one line each, flushed: it survives the process being killed; kept a
-    week, as Redis keeps records). When a worker first sees the fleet's
+    one line each, flushed: it survives the process being killed; kept
+    ``WALSH_RECORDS_TTL``, as Redis keeps records). When a worker first sees the fleet's
     history marked unknown it publishes every record of this machine again
     (first record still wins), and takes its lines out of the in-flight
     lists they came back to; the feed then acknowledges, instead of handing
@@ -203,6 +213,7 @@ class RecordCopies:
         self.directory = directory
         self.path = directory / f"feed-records-{conn.worker}.jl"
         self._file: Any = None
+        self._republish = conn.client.register_script(REPUBLISH)
         conn.guard.on_history_lost(self.republish)
 
     def keep(self, ticket: dict[str, str], record: dict[str, Any]) -> None:
@@ -217,8 +228,8 @@ class RecordCopies:
         self._file.flush()
 
     def _prune(self) -> None:
-        """Files older than the records they copy (a week) go."""
-        cutoff = time.time() - CLAIMS_TTL_S
+        """Files older than the records they copy (WALSH_RECORDS_TTL) go."""
+        cutoff = time.time() - layout.records_ttl(self.conn)
         for path in self.directory.glob(self.PATTERN):
             try:
                 if path.stat().st_mtime < cutoff:
@@ -246,6 +257,7 @@ class RecordCopies:
         entries = await maybe_deferred_to_future(deferToThread(self._read))
         if not entries:
             return
+        ttl = _seconds(layout.records_ttl(self.conn))
         for i in range(0, len(entries), 500):
             chunk = entries[i : i + 500]
 
@@ -253,15 +265,11 @@ class RecordCopies:
                 pipe = r.pipeline(transaction=False)
                 for entry in chunk:
                     ticket, record = entry["ticket"], entry["record"]
-                    pipe.hsetnx(ticket["records"], record["line"],
-                                json.dumps(record, sort_keys=True))  # fmt: skip
-                    pipe.expire(ticket["records"], CLAIMS_TTL_S)
                     index, member = _index_entry(self.conn, ticket, record)
-                    if member:
-                        pipe.sadd(index, member)
-                        pipe.expire(index, CLAIMS_TTL_S)
-                    if ticket.get("inflight") and ticket.get("raw"):
-                        pipe.lrem(ticket["inflight"], 1, ticket["raw"])
+                    raw = ticket.get("raw", "") if ticket.get("inflight") else ""
+                    keys = [ticket["records"], index, ticket.get("inflight") or index]
+                    args = [record["line"], json.dumps(record, sort_keys=True), ttl, member, raw]
+                    await self._republish(keys=keys, args=args, client=pipe)  # queued
                 await pipe.execute()
 
             await self.conn.call("publish records again", put)
@@ -292,8 +300,11 @@ TOMBSTONE_FIELDS = ("line", "url", "canonical_url", "outcome", "rule")
 
 
 def record_index(conn: RedisConnection, host: str) -> str:
-    """The set naming the stored records of *host*'s lines (written with
-    each record), so a purge reads one host's records, not every record."""
+    """The sorted set naming the stored records of *host*'s lines (written
+    with each record), so a purge reads one host's records, not every
+    record. It keeps what the records keep (WALSH_RECORDS_TTL): a member
+    whose record is gone goes as the host's next records are written
+    (:data:`~.scripts.INDEX`; a set, in the layout before)."""
     return conn.key("records", "host", host)
 
 
@@ -324,7 +335,10 @@ async def purge_records(
             name_host = name[len(index_prefix) :]
             if not matches(name_host):
                 continue
-            members = await r.smembers(name)
+            if await r.type(name) == "set":
+                members = list(await r.smembers(name))
+            else:
+                members = list(await r.zrange(name, 0, -1))
             by_hash: dict[tuple[str, str], list[str]] = {}
             for member in members:
                 records_key, claims_key, line = json.loads(member)
@@ -348,7 +362,10 @@ async def purge_records(
                 if claims:
                     counts["claims"] += await r.hdel(claims_key, *claims)
             if members:  # only what was read: a record finished meanwhile stays indexed
-                await r.srem(name, *members)
+                if await r.type(name) == "set":
+                    await r.srem(name, *members)
+                else:
+                    await r.zrem(name, *members)
             if counts["records"]:
                 purged[name_host] = counts
 
