@@ -951,6 +951,55 @@ async def test_after_a_rollback_no_host_is_contacted_early_and_no_recorded_line_
         redis.kill()
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_worker_killed_while_publishing_again_leaves_it_to_the_next_worker_of_its_machine(
+    server, tmp_path
+):
+    """Redis comes back from an older snapshot: the line is back in its
+    queue, without its record. The first worker of the machine to see the
+    loss is killed (SIGKILL: the OOM killer, a deploy) while it publishes
+    again the machine's records, a week of them, which takes a while. The
+    machine's next worker publishes them again, and the line that has its
+    record on this machine is not fetched again. (Before: the machine's
+    journal noted the loss published as soon as the killed worker saw it,
+    before anything was published; the next worker said "as this machine's
+    workers saw before", published nothing, and the line was fetched again.)"""
+    redis = own_redis(tmp_path, persist="rdb")
+    shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=8, WALSH_REDIS_MAX_BACKOFF=0.5)
+    redis.age(young_redis_s(8, 0.5))
+    machine = tmp_path / "machine"
+    try:
+        push(redis, shared, site(server, "o.test", 1), tmp_path)
+        redis.snapshot("before")
+        first = spawn_worker(server, "targets", machine, **shared)
+        await first.ended
+        assert pages(server, "o.test") == ["/p/0"], first.err.decode()[-2000:]
+        # the rest of the week's records this machine keeps (other batches)
+        prefix = shared["WALSH_REDIS_PREFIX"]
+        with (machine / "feed-records-earlier.jl").open("w") as copies:
+            for line in range(1, 20_001):
+                record = {"line": line, "outcome": "fetched",
+                          "url": f"http://e{line % 500}.test/p/{line}"}  # fmt: skip
+                ticket = {"inflight": f"{prefix}:targets:inflight:gone", "raw": f"x{line}",
+                          "records": f"{prefix}:targets:records:earlier"}  # fmt: skip
+                copies.write(json.dumps({"record": record, "ticket": ticket}) + "\n")
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        killed = spawn_worker(server, "targets", machine, **shared)
+        await until(lambda: b"this worker publishes again what it holds" in killed.err)
+        assert not killed.ended.called, killed.err.decode()[-3000:]
+        killed.transport.signalProcess("KILL")
+        await killed.ended
+        after = spawn_worker(server, "targets", machine, **shared)
+        await after.ended
+        err = after.err.decode()
+        assert "Published again 20001 records" in err, err[-3000:]
+        assert pages(server, "o.test") == ["/p/0"], err[-3000:]
+    finally:
+        redis.kill()
+
+
 # -- case 4: Redis's wall clock steps --------------------------------------------------
 
 

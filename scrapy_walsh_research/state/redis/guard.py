@@ -91,6 +91,10 @@ GUARD_REFUSED = "walsh_redis_guard_refused"
 CLOCK_TOLERANCE_S = 0.02
 CLOCK_SLEW = 5e-4
 
+#: how often a worker that waits for another worker of its machine to finish
+#: publishing again looks whether it has (or died: then it takes over)
+PUBLISH_POLL_S = 0.5
+
 
 class FleetGuard:
     """What a worker knows of the fleet's Redis across calls: the
@@ -216,44 +220,60 @@ class FleetGuard:
         if lost and lost != self.lost:
             self.lost = lost
             self.conn.inc_stat("history_unknown")
-            journal = self.conn.journal
-            if journal is not None and not journal.claim_loss(lost):
-                # this machine's workers published again what they held for
-                # this loss: the wait it set is Redis's, and nothing is new
-                logger.info(
-                    "The fleet's history in Redis at %(url)s is incomplete since %(t)s, as "
-                    "this machine's workers saw before (they published again what they held "
-                    "then): no worker fails open on the blocklist.",
-                    {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
-                )
-                return step
-            logger.warning(
-                "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
-                "restarted without AOF appendfsync always, failed over to a replica that may "
-                "lack its last writes, came back without the fleet's records whatever its "
-                "config, or was met only seconds old): hosts wait "
-                "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
-                "this worker publishes again what it holds.",
-                {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
-            )
             # in the background: a reservation does not wait for it
             deferred_from_coro(self._publish_again(lost))
         return step
 
     async def _publish_again(self, lost: str) -> None:
         """What this machine holds that the fleet may have lost, published
-        again once for the loss *lost*; if a part fails, the next worker of
-        the machine that sees the loss tries again."""
+        again once per machine for the loss *lost*, by the first of its
+        workers to see it (which warns); the others say so at INFO. The
+        machine's journal notes the loss published only once everything is:
+        a worker that fails, or dies while publishing (even by SIGKILL: the
+        lock is the kernel's), leaves it to the next worker of the machine,
+        and one that waits for the lock meanwhile takes it over."""
+        journal = self.conn.journal
+        if journal is None:
+            self._warn_lost(lost)
+            await self._publish_all()
+            return
+        while not journal.published(lost):
+            with journal.publishing() as ours:
+                if ours and not journal.published(lost):
+                    self._warn_lost(lost)
+                    if await self._publish_all():
+                        journal.note_published(lost)
+                    return
+            await asyncio.sleep(PUBLISH_POLL_S)
+        # this machine's workers published again what they held for this
+        # loss: the wait it set is Redis's, and nothing is new
+        logger.info(
+            "The fleet's history in Redis at %(url)s is incomplete since %(t)s, as this "
+            "machine's workers saw before (they published again what they held then): no "
+            "worker fails open on the blocklist.",
+            {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
+        )
+
+    def _warn_lost(self, lost: str) -> None:
+        logger.warning(
+            "The fleet's history in Redis at %(url)s is incomplete since %(t)s (Redis "
+            "restarted without AOF appendfsync always, failed over to a replica that may "
+            "lack its last writes, came back without the fleet's records whatever its "
+            "config, or was met only seconds old): hosts wait "
+            "WALSH_MAX_CRAWL_DELAY from then, no worker fails open on the blocklist, and "
+            "this worker publishes again what it holds.",
+            {"url": self.conn.shown_url, "t": time.ctime(float(lost))},
+        )
+
+    async def _publish_all(self) -> bool:
+        """Run every publisher (:meth:`on_history_lost`); whether all succeeded."""
         results = await asyncio.gather(
             *(callback() for callback in self._on_lost), return_exceptions=True
         )
         failed = [r for r in results if isinstance(r, BaseException)]
         for exc in failed:
-            logger.error(
-                "Publishing again after Redis lost history failed: %(exc)s", {"exc": exc}
-            )
-        if failed and self.conn.journal is not None:
-            self.conn.journal.release_loss(lost)
+            logger.error("Publishing again after Redis lost history failed: %(exc)s", {"exc": exc})
+        return not failed
 
     def _stepped_back(self, seconds: float) -> None:
         self.conn.inc_stat("clock_steps_back")

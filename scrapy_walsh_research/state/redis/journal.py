@@ -4,7 +4,7 @@ Kept in ``WALSH_STATE_DIR`` so that a Redis that comes back empty or older
 is noticed at start-up (:data:`~.scripts.HELLO`) by any worker that ran
 before, whatever order the workers start in; and so that what this machine
 holds is published again once per loss of the fleet's history, not at
-every start (:meth:`FleetJournal.claim_loss`).
+every start (:meth:`FleetJournal.published`, :meth:`FleetJournal.publishing`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -29,7 +29,8 @@ class FleetJournal:
     older is noticed by any worker that ran before, whatever order the
     workers start in. Written at most once a second while the crawl runs and
     once at its end. It also names the loss of the fleet's history that this
-    machine's workers last published again for (:meth:`claim_loss`).
+    machine's workers last published again for (:meth:`published`), and
+    holds the lock a worker publishing again holds (:meth:`publishing`).
 
     Workers started from one project on one machine share that directory
     (it defaults to the project's), so a write merges with the file under a
@@ -77,28 +78,34 @@ class FleetJournal:
         if self._update(merge):
             self._written, self._at = (self.epoch, self.gen), time.monotonic()
 
-    def claim_loss(self, marker: str) -> bool:
-        """Whether this machine's workers have yet to publish again what they
+    def published(self, marker: str) -> bool:
+        """Whether this machine's workers have published again what they
         hold for the loss *marker* (when the fleet's history was marked
-        incomplete, as Redis keeps it): True once per loss, to the worker
-        that will (noted at once, under the lock, so workers that start
-        together publish once). A journal that cannot be written says True:
-        publishing twice costs a message, never a record."""
-        claimed = True
+        incomplete, as Redis keeps it)."""
+        return self._load().get("published") == marker
 
-        def claim(saved: dict[str, Any]) -> dict[str, Any]:
-            nonlocal claimed
-            claimed = saved.get("published") != marker
-            return {**saved, "published": marker}
+    def note_published(self, marker: str) -> None:
+        """Everything this machine holds is published again for *marker*:
+        its later workers publish nothing for it. Noted only once it is (a
+        worker killed while publishing leaves the loss to the next one)."""
+        self._update(lambda saved: {**saved, "published": marker})
 
-        self._update(claim)
-        return claimed
-
-    def release_loss(self, marker: str) -> None:
-        """Publishing again for *marker* failed: the next worker tries again."""
-        self._update(
-            lambda saved: {k: v for k, v in saved.items() if (k, v) != ("published", marker)}
-        )
+    @contextlib.contextmanager
+    def publishing(self) -> Iterator[bool]:
+        """Whether this worker may publish again for the machine now: True,
+        holding the machine's publishing lock (``<journal>.publishing``)
+        until the block ends; False while another worker of the machine
+        holds it. The lock is the kernel's (``flock``), so a worker that
+        dies while publishing, even by SIGKILL, releases it. Where it cannot
+        be taken (no ``fcntl``, a directory that cannot be written): True,
+        as publishing twice costs a message, never a record."""
+        try:
+            handle = open(self.path.with_name(self.path.name + ".publishing"), "a")
+        except OSError:
+            yield True
+            return
+        with handle:
+            yield _try_lock(handle)
 
     def _update(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
         """Rewrite the file with *change* applied to what it holds, under the
@@ -120,6 +127,23 @@ class FleetJournal:
                 )
             return False
         return True
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    """Take an exclusive lock on *handle*'s file, without waiting: False if
+    another process holds it (True where the platform has no ``fcntl``). It
+    lasts until the handle is closed, or its process ends."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return True
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 @contextlib.contextmanager
