@@ -1080,6 +1080,36 @@ async def test_a_worker_that_joins_after_a_clock_step_no_one_saw_does_not_trust_
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_restart_from_a_snapshot_keeps_a_crawl_delay_when_redis_clock_then_steps(tmp_path):
+    """Redis's host reboots: redis-server starts from its last snapshot,
+    taken before the fleet's last request to cd.test (Crawl-delay 5),
+    before NTP has set the host's clock, which then steps forward an hour
+    (chrony's makestep at boot). Redis counts its uptime on its wall clock:
+    an hour. A worker that never ran must keep cd.test's Crawl-delay: the
+    wait after a restart without AOF always runs WALSH_MAX_CRAWL_DELAY from
+    when a worker first sees the restart, not from Redis's start as its
+    uptime reckons it. (Before: the wait had ended an hour before, and the
+    worker took cd.test's slot at once.)"""
+    redis = own_redis(tmp_path, persist="rdb", steppable_clock=True)
+    old = guarded_worker(redis.url)
+    redis.age(old.conn.guard.young)
+    new = guarded_worker(redis.url)
+    try:
+        assert await reserve_and_send(old, "first.test") == 0.0  # the fleet's records
+        redis.snapshot("before")
+        assert await reserve_and_send(old, "cd.test") == 0.0
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        redis.step_clock(3600.0)
+        assert await reserve_and_send(new, "cd.test") > 0.0
+    finally:
+        for clock in (old, new):
+            await deferred_from_coro(clock.conn.close())
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_backward_step_of_redis_clock_costs_at_most_an_interval(server, tmp_path):
     """A step back makes stored times look later: politeness holds, and the
     wait it adds is capped at one interval, not the step (here 60 s)."""

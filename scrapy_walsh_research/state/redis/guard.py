@@ -390,20 +390,20 @@ class FleetGuard:
                 "a crash loses nothing"
                 if self.lossless
                 else "a crash loses about a second of writes, so after a restart every host "
-                "waits WALSH_MAX_CRAWL_DELAY from Redis's start"
+                "waits WALSH_MAX_CRAWL_DELAY from when a worker first sees it"
             )
         elif save:
             has = f"RDB snapshots only (save {save})"
             costs = (
                 "a crash rolls the fleet's state back to the last snapshot, so after a restart "
-                "every host waits WALSH_MAX_CRAWL_DELAY from Redis's start and the workers "
-                "publish again the blocklist and records they hold"
+                "every host waits WALSH_MAX_CRAWL_DELAY from when a worker first sees it, and "
+                "the workers publish again the blocklist and records they hold"
             )
         else:
             has = "no persistence"
             costs = (
                 "a restart loses every host clock, hold, record and claim, so every host then "
-                "waits WALSH_MAX_CRAWL_DELAY from Redis's start"
+                "waits WALSH_MAX_CRAWL_DELAY from when a worker first sees it"
             )
         if evicts != "noeviction":
             costs += (

@@ -63,11 +63,13 @@ local function guard(G, A)
   local run = string.match(info, 'run_id:(%x+)')
   local up = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   local verdict = ''
-  -- every host waits until `since + pause` (a request recorded before the
+  -- every host waits until `now + pause` (a request recorded before the
   -- loss is at least that old by then), and the fleet's history is unknown
-  -- from now on (the blocklist must not fail open)
-  local function lost(since)
-    local q = since + tonumber(A[2])
+  -- from now on (the blocklist must not fail open). From now, never from
+  -- Redis's start: Redis counts its uptime on its wall clock, which a step
+  -- after it started (NTP at boot) makes look an hour long.
+  local function lost()
+    local q = now + tonumber(A[2])
     if q > tonumber(redis.call('GET', G[2]) or '0') then redis.call('SET', G[2], f(q)) end
     redis.call('SET', G[3], f(now))
     verdict = 'restarted'
@@ -101,14 +103,14 @@ local function guard(G, A)
     -- nothing vouches for what Redis held before (a snapshot older than an
     -- earlier fleet's records): the token says so, and a worker that holds
     -- no blocklist never fails open (a list that fleet adopted may be lost).
-    if A[4] ~= '' or up < tonumber(A[5]) then lost(now) end
+    if A[4] ~= '' or up < tonumber(A[5]) then lost() end
     token = A[6]
     if not lossless() then token = '""" + UNVOUCHED + """' .. token end
     redis.call('SET', G[1], run .. '|' .. token)
   elseif A[4] ~= '' and string.match(A[4], '|(.*)$') ~= token then
     -- the records this worker saw were lost, and made again by another
     -- worker since (which may have taken Redis for a new fleet's)
-    lost(now)
+    lost()
   elseif (keeps_own and stamp and stamp ~= own) or (srun ~= run and not (keeps_own and own)) then
     -- Another Redis wrote the fleet's latest stamp (or this one keeps none
     -- of its own, and cannot vouch for its restart): a replica promoted
@@ -116,13 +118,13 @@ local function guard(G, A)
     -- Redis it replaced. Since when, nothing in it says: every host waits from now.
     -- (Without a copy of its own, only a new run id says so: every restart.)
     redis.call('SET', G[1], run .. '|' .. token)
-    lost(now)
+    lost()
   elseif srun ~= run then
     -- Redis restarted since the fleet last looked, and kept its records.
     -- Only AOF with appendfsync always keeps every acknowledged write; any
     -- other Redis may have come back older, which nothing in it says.
     redis.call('SET', G[1], run .. '|' .. token)
-    if not lossless() then lost(now - up) end
+    if not lossless() then lost() end
   end
   -- this call's stamp: the fleet's, and this Redis's own copy (AOF only:
   -- a replica keeps the copy of its last full sync, never a later one)
