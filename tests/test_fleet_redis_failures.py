@@ -141,6 +141,36 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
             replica.kill()
 
 
+@pytest_twisted.ensureDeferred
+async def test_appendfsync_changed_at_runtime_makes_the_next_restart_lost_history(tmp_path):
+    """Redis runs AOF with appendfsync always from its redis.conf; an
+    operator sets ``CONFIG SET appendfsync everysec`` while the fleet runs,
+    and Redis then crashes and starts again from its redis.conf (always).
+    The writes acknowledged meanwhile may be lost (about a second of them),
+    so the restart is lost history: it is judged by the persistence in
+    force on the run that crashed (each worker reads it again at its
+    heartbeat), not by the config the new run started with. (Before: a
+    worker that read the new run's config took the restart for a lossless
+    one, and a host whose last request the crash lost was free at once.)"""
+    redis = own_redis(tmp_path)
+    old = guarded_worker(redis.url)
+    redis.age(old.conn.guard.young)
+    new = guarded_worker(redis.url)
+    try:
+        assert await reserve_and_send(old, "seen.test") == 0.0
+        admin = redis.client()
+        admin.config_set("appendfsync", "everysec")
+        admin.close()
+        await deferred_from_coro(old.conn.announce())  # its heartbeat
+        redis.kill()
+        redis.start()  # with its redis.conf again: appendfsync always
+        assert await reserve_and_send(new, "other.test") > 0.0
+    finally:
+        for clock in (old, new):
+            await deferred_from_coro(clock.conn.close())
+        redis.kill()
+
+
 async def fleet_then_fresh_volume(
     server: Any, redis: RedisServer, tmp_path: Path, shared: dict[str, Any], lines: list[str]
 ) -> None:

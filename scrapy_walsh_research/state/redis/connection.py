@@ -182,7 +182,10 @@ class RedisConnection:
         key = self.key("alive", self.worker)
         await self.call("heartbeat", lambda r: r.set(key, "1", ex=int(HEARTBEAT_S)))
         # a restart or a step of Redis's clock is seen within a beat even
-        # while this worker sends nothing (a worker joining meanwhile relies on it)
+        # while this worker sends nothing (a worker joining meanwhile relies
+        # on it), and a change of Redis's persistence counts from then
+        await self.guard.prepare()
+        await self.guard.recheck_persistence()
         await self.guard.check()
 
     def note_server_time(self, server_now: float) -> None:

@@ -431,6 +431,31 @@ class FleetGuard:
             {"url": self.conn.shown_url, "has": has, "costs": costs},
         )
 
+    async def recheck_persistence(self) -> None:
+        """Read again whether Redis runs AOF with appendfsync always (the
+        heartbeat does, every 5 s): a change made at runtime (``CONFIG
+        SET``) counts from then. The guard keeps, in the fleet's stamp,
+        whether every call on this run of Redis found it so, and judges the
+        next restart by that (see :data:`~.guard_scripts.GUARD`)."""
+        conn = self.conn
+        try:
+            info = await conn.call("read persistence", lambda r: r.info("persistence"))
+            fsync = (await conn.call("read config", lambda r: r.config_get("appendfsync"))).get(
+                "appendfsync", ""
+            )
+        except ResponseError:  # CONFIG refused since: unknown, so not lossless
+            info, fsync = {}, "unknown"
+        lossless = bool(int(info.get("aof_enabled", 0))) and fsync == "always"
+        if self.lossless and not lossless:
+            logger.warning(
+                "Redis at %(url)s no longer runs AOF with appendfsync always (appendfsync "
+                "%(fsync)s, aof_enabled %(aof)s): its next restart counts as lost history "
+                "(every host waits WALSH_MAX_CRAWL_DELAY after it), whatever config it "
+                "restarts with.",
+                {"url": conn.shown_url, "fsync": fsync, "aof": info.get("aof_enabled", "?")},
+            )
+        self.lossless = lossless
+
     @property
     def vouched(self) -> bool:
         """Whether the Redis the fleet's records were first made on vouched

@@ -49,9 +49,17 @@ local function f(x) return string.format('%.6f', x) end
 #: another Redis served the fleet last, and this one may lack its last writes
 #: (a replica has only the copy of its last full sync). A restart keeps both
 #: (one transaction in one AOF), so a lossless restart stays lossless.
+#:
+#: Whether a restart was lossless is judged by the persistence in force on
+#: the run that ended, not by the config the new run started with (an
+#: ``appendfsync everysec`` set at runtime, then a crash, then a start from
+#: redis.conf's ``always``): the stamp also says whether every guarded call
+#: on its run found AOF with appendfsync always, as its worker last read it
+#: (each worker reads it again at every heartbeat).
 GUARD = """
 -- G = {run key, quarantine key, lost key, clock key, stamp key, own stamp key}
--- A = {lossless ('1': Redis runs AOF with appendfsync always), pause s,
+-- A = {lossless ('1': Redis runs AOF with appendfsync always, as this
+--      worker last read it), pause s,
 --      checked: the server time of this worker's previous answer, found
 --      consistent with its monotonic clock ('' if none),
 --      seen: the run key as this worker last saw it ('' if never),
@@ -82,14 +90,16 @@ local function guard(G, A)
   end
   local stored = redis.call('GET', G[1])
   local srun, token = string.match(stored or '', '^([^|]*)|?(.*)$')
-  local function lossless()
-    local aof = string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)')
-    return A[1] == '1' and aof == '1'
+  local function aof()
+    return string.match(redis.call('INFO', 'persistence'), 'aof_enabled:(%d)') == '1'
   end
-  -- the fleet's latest stamp, and this Redis's own copy of the last one it
+  local function lossless() return A[1] == '1' and aof() end
+  -- the fleet's latest stamp (<run id>@<time>@<'1' if every call on that
+  -- run found it lossless>), and this Redis's own copy of the last one it
   -- wrote: kept only where a script may write to the AOF alone
   -- (redis.set_repl: Redis 5 and later, 3.2 with lua-replicate-commands)
   local stamp, own = redis.call('GET', G[5]), redis.call('GET', G[6])
+  local stamp_run, _, stamp_always = string.match(stamp or '', '^(%x*)@([^@]*)@?(.*)$')
   local keeps_own = pcall(redis.set_repl, redis.REPL_ALL)
   if not stored then
     -- None of the fleet's records: a new fleet, or a Redis that lost them,
@@ -121,14 +131,19 @@ local function guard(G, A)
     lost()
   elseif srun ~= run then
     -- Redis restarted since the fleet last looked, and kept its records.
-    -- Only AOF with appendfsync always keeps every acknowledged write; any
-    -- other Redis may have come back older, which nothing in it says.
+    -- Only AOF with appendfsync always, in force all along the run that
+    -- ended (its last stamp says), keeps every acknowledged write, and only
+    -- an AOF loaded brings them back; any other Redis may have come back
+    -- older, which nothing in it says.
     redis.call('SET', G[1], run .. '|' .. token)
-    if not lossless() then lost() end
+    if not (stamp_run == srun and stamp_always == '1' and aof()) then lost() end
   end
   -- this call's stamp: the fleet's, and this Redis's own copy (AOF only:
-  -- a replica keeps the copy of its last full sync, never a later one)
-  local mark = run .. '@' .. f(now)
+  -- a replica keeps the copy of its last full sync, never a later one);
+  -- lossless all along this run only while every call found it so
+  local always = A[1]
+  if stamp_run == run and stamp_always ~= '1' then always = '0' end
+  local mark = run .. '@' .. f(now) .. '@' .. always
   redis.call('SET', G[5], mark)
   if keeps_own then
     redis.set_repl(redis.REPL_AOF)
