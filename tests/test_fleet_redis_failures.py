@@ -28,6 +28,7 @@ from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
 from scrapy_walsh_research.state.redis.guard_scripts import FLEET
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
+from scrapy_walsh_research.state.redis.journal import FleetJournal
 from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -473,6 +474,22 @@ def guarded_worker(url: str) -> RedisHostClock:
     return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0)
 
 
+def journaled_worker(url: str, machine: Path) -> RedisHostClock:
+    """:func:`guarded_worker` with the fleet journal of its machine's
+    ``WALSH_STATE_DIR``, as a crawl has it."""
+    machine.mkdir(parents=True, exist_ok=True)
+    conn = RedisConnection(url, "failover", max_backoff=0.25)
+    conn.journal = FleetJournal(machine / "redis-fleet.json")
+    return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0, journal=conn.journal)
+
+
+async def stop(*clocks: RedisHostClock) -> None:
+    """The workers end, as a crawl does: their journals written."""
+    for clock in clocks:
+        await deferred_from_coro(clock.close())
+        await deferred_from_coro(clock.conn.close())
+
+
 async def reserve_and_send(clock: RedisHostClock, host: str) -> float:
     """Reserve *host* (interval 5 s); if granted, its request goes out now."""
     wait = await deferred_from_coro(clock.reserve(host, 0.0, 5.0))
@@ -580,6 +597,90 @@ def test_without_set_repl_every_restart_is_a_failover_and_nothing_else_is(tmp_pa
         assert [beat() for _ in range(3)] == ["restarted", "", ""]
     finally:
         client.close()
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_failover_is_one_loss_each_machine_publishes_again_once(tmp_path):
+    """One failover to a lagging replica, two machines that ran before it;
+    machine 2's worker reserved once more on the old primary than the
+    replica applied, so its journal names a generation the new primary
+    never reached. Each machine's first worker after the failover publishes
+    again once, and every host waits WALSH_MAX_CRAWL_DELAY from when the
+    first worker saw the failover: one loss, one mark. (Before: machine 1's
+    worker marked the loss, then machine 2's journal check found the
+    generation rolled back and marked it again: machine 1 published again a
+    second time, every host's wait moved on, and machine 2 was told Redis
+    "went back in time (restored from an older snapshot)... Run Redis with
+    appendonly yes", with AOF always on both.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    published = {"m1": 0, "m2": 0}
+
+    def counting(clock: RedisHostClock, machine: str) -> RedisHostClock:
+        async def publish_again() -> None:
+            published[machine] += 1
+
+        clock.conn.guard.on_history_lost(publish_again)
+        return clock
+
+    try:
+        primary.age(young_redis_s(8.0, 0.25))
+        a1 = journaled_worker(endpoint.url, tmp_path / "m1")
+        a2 = journaled_worker(endpoint.url, tmp_path / "m2")
+        assert await reserve_and_send(a1, "a.test") == 0.0
+        assert await reserve_and_send(a2, "b.test") == 0.0
+        replica.synced()
+        replica.lag(60_000)
+        assert await reserve_and_send(a2, "c.test") == 0.0  # the primary's only
+        await stop(a1, a2)
+        fail_over(primary, replica, endpoint)
+        client = replica.client()
+        b1 = counting(journaled_worker(endpoint.url, tmp_path / "m1"), "m1")
+        assert await reserve_and_send(b1, "x.test") > 0.0  # the failover is seen
+        await sleep(0.3)  # publishing again runs in the background
+        mark, quarantine = client.get("failover:lost"), client.get("failover:quarantine")
+        assert published == {"m1": 1, "m2": 0}
+        await sleep(1.0)
+        b2 = counting(journaled_worker(endpoint.url, tmp_path / "m2"), "m2")
+        assert await reserve_and_send(b2, "y.test") > 0.0
+        await deferred_from_coro(b1.conn.guard.check())  # machine 1's next heartbeat
+        await sleep(0.3)
+        after = client.get("failover:lost"), client.get("failover:quarantine")
+        client.close()
+        await stop(b1, b2)
+        assert (after, published) == ((mark, quarantine), {"m1": 1, "m2": 1})
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_live_workers_that_each_see_one_loss_mark_it_once(tmp_path):
+    """Two live workers saw the fleet's records; Redis comes back empty.
+    The first heartbeat finds no records and marks the loss (making the
+    fleet's record again); the second finds a record made by someone else
+    since it looked, the same loss: the mark and every host's wait stay as
+    the first worker set them. (Before: each live worker marked the loss
+    anew, moving every host's wait on, and every machine published again
+    once per worker.)"""
+    redis = own_redis(tmp_path)
+    workers = [guarded_worker(redis.url) for _ in range(2)]
+    redis.age(workers[0].conn.guard.young)
+    try:
+        for i, worker in enumerate(workers):
+            assert await reserve_and_send(worker, f"h{i}.test") == 0.0
+        redis.lose_volume()
+        redis.start()
+        client = redis.client()
+        await deferred_from_coro(workers[0].conn.guard.check())  # its heartbeat
+        mark = client.get("failover:lost"), client.get("failover:quarantine")
+        await sleep(0.5)
+        await deferred_from_coro(workers[1].conn.guard.check())
+        assert (client.get("failover:lost"), client.get("failover:quarantine")) == mark
+        client.close()
+    finally:
+        await stop(*workers)
         redis.kill()
 
 
@@ -931,6 +1032,41 @@ async def test_a_real_loss_of_a_plainly_started_redis_warns_and_is_published_aga
             err = await start(2 + 2 * loss)
             assert "Published again" not in err, err[-3000:]
             assert "'log_count/WARNING': 1," in err, err[-3000:]  # the persistence message
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_first_worker_after_a_loss_warns_publishes_again_and_waits_once(
+    server, tmp_path
+):
+    """A Redis started plainly, which the fleet used, is killed and started
+    again empty (no snapshot was due). The machine's next worker sees the
+    loss at its first guarded call (a Redis seconds old without the fleet's
+    records), and again at its first reservation (its journal's epoch is
+    gone): one loss, so one warning, one publication, and one wait of
+    WALSH_MAX_CRAWL_DELAY from when it first saw it. (Before: the
+    reservation's journal check marked the loss a second time: two
+    warnings, "Published again" twice, and the wait counted again from the
+    second mark.)"""
+    redis, shared = plain_redis(tmp_path)
+    machine = tmp_path / "machine"
+    try:
+        push(redis, shared, site(server, "o0.test", 1), tmp_path)
+        await spawn_worker(server, "targets", machine, **shared).ended
+        redis.kill()
+        redis.start()  # no snapshot was due yet: empty
+        push(redis, shared, site(server, "o1.test", 1), tmp_path)
+        spawned = time.monotonic()
+        worker = spawn_worker(server, "targets", machine, **shared)
+        await worker.ended
+        err = worker.err.decode()
+        assert pages(server, "o1.test") == ["/p/0"], err[-3000:]
+        warned = [x for x in err.splitlines() if "history in Redis" in x and "WARNING" in x]
+        assert len(warned) == 1, "\n".join(warned)
+        assert err.count("Published again") == 1 and "Published again 1 records" in err
+        # WALSH_MAX_CRAWL_DELAY (12 s) from the first call, plus the start-up
+        assert server.origin.hits_for("o1.test")[-1].t - spawned < 12.0 + 5.0
     finally:
         redis.kill()
 

@@ -133,6 +133,9 @@ class FleetGuard:
         #: the token that names the fleet's records if this worker makes them
         self.token = uuid.uuid4().hex
         self.lost = ""
+        #: the latest server time of an answer to this worker: what it saw of
+        #: the fleet's records then is what a loss it sees later is of
+        self.viewed = 0.0
         self._fleet = conn.client.register_script(FLEET)
         self._probe = conn.client.register_script(PROBE)
         #: (server time, monotonic when asked, monotonic when answered)
@@ -168,10 +171,11 @@ class FleetGuard:
 
     def args(self) -> list[Any]:
         """The guard's arguments (A in :data:`~.guard_scripts.GUARD`): lossless,
-        pause, checked, seen, young, token."""
+        pause, checked, seen, young, token, viewed."""
         checked = self._checked if self.anchored else ""
         lossless = "1" if self.lossless else "0"
-        return [lossless, self.pause, checked, self.seen, self.young, self.token]
+        viewed = f"{self.viewed:.6f}" if self.viewed else ""
+        return [lossless, self.pause, checked, self.seen, self.young, self.token, viewed]
 
     def on_history_lost(self, callback: Callable[[], Awaitable[None]]) -> None:
         """Call *callback* when this worker sees the fleet's history marked
@@ -207,6 +211,7 @@ class FleetGuard:
             elif server_now < low - slack:
                 self._stepped_back(low - server_now)
         self._ref = (server_now, asked, answered)
+        self.viewed = max(self.viewed, server_now)
         self.conn.note_server_time(server_now)
         if step:
             await self._record_step(step, most, server_now)
@@ -315,6 +320,7 @@ class FleetGuard:
         if step is not None:
             # the step is recorded: this answer is on the new clock
             self._ref = (float(now), asked, time.monotonic())
+            self.viewed = max(self.viewed, float(now))
             self.conn.note_server_time(float(now))
             return
         await self.observe(float(now), asked, time.monotonic(), run, lost, clock)

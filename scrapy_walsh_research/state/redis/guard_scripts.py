@@ -57,6 +57,20 @@ local function f(x) return string.format('%.6f', x) end
 #: on its run found AOF with appendfsync always, as its worker last read it
 #: (each worker reads it again at every heartbeat).
 GUARD = """
+-- What a worker saw of the fleet's state when it last looked (`view`, server
+-- time, '' if unknown) is gone. Every host waits `pause` from now and the
+-- fleet's history is marked incomplete (the lost key: when), unless it was
+-- marked since that view: that mark is this loss, whoever saw it first,
+-- and its wait runs from then (one mark, one wait, one publication per
+-- loss). Returns '1' if it was marked already, else '0'.
+local function state_lost(quarantine, lost, pause, view)
+  local marked, seen = tonumber(redis.call('GET', lost) or ''), tonumber(view)
+  if marked and seen and marked >= seen then return '1' end
+  local q = now + tonumber(pause)
+  if q > tonumber(redis.call('GET', quarantine) or '0') then redis.call('SET', quarantine, f(q)) end
+  redis.call('SET', lost, f(now))
+  return '0'
+end
 -- G = {run key, quarantine key, lost key, clock key, stamp key, own stamp key}
 -- A = {lossless ('1': Redis runs AOF with appendfsync always, as this
 --      worker last read it), pause s,
@@ -64,7 +78,8 @@ GUARD = """
 --      consistent with its monotonic clock ('' if none),
 --      seen: the run key as this worker last saw it ('' if never),
 --      young s: how long after its start a Redis without the fleet's records
---      may still be one that lost them, token: for records made now}
+--      may still be one that lost them, token: for records made now,
+--      viewed: the server time of this worker's latest answer ('' if none)}
 -- Returns {verdict ('' or 'restarted'), run key, lost marker, clock}.
 local function guard(G, A)
   local info = redis.call('INFO', 'server')
@@ -77,10 +92,12 @@ local function guard(G, A)
   -- Redis's start: Redis counts its uptime on its wall clock, which a step
   -- after it started (NTP at boot) makes look an hour long.
   local function lost()
-    local q = now + tonumber(A[2])
-    if q > tonumber(redis.call('GET', G[2]) or '0') then redis.call('SET', G[2], f(q)) end
-    redis.call('SET', G[3], f(now))
+    state_lost(G[2], G[3], A[2], '')
     verdict = 'restarted'
+  end
+  -- a loss of what this worker saw at its latest answer
+  local function lost_since_viewed()
+    if state_lost(G[2], G[3], A[2], A[7]) == '0' then verdict = 'restarted' end
   end
   -- no quarantine is set further than `pause` ahead: one that is further
   -- stands on a clock that stepped back since, and is capped (stored once,
@@ -119,8 +136,9 @@ local function guard(G, A)
     redis.call('SET', G[1], run .. '|' .. token)
   elseif A[4] ~= '' and string.match(A[4], '|(.*)$') ~= token then
     -- the records this worker saw were lost, and made again by another
-    -- worker since (which may have taken Redis for a new fleet's)
-    lost()
+    -- worker since (which may have taken Redis for a new fleet's, or seen
+    -- the loss and marked it: then once is enough)
+    lost_since_viewed()
   elseif (keeps_own and stamp and stamp ~= own) or (srun ~= run and not (keeps_own and own)) then
     -- Another Redis wrote the fleet's latest stamp (or this one keeps none
     -- of its own, and cannot vouch for its restart): a replica promoted
@@ -182,15 +200,16 @@ FLEET = (
     + GUARD
     + """
 -- The guard alone, for a worker's heartbeat and the blocklist's
--- question "is the fleet's history whole?". With ARGV[7] (a step of Redis's
--- clock this worker measured): hosts last contacted in [ARGV[8], now) wait
--- until ARGV[7] seconds from now, and the clock counts as checked from now.
+-- question "is the fleet's history whole?". With ARGV[8] (a step of Redis's
+-- clock this worker measured): hosts last contacted in [ARGV[9], now) wait
+-- until ARGV[8] seconds from now, and the clock counts as checked from now.
 -- KEYS run, quarantine, lost, clock, stamp, own stamp (GUARD), clock
--- quarantine; ARGV[1..6] lossless, pause, checked, seen, young, token (GUARD)
+-- quarantine; ARGV[1..7] lossless, pause, checked, seen, young, token,
+-- viewed (GUARD)
 local g = guard({KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]},
-                {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]})
-if ARGV[7] ~= '' then
-  local u, lo = now + tonumber(ARGV[7]), tonumber(ARGV[8])
+                {ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]})
+if ARGV[8] ~= '' then
+  local u, lo = now + tonumber(ARGV[8]), tonumber(ARGV[9])
   local old = redis.call('GET', KEYS[7])
   if old then
     local ou, olo = string.match(old, '([^|]+)|([^|]+)|')

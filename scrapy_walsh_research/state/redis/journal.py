@@ -24,10 +24,12 @@ logger = logging.getLogger(__name__)
 
 
 class FleetJournal:
-    """What this worker last saw of the fleet's Redis (epoch, generation),
-    kept in its ``WALSH_STATE_DIR`` so that a Redis that comes back empty or
-    older is noticed by any worker that ran before, whatever order the
-    workers start in. Written at most once a second while the crawl runs and
+    """What this worker last saw of the fleet's Redis (epoch, generation, and
+    when Redis was last seen holding them, on Redis's clock), kept in its
+    ``WALSH_STATE_DIR`` so that a Redis that comes back empty or older is
+    noticed by any worker that ran before, whatever order the workers start
+    in; the time tells a loss the fleet marked since from a new one (one
+    mark per loss). Written at most once a second while the crawl runs and
     once at its end. It also names the loss of the fleet's history that this
     machine's workers last published again for (:meth:`published`), and
     holds the lock a worker publishing again holds (:meth:`publishing`).
@@ -43,9 +45,15 @@ class FleetJournal:
         self.path = path
         saved = self._load()
         self.epoch, self.gen = str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
-        self._written = (self.epoch, self.gen)
-        self._at = 0.0
+        #: when Redis was last seen holding that epoch and generation, on
+        #: Redis's clock (None: unknown, as in a journal of an older release)
+        self.at: float | None = saved.get("at")
+        self._written = self._view()
+        self._flushed = 0.0
         self._warned = False
+
+    def _view(self) -> tuple[str, int, float | None]:
+        return self.epoch, self.gen, self.at
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -53,30 +61,39 @@ class FleetJournal:
             return {
                 "epoch": str(saved.get("epoch") or ""),
                 "gen": int(saved.get("gen") or 0),
+                **({"at": float(saved["at"])} if saved.get("at") is not None else {}),
                 **({"published": str(saved["published"])} if saved.get("published") else {}),
             }
         except (OSError, ValueError, TypeError, AttributeError):
             return {}
 
-    def saw(self, epoch: str, gen: int) -> None:
-        if epoch != self.epoch:
-            self.epoch, self.gen = epoch, gen
-        else:
-            self.gen = max(self.gen, gen)
-        if time.monotonic() - self._at >= 1.0:
+    def saw(self, epoch: str, gen: int, at: float | None = None) -> None:
+        """Redis held *epoch* and at least generation *gen* at *at* (its
+        clock): kept if it is the highest generation of the epoch, or the
+        latest time that one was seen."""
+        self._merge(epoch, gen, at)
+        if time.monotonic() - self._flushed >= 1.0:
             self.flush()
 
+    def _merge(self, epoch: str, gen: int, at: float | None) -> None:
+        if epoch != self.epoch or gen > self.gen:
+            self.epoch, self.gen, self.at = epoch, gen, at
+        elif gen == self.gen and at is not None and (self.at is None or at > self.at):
+            self.at = at
+
     def flush(self) -> None:
-        if (self.epoch, self.gen) == self._written or not self.epoch:
+        if self._view() == self._written or not self.epoch:
             return
 
         def merge(saved: dict[str, Any]) -> dict[str, Any]:
             if saved.get("epoch") == self.epoch:
-                self.gen = max(self.gen, int(saved.get("gen") or 0))
-            return {**saved, "epoch": self.epoch, "gen": self.gen}
+                self._merge(self.epoch, int(saved.get("gen") or 0), saved.get("at"))
+            view = {"epoch": self.epoch, "gen": self.gen}
+            rest = {k: v for k, v in saved.items() if k not in ("epoch", "gen", "at")}
+            return {**rest, **view, **({"at": self.at} if self.at is not None else {})}
 
         if self._update(merge):
-            self._written, self._at = (self.epoch, self.gen), time.monotonic()
+            self._written, self._flushed = self._view(), time.monotonic()
 
     def published(self, marker: str) -> bool:
         """Whether this machine's workers have published again what they
