@@ -684,6 +684,53 @@ async def test_live_workers_that_each_see_one_loss_mark_it_once(tmp_path):
         redis.kill()
 
 
+@pytest.mark.parametrize("seen_by", ["a live worker's heartbeat", "a new worker of its machine"])
+@pytest_twisted.ensureDeferred
+async def test_an_endpoint_that_fails_back_to_the_old_primary_is_lost_history(
+    tmp_path, seen_by
+):
+    """The replica is promoted while the primary is cut off (not dead), and
+    the endpoint switched to it; the fleet crawls on it (the failover is
+    seen, waited out). Then the endpoint reaches the old primary again
+    before it was made a replica of the new one (a health check that routes
+    to whichever answers ``role:master``, a DNS record put back): what the
+    fleet wrote on the new primary is not there. A worker that got an
+    answer from the new primary sees it, at its next heartbeat, or a worker
+    of its machine at its first call (the machine's journal): every host
+    waits, also for a worker that never ran. (Before: the old primary's own
+    stamp was its latest, and its run id the one in its record: no loss,
+    and a worker that never ran took cd.test's slot right after the
+    request made through the new primary.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    primary.age(young_redis_s(8.0, 0.25))
+    a = guarded_worker(endpoint.url)
+    b = journaled_worker(endpoint.url, tmp_path / "machine")
+    workers = [a, b]
+    try:
+        assert await reserve_and_send(a, "seen.test") == 0.0
+        replica.synced()
+        replica.promote()  # the primary is cut off from the fleet and its replica
+        endpoint.point_at(replica.port)
+        wait = await reserve_and_send(b, "cd.test")
+        assert wait > 0.0  # the failover is seen
+        await sleep(wait + 0.1)
+        assert await reserve_and_send(b, "cd.test") == 0.0
+        endpoint.point_at(primary.port)  # the endpoint reaches the old primary again
+        if seen_by == "a live worker's heartbeat":
+            await deferred_from_coro(b.conn.guard.check())
+        else:
+            await stop(b)
+            workers.append(journaled_worker(endpoint.url, tmp_path / "machine"))
+            await deferred_from_coro(workers[-1].conn.guard.check())
+        workers.append(guarded_worker(endpoint.url))  # never ran
+        assert await reserve_and_send(workers[-1], "cd.test") > 0.0
+    finally:
+        await stop(*workers)
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
 # -- case 1c: the endpoint reaches a Redis that takes no writes for now ------------
 
 

@@ -20,7 +20,11 @@ passes through (:class:`FleetGuard`), on the Python side of
   the fleet's record but maybe not its last writes. Every guarded call
   stamps the fleet's stamp and the Redis's own copy, kept in its own AOF and
   never replicated: a Redis whose own copy is not the fleet's latest stamp
-  did not write it, and its history counts as lost from now.
+  did not write it, and its history counts as lost from now. The stamp's
+  time is never earlier than any answer a worker got before it: a Redis
+  whose stamp is older than this worker's latest answer (or its machine
+  journal's) did not serve the fleet since, as when the endpoint fails back
+  to an old primary.
 * **Redis's clock is checked.** Each worker compares Redis's ``TIME`` with its
   own monotonic clock on every answer; a forward step makes stored times
   look older than they are, so the hosts contacted before it wait
@@ -335,6 +339,11 @@ class FleetGuard:
         await asyncio.shield(self._prepared)
 
     async def _read_redis(self) -> None:
+        journal = self.conn.journal
+        if journal is not None and journal.at is not None:
+            # this machine got that answer: a Redis with an older stamp did
+            # not serve the fleet since (a worker that never ran sees it too)
+            self.viewed = max(self.viewed, journal.at)
         try:
             run, up, own = await self.conn.call("check INFO", lambda r: self._probe(client=r))
         except ResponseError as exc:

@@ -50,6 +50,16 @@ local function f(x) return string.format('%.6f', x) end
 #: (a replica has only the copy of its last full sync). A restart keeps both
 #: (one transaction in one AOF), so a lossless restart stays lossless.
 #:
+#: Nor is a Redis whose latest stamp is older than a stamp the fleet wrote
+#: the Redis that served the fleet since: every stamp's time is at least the
+#: time of every answer before it (a hybrid clock: the later of now, the
+#: stored stamp's and the caller's latest answer's), so a Redis that holds
+#: every acknowledged write holds a stamp no older than any answer a worker
+#: got. A worker whose latest answer (or its machine journal's) is later
+#: than this Redis's stamp got it from another Redis: the endpoint reaches an
+#: old primary again (it failed back before the old primary was made a
+#: replica of the new one), or a Redis that went back.
+#:
 #: Whether a restart was lossless is judged by the persistence in force on
 #: the run that ended, not by the config the new run started with (an
 #: ``appendfsync everysec`` set at runtime, then a crash, then a start from
@@ -116,8 +126,11 @@ local function guard(G, A)
   -- wrote: kept only where a script may write to the AOF alone
   -- (redis.set_repl: Redis 5 and later, 3.2 with lua-replicate-commands)
   local stamp, own = redis.call('GET', G[5]), redis.call('GET', G[6])
-  local stamp_run, _, stamp_always = string.match(stamp or '', '^(%x*)@([^@]*)@?(.*)$')
+  local stamp_run, stamp_at, stamp_always = string.match(stamp or '', '^(%x*)@([^@]*)@?(.*)$')
   local keeps_own = pcall(redis.set_repl, redis.REPL_ALL)
+  -- this worker got an answer later than any stamp here: from another Redis
+  local viewed = tonumber(A[7])
+  local behind = viewed and (tonumber(stamp_at) or 0) < viewed
   if not stored then
     -- None of the fleet's records: a new fleet, or a Redis that lost them,
     -- whatever its persistence says. This worker saw them: lost (when, it
@@ -154,14 +167,19 @@ local function guard(G, A)
     -- an AOF loaded brings them back; any other Redis may have come back
     -- older, which nothing in it says.
     redis.call('SET', G[1], run .. '|' .. token)
-    if not (stamp_run == srun and stamp_always == '1' and aof()) then lost() end
+    if behind or not (stamp_run == srun and stamp_always == '1' and aof()) then lost() end
+  elseif behind then
+    -- the fleet's latest writes are not here: another Redis served the
+    -- fleet since this worker's latest answer (an endpoint that failed back)
+    lost_since_viewed()
   end
   -- this call's stamp: the fleet's, and this Redis's own copy (AOF only:
   -- a replica keeps the copy of its last full sync, never a later one);
   -- lossless all along this run only while every call found it so
   local always = A[1]
   if stamp_run == run and stamp_always ~= '1' then always = '0' end
-  local mark = run .. '@' .. f(now) .. '@' .. always
+  local at = math.max(now, tonumber(stamp_at) or 0, viewed or 0)
+  local mark = run .. '@' .. f(at) .. '@' .. always
   redis.call('SET', G[5], mark)
   if keeps_own then
     redis.set_repl(redis.REPL_AOF)
