@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import ensureDeferred
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
@@ -298,10 +299,13 @@ async def test_a_flushall_is_seen_at_the_heartbeat_of_a_worker_that_ran_before(t
 # -- case 1b: Redis failed over to a replica ----------------------------------------
 
 
-def primary_and_replica(tmp: Path) -> tuple[RedisServer, RedisServer, TcpProxy]:
-    """A primary and its replica, both AOF with appendfsync always, and the
-    one endpoint the workers use (a managed Redis's address), on the primary."""
-    primary = own_redis(tmp)
+def primary_and_replica(
+    tmp: Path, config: list[str] | None = None
+) -> tuple[RedisServer, RedisServer, TcpProxy]:
+    """A primary (with *config*) and its replica, both AOF with appendfsync
+    always, and the one endpoint the workers use (a managed Redis's
+    address), on the primary."""
+    primary = own_redis(tmp, config=config or [])
     replica = RedisServer(tmp / "replica", replicaof=primary).start().synced()
     return primary, replica, TcpProxy(primary.port).start()
 
@@ -684,17 +688,48 @@ async def test_live_workers_that_each_see_one_loss_mark_it_once(tmp_path):
         redis.kill()
 
 
+async def stop_all(
+    workers: list[RedisHostClock], endpoint: TcpProxy, *servers: RedisServer
+) -> None:
+    """The workers end (:func:`stop`), then the endpoint and the servers."""
+    await stop(*workers)
+    endpoint.stop()
+    for redis in servers:
+        redis.kill()
+
+
+async def crawl_on_the_new_primary_then_fail_back(
+    primary: RedisServer, replica: RedisServer, endpoint: TcpProxy, before: RedisHostClock,
+    after: RedisHostClock,
+) -> None:  # fmt: skip
+    """*before* sends a request through the primary; the replica is promoted
+    while the primary is cut off (not dead: it loses its replica), and the
+    endpoint switched to it; *after* sees the failover, waits it out and
+    sends cd.test's request through the new primary. Then the endpoint
+    reaches the old primary again, before it was made a replica of the new
+    one (a health check that routes to whichever answers ``role:master``, a
+    DNS record put back): what the fleet wrote on the new primary is not
+    there."""
+    primary.age(young_redis_s(8.0, 0.25))
+    assert await reserve_and_send(before, "seen.test") == 0.0
+    replica.synced()
+    replica.promote()
+    endpoint.point_at(replica.port)
+    wait = await reserve_and_send(after, "cd.test")
+    assert wait > 0.0  # the failover is seen
+    await sleep(wait + 0.1)
+    assert await reserve_and_send(after, "cd.test") == 0.0
+    endpoint.point_at(primary.port)
+
+
 @pytest.mark.parametrize("seen_by", ["a live worker's heartbeat", "a new worker of its machine"])
 @pytest_twisted.ensureDeferred
 async def test_an_endpoint_that_fails_back_to_the_old_primary_is_lost_history(
     tmp_path, seen_by
 ):
-    """The replica is promoted while the primary is cut off (not dead), and
-    the endpoint switched to it; the fleet crawls on it (the failover is
-    seen, waited out). Then the endpoint reaches the old primary again
-    before it was made a replica of the new one (a health check that routes
-    to whichever answers ``role:master``, a DNS record put back): what the
-    fleet wrote on the new primary is not there. A worker that got an
+    """After a failover the fleet crawls on the new primary, then the
+    endpoint fails back to the old one, cut off meanwhile
+    (:func:`crawl_on_the_new_primary_then_fail_back`). A worker that got an
     answer from the new primary sees it, at its next heartbeat, or a worker
     of its machine at its first call (the machine's journal): every host
     waits, also for a worker that never ran. (Before: the old primary's own
@@ -702,20 +737,11 @@ async def test_an_endpoint_that_fails_back_to_the_old_primary_is_lost_history(
     and a worker that never ran took cd.test's slot right after the
     request made through the new primary.)"""
     primary, replica, endpoint = primary_and_replica(tmp_path)
-    primary.age(young_redis_s(8.0, 0.25))
     a = guarded_worker(endpoint.url)
     b = journaled_worker(endpoint.url, tmp_path / "machine")
     workers = [a, b]
     try:
-        assert await reserve_and_send(a, "seen.test") == 0.0
-        replica.synced()
-        replica.promote()  # the primary is cut off from the fleet and its replica
-        endpoint.point_at(replica.port)
-        wait = await reserve_and_send(b, "cd.test")
-        assert wait > 0.0  # the failover is seen
-        await sleep(wait + 0.1)
-        assert await reserve_and_send(b, "cd.test") == 0.0
-        endpoint.point_at(primary.port)  # the endpoint reaches the old primary again
+        await crawl_on_the_new_primary_then_fail_back(primary, replica, endpoint, a, b)
         if seen_by == "a live worker's heartbeat":
             await deferred_from_coro(b.conn.guard.check())
         else:
@@ -725,10 +751,37 @@ async def test_an_endpoint_that_fails_back_to_the_old_primary_is_lost_history(
         workers.append(guarded_worker(endpoint.url))  # never ran
         assert await reserve_and_send(workers[-1], "cd.test") > 0.0
     finally:
-        await stop(*workers)
-        endpoint.stop()
-        primary.kill()
-        replica.kill()
+        await stop_all(workers, endpoint, primary, replica)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_primary_that_needs_a_replica_to_write_cannot_serve_the_fleet_again_after_a_failover(
+    tmp_path,
+):
+    """docs/redis.rst's remedy for a fail-back that no worker which called
+    the new primary sees: the primary runs with ``min-replicas-to-write 1``.
+    After a failover the fleet crawls on the new primary, then the endpoint
+    fails back to the old one (:func:`crawl_on_the_new_primary_then_fail_back`),
+    and only a worker that never ran calls it. The old primary, without its
+    replica, takes no write (``NOREPLICAS``, waited out): no slot is taken
+    on its older history; once the endpoint reaches the new primary again,
+    cd.test keeps its Crawl-delay. (Without that line, the worker took
+    cd.test's slot at once, right after the request made through the new
+    primary: nothing in the old primary says it missed it.)"""
+    primary, replica, endpoint = primary_and_replica(
+        tmp_path, config=["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]
+    )
+    workers = [guarded_worker(endpoint.url), guarded_worker(endpoint.url)]
+    try:
+        await crawl_on_the_new_primary_then_fail_back(primary, replica, endpoint, *workers)
+        workers.append(guarded_worker(endpoint.url))  # never ran
+        reserving = ensureDeferred(reserve_and_send(workers[2], "cd.test"))
+        await sleep(2.0)
+        assert not reserving.called, "the old primary served a worker that never ran"
+        endpoint.point_at(replica.port)
+        assert await reserving > 0.0
+    finally:
+        await stop_all(workers, endpoint, primary, replica)
 
 
 # -- case 1c: the endpoint reaches a Redis that takes no writes for now ------------
