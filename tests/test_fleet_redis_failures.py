@@ -23,10 +23,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import ensureDeferred
 
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.connection import RedisConnection, young_redis_s
+from scrapy_walsh_research.state.redis.guard_scripts import FLEET
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
+from scrapy_walsh_research.state.redis.journal import FleetJournal
 from tests.support.crawling import (
     BLOCKLIST_HOST,
     BLOCKLIST_PATH,
@@ -138,6 +141,36 @@ async def test_a_redis_restarted_with_its_aof_intact_costs_no_wait(server, tmp_p
         redis.kill()
         if replica is not None:
             replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_appendfsync_changed_at_runtime_makes_the_next_restart_lost_history(tmp_path):
+    """Redis runs AOF with appendfsync always from its redis.conf; an
+    operator sets ``CONFIG SET appendfsync everysec`` while the fleet runs,
+    and Redis then crashes and starts again from its redis.conf (always).
+    The writes acknowledged meanwhile may be lost (about a second of them),
+    so the restart is lost history: it is judged by the persistence in
+    force on the run that crashed (each worker reads it again at its
+    heartbeat), not by the config the new run started with. (Before: a
+    worker that read the new run's config took the restart for a lossless
+    one, and a host whose last request the crash lost was free at once.)"""
+    redis = own_redis(tmp_path)
+    old = guarded_worker(redis.url)
+    redis.age(old.conn.guard.young)
+    new = guarded_worker(redis.url)
+    try:
+        assert await reserve_and_send(old, "seen.test") == 0.0
+        admin = redis.client()
+        admin.config_set("appendfsync", "everysec")
+        admin.close()
+        await deferred_from_coro(old.conn.announce())  # its heartbeat
+        redis.kill()
+        redis.start()  # with its redis.conf again: appendfsync always
+        assert await reserve_and_send(new, "other.test") > 0.0
+    finally:
+        for clock in (old, new):
+            await deferred_from_coro(clock.conn.close())
+        redis.kill()
 
 
 async def fleet_then_fresh_volume(
@@ -266,10 +299,13 @@ async def test_a_flushall_is_seen_at_the_heartbeat_of_a_worker_that_ran_before(t
 # -- case 1b: Redis failed over to a replica ----------------------------------------
 
 
-def primary_and_replica(tmp: Path) -> tuple[RedisServer, RedisServer, TcpProxy]:
-    """A primary and its replica, both AOF with appendfsync always, and the
-    one endpoint the workers use (a managed Redis's address), on the primary."""
-    primary = own_redis(tmp)
+def primary_and_replica(
+    tmp: Path, config: list[str] | None = None
+) -> tuple[RedisServer, RedisServer, TcpProxy]:
+    """A primary (with *config*) and its replica, both AOF with appendfsync
+    always, and the one endpoint the workers use (a managed Redis's
+    address), on the primary."""
+    primary = own_redis(tmp, config=config or [])
     replica = RedisServer(tmp / "replica", replicaof=primary).start().synced()
     return primary, replica, TcpProxy(primary.port).start()
 
@@ -442,6 +478,22 @@ def guarded_worker(url: str) -> RedisHostClock:
     return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0)
 
 
+def journaled_worker(url: str, machine: Path) -> RedisHostClock:
+    """:func:`guarded_worker` with the fleet journal of its machine's
+    ``WALSH_STATE_DIR``, as a crawl has it."""
+    machine.mkdir(parents=True, exist_ok=True)
+    conn = RedisConnection(url, "failover", max_backoff=0.25)
+    conn.journal = FleetJournal(machine / "redis-fleet.json")
+    return RedisHostClock(conn, lease=6.0, pause_on_loss=8.0, journal=conn.journal)
+
+
+async def stop(*clocks: RedisHostClock) -> None:
+    """The workers end, as a crawl does: their journals written."""
+    for clock in clocks:
+        await deferred_from_coro(clock.close())
+        await deferred_from_coro(clock.conn.close())
+
+
 async def reserve_and_send(clock: RedisHostClock, host: str) -> float:
     """Reserve *host* (interval 5 s); if granted, its request goes out now."""
     wait = await deferred_from_coro(clock.reserve(host, 0.0, 5.0))
@@ -506,6 +558,292 @@ async def test_two_failovers_in_a_row_are_lost_history(tmp_path):
         await deferred_from_coro(new.conn.close())
         for redis in (primary, first, second):
             redis.kill()
+
+
+#: the guard's Lua as a Redis whose scripts cannot call ``redis.set_repl``
+#: (3.2 without lua-replicate-commands) runs it, on Redis 7: a local
+#: ``redis`` whose ``set_repl`` fails as that server's does (Redis 7's own
+#: table is read-only)
+WITHOUT_SET_REPL = (
+    "local redis = setmetatable({set_repl = function() error('unsupported') end},"
+    " {__index = redis})\n"
+)
+
+
+def test_without_set_repl_every_restart_is_a_failover_and_nothing_else_is(tmp_path):
+    """A Redis whose scripts cannot write to the AOF alone keeps no stamp
+    of its own: docs/redis.rst says every restart of it counts as a
+    failover (lost history), even with AOF always. Between restarts, the
+    guard (here the heartbeat's script, as a worker calls it) sees no loss.
+    (Before: the missing own stamp differed from the fleet's stamp at every
+    call, so every heartbeat, reservation and line taken marked the history
+    lost again and moved every host's wait on: nothing was ever sent.)"""
+    redis = own_redis(tmp_path)  # AOF always: a restart alone costs nothing
+    conn = RedisConnection(redis.url, "norepl")
+    guard = conn.guard
+    guard.lossless = True  # as a worker reads this Redis's persistence
+    client = redis.client()
+    heartbeat = client.register_script(WITHOUT_SET_REPL + FLEET)
+
+    def beat() -> str:
+        keys = [*guard.keys(), conn.key("clockq")]
+        verdict, _, guard.seen, _, _ = heartbeat(keys=keys, args=[*guard.args(), "", ""])
+        return str(verdict)
+
+    try:
+        # the first call meets a Redis only seconds old: lost history (young)
+        assert [beat() for _ in range(4)][1:] == ["", "", ""], "a loss with no restart"
+        client.close()
+        redis.kill()
+        redis.start()  # its AOF intact
+        client = redis.client()
+        heartbeat = client.register_script(WITHOUT_SET_REPL + FLEET)
+        assert [beat() for _ in range(3)] == ["restarted", "", ""]
+    finally:
+        client.close()
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_one_failover_is_one_loss_each_machine_publishes_again_once(tmp_path):
+    """One failover to a lagging replica, two machines that ran before it;
+    machine 2's worker reserved once more on the old primary than the
+    replica applied, so its journal names a generation the new primary
+    never reached. Each machine's first worker after the failover publishes
+    again once, and every host waits WALSH_MAX_CRAWL_DELAY from when the
+    first worker saw the failover: one loss, one mark. (Before: machine 1's
+    worker marked the loss, then machine 2's journal check found the
+    generation rolled back and marked it again: machine 1 published again a
+    second time, every host's wait moved on, and machine 2 was told Redis
+    "went back in time (restored from an older snapshot)... Run Redis with
+    appendonly yes", with AOF always on both.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    published = {"m1": 0, "m2": 0}
+
+    def counting(clock: RedisHostClock, machine: str) -> RedisHostClock:
+        async def publish_again() -> None:
+            published[machine] += 1
+
+        clock.conn.guard.on_history_lost(publish_again)
+        return clock
+
+    try:
+        primary.age(young_redis_s(8.0, 0.25))
+        a1 = journaled_worker(endpoint.url, tmp_path / "m1")
+        a2 = journaled_worker(endpoint.url, tmp_path / "m2")
+        assert await reserve_and_send(a1, "a.test") == 0.0
+        assert await reserve_and_send(a2, "b.test") == 0.0
+        replica.synced()
+        replica.lag(60_000)
+        assert await reserve_and_send(a2, "c.test") == 0.0  # the primary's only
+        await stop(a1, a2)
+        fail_over(primary, replica, endpoint)
+        client = replica.client()
+        b1 = counting(journaled_worker(endpoint.url, tmp_path / "m1"), "m1")
+        assert await reserve_and_send(b1, "x.test") > 0.0  # the failover is seen
+        await sleep(0.3)  # publishing again runs in the background
+        mark, quarantine = client.get("failover:lost"), client.get("failover:quarantine")
+        assert published == {"m1": 1, "m2": 0}
+        await sleep(1.0)
+        b2 = counting(journaled_worker(endpoint.url, tmp_path / "m2"), "m2")
+        assert await reserve_and_send(b2, "y.test") > 0.0
+        await deferred_from_coro(b1.conn.guard.check())  # machine 1's next heartbeat
+        await sleep(0.3)
+        after = client.get("failover:lost"), client.get("failover:quarantine")
+        client.close()
+        await stop(b1, b2)
+        assert (after, published) == ((mark, quarantine), {"m1": 1, "m2": 1})
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_live_workers_that_each_see_one_loss_mark_it_once(tmp_path):
+    """Two live workers saw the fleet's records; Redis comes back empty.
+    The first heartbeat finds no records and marks the loss (making the
+    fleet's record again); the second finds a record made by someone else
+    since it looked, the same loss: the mark and every host's wait stay as
+    the first worker set them. (Before: each live worker marked the loss
+    anew, moving every host's wait on, and every machine published again
+    once per worker.)"""
+    redis = own_redis(tmp_path)
+    workers = [guarded_worker(redis.url) for _ in range(2)]
+    redis.age(workers[0].conn.guard.young)
+    try:
+        for i, worker in enumerate(workers):
+            assert await reserve_and_send(worker, f"h{i}.test") == 0.0
+        redis.lose_volume()
+        redis.start()
+        client = redis.client()
+        await deferred_from_coro(workers[0].conn.guard.check())  # its heartbeat
+        mark = client.get("failover:lost"), client.get("failover:quarantine")
+        await sleep(0.5)
+        await deferred_from_coro(workers[1].conn.guard.check())
+        assert (client.get("failover:lost"), client.get("failover:quarantine")) == mark
+        client.close()
+    finally:
+        await stop(*workers)
+        redis.kill()
+
+
+async def stop_all(
+    workers: list[RedisHostClock], endpoint: TcpProxy, *servers: RedisServer
+) -> None:
+    """The workers end (:func:`stop`), then the endpoint and the servers."""
+    await stop(*workers)
+    endpoint.stop()
+    for redis in servers:
+        redis.kill()
+
+
+async def crawl_on_the_new_primary_then_fail_back(
+    primary: RedisServer, replica: RedisServer, endpoint: TcpProxy, before: RedisHostClock,
+    after: RedisHostClock,
+) -> None:  # fmt: skip
+    """*before* sends a request through the primary; the replica is promoted
+    while the primary is cut off (not dead: it loses its replica), and the
+    endpoint switched to it; *after* sees the failover, waits it out and
+    sends cd.test's request through the new primary. Then the endpoint
+    reaches the old primary again, before it was made a replica of the new
+    one (a health check that routes to whichever answers ``role:master``, a
+    DNS record put back): what the fleet wrote on the new primary is not
+    there."""
+    primary.age(young_redis_s(8.0, 0.25))
+    assert await reserve_and_send(before, "seen.test") == 0.0
+    replica.synced()
+    replica.promote()
+    endpoint.point_at(replica.port)
+    wait = await reserve_and_send(after, "cd.test")
+    assert wait > 0.0  # the failover is seen
+    await sleep(wait + 0.1)
+    assert await reserve_and_send(after, "cd.test") == 0.0
+    endpoint.point_at(primary.port)
+
+
+@pytest.mark.parametrize("seen_by", ["a live worker's heartbeat", "a new worker of its machine"])
+@pytest_twisted.ensureDeferred
+async def test_an_endpoint_that_fails_back_to_the_old_primary_is_lost_history(
+    tmp_path, seen_by
+):
+    """After a failover the fleet crawls on the new primary, then the
+    endpoint fails back to the old one, cut off meanwhile
+    (:func:`crawl_on_the_new_primary_then_fail_back`). A worker that got an
+    answer from the new primary sees it, at its next heartbeat, or a worker
+    of its machine at its first call (the machine's journal): every host
+    waits, also for a worker that never ran. (Before: the old primary's own
+    stamp was its latest, and its run id the one in its record: no loss,
+    and a worker that never ran took cd.test's slot right after the
+    request made through the new primary.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    a = guarded_worker(endpoint.url)
+    b = journaled_worker(endpoint.url, tmp_path / "machine")
+    workers = [a, b]
+    try:
+        await crawl_on_the_new_primary_then_fail_back(primary, replica, endpoint, a, b)
+        if seen_by == "a live worker's heartbeat":
+            await deferred_from_coro(b.conn.guard.check())
+        else:
+            await stop(b)
+            workers.append(journaled_worker(endpoint.url, tmp_path / "machine"))
+            await deferred_from_coro(workers[-1].conn.guard.check())
+        workers.append(guarded_worker(endpoint.url))  # never ran
+        assert await reserve_and_send(workers[-1], "cd.test") > 0.0
+    finally:
+        await stop_all(workers, endpoint, primary, replica)
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_primary_that_needs_a_replica_to_write_cannot_serve_the_fleet_again_after_a_failover(
+    tmp_path,
+):
+    """docs/redis.rst's remedy for a fail-back that no worker which called
+    the new primary sees: the primary runs with ``min-replicas-to-write 1``.
+    After a failover the fleet crawls on the new primary, then the endpoint
+    fails back to the old one (:func:`crawl_on_the_new_primary_then_fail_back`),
+    and only a worker that never ran calls it. The old primary, without its
+    replica, takes no write (``NOREPLICAS``, waited out): no slot is taken
+    on its older history; once the endpoint reaches the new primary again,
+    cd.test keeps its Crawl-delay. (Without that line, the worker took
+    cd.test's slot at once, right after the request made through the new
+    primary: nothing in the old primary says it missed it.)"""
+    primary, replica, endpoint = primary_and_replica(
+        tmp_path, config=["--min-replicas-to-write", "1", "--min-replicas-max-lag", "10"]
+    )
+    workers = [guarded_worker(endpoint.url), guarded_worker(endpoint.url)]
+    try:
+        await crawl_on_the_new_primary_then_fail_back(primary, replica, endpoint, *workers)
+        workers.append(guarded_worker(endpoint.url))  # never ran
+        reserving = ensureDeferred(reserve_and_send(workers[2], "cd.test"))
+        await sleep(2.0)
+        assert not reserving.called, "the old primary served a worker that never ran"
+        endpoint.point_at(replica.port)
+        assert await reserving > 0.0
+    finally:
+        await stop_all(workers, endpoint, primary, replica)
+
+
+# -- case 1c: the endpoint reaches a Redis that takes no writes for now ------------
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_whose_endpoint_still_reaches_the_demoted_primary_waits_for_the_new_one(
+    server, tmp_path
+):
+    """A failover as Sentinel or a managed service runs it: the replica is
+    promoted and the old primary made its replica (``REPLICAOF``), while the
+    fleet's endpoint still reaches the old one for a few seconds (a DNS TTL,
+    a health check not yet flipped), which answers every write ``READONLY``.
+    The worker waits, as for a Redis that does not answer, and crawls every
+    line once the endpoint reaches the new primary. (Before: READONLY was
+    not among the errors a call waits out: the worker's start-up failed,
+    the crawl ended at once, "start_error", with exit code 0, its lines
+    untouched; a crawling worker's heartbeat stopped for good.)"""
+    primary, replica, endpoint = primary_and_replica(tmp_path)
+    try:
+        shared = failover_settings(primary, endpoint)
+        push(primary, shared, site(server, "o.test", 2), tmp_path)
+        replica.synced()
+        replica.promote()
+        demoted = primary.client()
+        demoted.execute_command("REPLICAOF", "127.0.0.1", str(replica.port))
+        demoted.close()
+        worker = spawn_worker(server, "targets", tmp_path / "w", **shared)
+        await sleep(4.0)
+        endpoint.point_at(replica.port)  # the endpoint reaches the new primary
+        await worker.ended
+        err = worker.err.decode()
+        assert sorted(pages(server, "o.test")) == ["/p/0", "/p/1"], err[-3000:]
+        assert "takes no writes for now (You can't write against a read only replica" in err
+        assert worker.code == 0 and "Traceback" not in err, err[-3000:]
+    finally:
+        endpoint.stop()
+        primary.kill()
+        replica.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_primary_short_of_its_min_replicas_is_waited_for(tmp_path):
+    """With ``min-replicas-to-write`` (docs/redis.rst recommends it, so
+    that a primary cut off from its replicas stops taking the fleet's
+    writes), Redis answers a write ``NOREPLICAS`` while it has too few
+    replicas: a worker waits, sending nothing, and goes on once a replica
+    is back. (Before: the reservation failed with that error at once.)"""
+    primary = own_redis(tmp_path, config=["--min-replicas-to-write", "1",
+                                          "--min-replicas-max-lag", "10"])  # fmt: skip
+    worker = guarded_worker(primary.url)
+    replica = RedisServer(tmp_path / "replica", replicaof=primary)
+    try:
+        reserving = deferred_from_coro(worker.reserve("a.test", 0.0, 5.0))
+        await sleep(2.0)
+        assert not reserving.called, "the reservation did not wait for a replica"
+        replica.start().synced()
+        assert isinstance(await reserving, float)
+    finally:
+        await deferred_from_coro(worker.conn.close())
+        primary.kill()
+        replica.kill()
 
 
 # -- case 2: the same, with an opt-out ----------------------------------------------
@@ -798,6 +1136,41 @@ async def test_a_real_loss_of_a_plainly_started_redis_warns_and_is_published_aga
         redis.kill()
 
 
+@pytest_twisted.ensureDeferred
+async def test_the_first_worker_after_a_loss_warns_publishes_again_and_waits_once(
+    server, tmp_path
+):
+    """A Redis started plainly, which the fleet used, is killed and started
+    again empty (no snapshot was due). The machine's next worker sees the
+    loss at its first guarded call (a Redis seconds old without the fleet's
+    records), and again at its first reservation (its journal's epoch is
+    gone): one loss, so one warning, one publication, and one wait of
+    WALSH_MAX_CRAWL_DELAY from when it first saw it. (Before: the
+    reservation's journal check marked the loss a second time: two
+    warnings, "Published again" twice, and the wait counted again from the
+    second mark.)"""
+    redis, shared = plain_redis(tmp_path)
+    machine = tmp_path / "machine"
+    try:
+        push(redis, shared, site(server, "o0.test", 1), tmp_path)
+        await spawn_worker(server, "targets", machine, **shared).ended
+        redis.kill()
+        redis.start()  # no snapshot was due yet: empty
+        push(redis, shared, site(server, "o1.test", 1), tmp_path)
+        spawned = time.monotonic()
+        worker = spawn_worker(server, "targets", machine, **shared)
+        await worker.ended
+        err = worker.err.decode()
+        assert pages(server, "o1.test") == ["/p/0"], err[-3000:]
+        warned = [x for x in err.splitlines() if "history in Redis" in x and "WARNING" in x]
+        assert len(warned) == 1, "\n".join(warned)
+        assert err.count("Published again") == 1 and "Published again 1 records" in err
+        # WALSH_MAX_CRAWL_DELAY (12 s) from the first call, plus the start-up
+        assert server.origin.hits_for("o1.test")[-1].t - spawned < 12.0 + 5.0
+    finally:
+        redis.kill()
+
+
 # -- case 3: Redis rolled back to an older snapshot ---------------------------------
 
 
@@ -840,6 +1213,55 @@ async def test_after_a_rollback_no_host_is_contacted_early_and_no_recorded_line_
         assert min(gaps(server.origin.hits_for("cd.test"))) >= 10.0, err
         lines = sorted(r["line"] for r in durable_records(redis, shared))
         assert lines == list(range(1, len(urls) + 1)), err
+    finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_killed_while_publishing_again_leaves_it_to_the_next_worker_of_its_machine(
+    server, tmp_path
+):
+    """Redis comes back from an older snapshot: the line is back in its
+    queue, without its record. The first worker of the machine to see the
+    loss is killed (SIGKILL: the OOM killer, a deploy) while it publishes
+    again the machine's records, a week of them, which takes a while. The
+    machine's next worker publishes them again, and the line that has its
+    record on this machine is not fetched again. (Before: the machine's
+    journal noted the loss published as soon as the killed worker saw it,
+    before anything was published; the next worker said "as this machine's
+    workers saw before", published nothing, and the line was fetched again.)"""
+    redis = own_redis(tmp_path, persist="rdb")
+    shared = redis_settings(redis, WALSH_MAX_CRAWL_DELAY=8, WALSH_REDIS_MAX_BACKOFF=0.5)
+    redis.age(young_redis_s(8, 0.5))
+    machine = tmp_path / "machine"
+    try:
+        push(redis, shared, site(server, "o.test", 1), tmp_path)
+        redis.snapshot("before")
+        first = spawn_worker(server, "targets", machine, **shared)
+        await first.ended
+        assert pages(server, "o.test") == ["/p/0"], first.err.decode()[-2000:]
+        # the rest of the week's records this machine keeps (other batches)
+        prefix = shared["WALSH_REDIS_PREFIX"]
+        with (machine / "feed-records-earlier.jl").open("w") as copies:
+            for line in range(1, 20_001):
+                record = {"line": line, "outcome": "fetched",
+                          "url": f"http://e{line % 500}.test/p/{line}"}  # fmt: skip
+                ticket = {"inflight": f"{prefix}:targets:inflight:gone", "raw": f"x{line}",
+                          "records": f"{prefix}:targets:records:earlier"}  # fmt: skip
+                copies.write(json.dumps({"record": record, "ticket": ticket}) + "\n")
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        killed = spawn_worker(server, "targets", machine, **shared)
+        await until(lambda: b"this worker publishes again what it holds" in killed.err)
+        assert not killed.ended.called, killed.err.decode()[-3000:]
+        killed.transport.signalProcess("KILL")
+        await killed.ended
+        after = spawn_worker(server, "targets", machine, **shared)
+        await after.ended
+        err = after.err.decode()
+        assert "Published again 20001 records" in err, err[-3000:]
+        assert pages(server, "o.test") == ["/p/0"], err[-3000:]
     finally:
         redis.kill()
 
@@ -920,6 +1342,36 @@ async def test_a_worker_that_joins_after_a_clock_step_no_one_saw_does_not_trust_
         assert len(pages(server, "sd.test")) == 2, b.err.decode()[-2000:]
         assert min(gaps(server.origin.hits_for("sd.test"))) >= 6.0, b.err.decode()[-2000:]
     finally:
+        redis.kill()
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_restart_from_a_snapshot_keeps_a_crawl_delay_when_redis_clock_then_steps(tmp_path):
+    """Redis's host reboots: redis-server starts from its last snapshot,
+    taken before the fleet's last request to cd.test (Crawl-delay 5),
+    before NTP has set the host's clock, which then steps forward an hour
+    (chrony's makestep at boot). Redis counts its uptime on its wall clock:
+    an hour. A worker that never ran must keep cd.test's Crawl-delay: the
+    wait after a restart without AOF always runs WALSH_MAX_CRAWL_DELAY from
+    when a worker first sees the restart, not from Redis's start as its
+    uptime reckons it. (Before: the wait had ended an hour before, and the
+    worker took cd.test's slot at once.)"""
+    redis = own_redis(tmp_path, persist="rdb", steppable_clock=True)
+    old = guarded_worker(redis.url)
+    redis.age(old.conn.guard.young)
+    new = guarded_worker(redis.url)
+    try:
+        assert await reserve_and_send(old, "first.test") == 0.0  # the fleet's records
+        redis.snapshot("before")
+        assert await reserve_and_send(old, "cd.test") == 0.0
+        redis.kill()
+        redis.restore("before")
+        redis.start()
+        redis.step_clock(3600.0)
+        assert await reserve_and_send(new, "cd.test") > 0.0
+    finally:
+        for clock in (old, new):
+            await deferred_from_coro(clock.conn.close())
         redis.kill()
 
 

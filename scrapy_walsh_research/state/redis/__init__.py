@@ -7,8 +7,9 @@ request's slot from one per-host clock in Redis, and shares the stores
 * :mod:`.scripts`: every Lua script (run atomically in Redis, on its clock);
   the guard's in :mod:`.guard_scripts`, the per-host hashes' in
   :mod:`.layout_scripts`;
-* :mod:`.connection`: one client per crawler, the fail-closed retry loop,
-  and the fleet's guard (a Redis restart, a step of its clock);
+* :mod:`.connection`: one client per crawler, the fail-closed retry loop;
+* :mod:`.guard`: the fleet's guard (a Redis restart, a failover, a step of
+  its clock);
 * :mod:`.store`: the :class:`~scrapy_walsh_research.state.protocols.StateStore`,
   what it keeps per URL or origin in one hash per namespace and host
   (:mod:`.layout`), each forgotten after its retention;

@@ -17,7 +17,7 @@ each request's slot from one per-host clock in Redis.
   What this worker last saw is kept on disk (:mod:`.journal`), so a Redis
   rolled back while no worker ran is noticed too.
 * **Every answer passes the fleet's guard** (a Redis restart, a step of its
-  clock: :class:`~.connection.FleetGuard`).
+  clock: :class:`~.guard.FleetGuard`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from scrapy_walsh_research.state.hostclock import RobotsIntervals
 from scrapy_walsh_research.state.hostload import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.state.redis.connection import (
     RENEWALS_PER_LEASE,
-    UNAVAILABLE,
     RedisConnection,
+    unavailable,
 )
 from scrapy_walsh_research.state.redis.scripts import (
     ANSWER,
@@ -118,6 +118,8 @@ class RedisHostClock(RobotsIntervals):
         self._hello = conn.client.register_script(HELLO)
         self._epoch: str | None = None
         self._gen = journal.gen if journal else 0
+        #: when Redis was last seen holding that epoch and generation (its clock)
+        self._viewed = 0.0
         self._owner_prefix = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._seq = itertools.count()
         #: host -> (owner, local monotonic time until which the grant is ours)
@@ -171,31 +173,47 @@ class RedisHostClock(RobotsIntervals):
         run, quarantine, lost, clock, stamp, own = guard.keys()
         keys = [self.conn.key("epoch"), quarantine, self.conn.key("gen"), run, lost, clock,
                 stamp, own]  # fmt: skip
-        lossless, _, _, was, young, token = guard.args()
-        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, lossless, was, young, token]
+        lossless, _, _, was, young, token, viewed = guard.args()
+        # when the journal's epoch and generation were seen ('' if unknown)
+        at = self.journal.at if self.journal else None
+        args = [known, seen, uuid.uuid4().hex, self.pause_on_loss, lossless, was, young, token,
+                viewed, "" if at is None else f"{at:.6f}"]  # fmt: skip
         asked = time.monotonic()
         verdict, epoch, gen, server_now, *tail = await self.conn.call(
             "start-up", lambda r: self._hello(keys=keys, args=args, client=r)
         )
         await guard.observe(float(server_now), asked, time.monotonic(), *tail[:3])
         self._epoch, self._gen = epoch, max(int(gen), seen)
+        self._viewed = float(server_now)
         if self.journal:
-            self.journal.saw(epoch, self._gen)
+            self.journal.saw(epoch, self._gen, self._viewed)
             self.journal.flush()
         if verdict in ("lost", "replaced", "rollback"):
-            self._state_lost(verdict)
+            self._state_lost(verdict, marked=tail[4] == "1")
         return str(epoch)
 
-    def _state_lost(self, why: str) -> None:
+    def _state_lost(self, why: str, marked: bool) -> None:
+        """What this worker last saw of the fleet's state is gone (*why*);
+        *marked*: the fleet's history was marked lost since, by the guard or
+        another worker, so this is that loss, and it waits from then."""
         self.conn.inc_stat("state_lost")
         what = {
             "lost": "came back empty (restarted without persistence, or flushed)",
             "replaced": "holds another fleet's state than this worker last saw (it was emptied)",
-            "rollback": "went back in time (restored from an older snapshot)",
+            "rollback": "went back in time (restored from an older snapshot, or failed over to "
+            "a replica that had not applied the last writes)",
         }[why]
+        if marked:
+            logger.info(
+                "Redis at %(url)s %(what)s: the loss of the fleet's history seen since this "
+                "worker last looked, so every host waits WALSH_MAX_CRAWL_DELAY from when a "
+                "worker first saw it.",
+                {"url": self.conn.shown_url, "what": what},
+            )
+            return
         logger.error(
             "Redis at %(url)s %(what)s: no one knows when hosts were last contacted, so every "
-            "host waits %(p).0f s before its next request. Run Redis with appendonly yes.",
+            "host waits %(p).0f s before its next request.",
             {"url": self.conn.shown_url, "what": what, "p": self.pause_on_loss},
         )
 
@@ -296,11 +314,11 @@ class RedisHostClock(RobotsIntervals):
                 self._host_key(host), self.conn.key("epoch"), quarantine, self.conn.key("gen"),
                 run, lost, clock, self.conn.key("clockq"), stamp, own,
             ]  # fmt: skip
-            lossless, _, checked, seen, young, token = guard.args()
+            lossless, _, checked, seen, young, token, viewed = guard.args()
             args: list[str | float] = [
                 interval + self.margin, self.lease, epoch, owner, self.pause_on_loss,
                 self._gen, self._margins(), lossless, checked, guard.unsure, guard.since,
-                seen, young, token,
+                seen, young, token, viewed, f"{self._viewed:.6f}" if self._viewed else "",
             ]  # fmt: skip
 
             async def take(
@@ -311,22 +329,24 @@ class RedisHostClock(RobotsIntervals):
             asked = time.monotonic()
             status, value, gen, *rest = await self.conn.call("reserve", take)
             answered = time.monotonic()
-            # rest: the strictest robots.txt interval (3), the guard's
-            # {now, run, lost, clock} (4), then the host's adaptive state
-            # (7; absent when the state was lost)
+            # rest: the strictest robots.txt interval (3; when the state was
+            # lost: whether that loss was marked already, '', '0'), the
+            # guard's {now, run, lost, clock} (4), then the host's adaptive
+            # state (7; absent when the state was lost)
             iv, (server_now, *seen), load = rest[:3], rest[3:7], rest[7:]
             stepped = await guard.observe(float(server_now), asked, answered, *seen)
             if status in ("lost", "replaced", "rollback"):
-                self._state_lost(status)
+                self._state_lost(status, marked=iv[0] == "1")
                 self._epoch, self._gen = value, max(self._gen, int(gen))
+                self._viewed = float(server_now)
                 continue
             self._note_load(host, load)
             if status == "wait":
-                self._after_answer(epoch, gen, host, iv)
+                self._after_answer(epoch, gen, host, iv, float(server_now))
                 self._note(host, float(value))
                 return float(value)
             try:
-                self._after_answer(epoch, gen, host, iv)
+                self._after_answer(epoch, gen, host, iv, float(server_now))
             except BaseException:
                 # The slot is ours in Redis: never leave it leased to nobody.
                 await self._release(host, owner)
@@ -350,10 +370,14 @@ class RedisHostClock(RobotsIntervals):
             self._note(host, interval)
             return 0.0
 
-    def _after_answer(self, epoch: str, gen: Any, host: str, iv: list[Any]) -> None:
+    def _after_answer(
+        self, epoch: str, gen: Any, host: str, iv: list[Any], server_now: float
+    ) -> None:
+        # Redis holds this epoch, and at least this generation, as of now
         self._gen = max(self._gen, int(gen))
+        self._viewed = server_now
         if self.journal:
-            self.journal.saw(epoch, self._gen)
+            self.journal.saw(epoch, self._gen, server_now)
         self._note_strictest(host, *iv)
 
     def grant_valid(self, host: str) -> bool:
@@ -381,8 +405,10 @@ class RedisHostClock(RobotsIntervals):
             args: list[str | float] = [owner, self.lease, self._granted_at.get(host, 0.0)]
             try:
                 ours = await self._renew(keys=keys, args=args)
-            except UNAVAILABLE:  # unreachable: the grant runs out on its own
-                continue
+            except Exception as exc:
+                if unavailable(exc):  # unreachable: the grant runs out on its own
+                    continue
+                raise
             if ours and self._grants.get(host, ("",))[0] == owner:
                 self._grants[host] = (owner, asked + self.lease)
         if not self._grants and self._renewer is not None and self._renewer.running:

@@ -4,7 +4,7 @@ Kept in ``WALSH_STATE_DIR`` so that a Redis that comes back empty or older
 is noticed at start-up (:data:`~.scripts.HELLO`) by any worker that ran
 before, whatever order the workers start in; and so that what this machine
 holds is published again once per loss of the fleet's history, not at
-every start (:meth:`FleetJournal.claim_loss`).
+every start (:meth:`FleetJournal.published`, :meth:`FleetJournal.publishing`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -24,12 +24,15 @@ logger = logging.getLogger(__name__)
 
 
 class FleetJournal:
-    """What this worker last saw of the fleet's Redis (epoch, generation),
-    kept in its ``WALSH_STATE_DIR`` so that a Redis that comes back empty or
-    older is noticed by any worker that ran before, whatever order the
-    workers start in. Written at most once a second while the crawl runs and
+    """What this worker last saw of the fleet's Redis (epoch, generation, and
+    when Redis was last seen holding them, on Redis's clock), kept in its
+    ``WALSH_STATE_DIR`` so that a Redis that comes back empty or older is
+    noticed by any worker that ran before, whatever order the workers start
+    in; the time tells a loss the fleet marked since from a new one (one
+    mark per loss). Written at most once a second while the crawl runs and
     once at its end. It also names the loss of the fleet's history that this
-    machine's workers last published again for (:meth:`claim_loss`).
+    machine's workers last published again for (:meth:`published`), and
+    holds the lock a worker publishing again holds (:meth:`publishing`).
 
     Workers started from one project on one machine share that directory
     (it defaults to the project's), so a write merges with the file under a
@@ -42,9 +45,15 @@ class FleetJournal:
         self.path = path
         saved = self._load()
         self.epoch, self.gen = str(saved.get("epoch") or ""), int(saved.get("gen") or 0)
-        self._written = (self.epoch, self.gen)
-        self._at = 0.0
+        #: when Redis was last seen holding that epoch and generation, on
+        #: Redis's clock (None: unknown, as in a journal of an older release)
+        self.at: float | None = saved.get("at")
+        self._written = self._view()
+        self._flushed = 0.0
         self._warned = False
+
+    def _view(self) -> tuple[str, int, float | None]:
+        return self.epoch, self.gen, self.at
 
     def _load(self) -> dict[str, Any]:
         try:
@@ -52,53 +61,68 @@ class FleetJournal:
             return {
                 "epoch": str(saved.get("epoch") or ""),
                 "gen": int(saved.get("gen") or 0),
+                **({"at": float(saved["at"])} if saved.get("at") is not None else {}),
                 **({"published": str(saved["published"])} if saved.get("published") else {}),
             }
         except (OSError, ValueError, TypeError, AttributeError):
             return {}
 
-    def saw(self, epoch: str, gen: int) -> None:
-        if epoch != self.epoch:
-            self.epoch, self.gen = epoch, gen
-        else:
-            self.gen = max(self.gen, gen)
-        if time.monotonic() - self._at >= 1.0:
+    def saw(self, epoch: str, gen: int, at: float | None = None) -> None:
+        """Redis held *epoch* and at least generation *gen* at *at* (its
+        clock): kept if it is the highest generation of the epoch, or the
+        latest time that one was seen."""
+        self._merge(epoch, gen, at)
+        if time.monotonic() - self._flushed >= 1.0:
             self.flush()
 
+    def _merge(self, epoch: str, gen: int, at: float | None) -> None:
+        if epoch != self.epoch or gen > self.gen:
+            self.epoch, self.gen, self.at = epoch, gen, at
+        elif gen == self.gen and at is not None and (self.at is None or at > self.at):
+            self.at = at
+
     def flush(self) -> None:
-        if (self.epoch, self.gen) == self._written or not self.epoch:
+        if self._view() == self._written or not self.epoch:
             return
 
         def merge(saved: dict[str, Any]) -> dict[str, Any]:
             if saved.get("epoch") == self.epoch:
-                self.gen = max(self.gen, int(saved.get("gen") or 0))
-            return {**saved, "epoch": self.epoch, "gen": self.gen}
+                self._merge(self.epoch, int(saved.get("gen") or 0), saved.get("at"))
+            view = {"epoch": self.epoch, "gen": self.gen}
+            rest = {k: v for k, v in saved.items() if k not in ("epoch", "gen", "at")}
+            return {**rest, **view, **({"at": self.at} if self.at is not None else {})}
 
         if self._update(merge):
-            self._written, self._at = (self.epoch, self.gen), time.monotonic()
+            self._written, self._flushed = self._view(), time.monotonic()
 
-    def claim_loss(self, marker: str) -> bool:
-        """Whether this machine's workers have yet to publish again what they
+    def published(self, marker: str) -> bool:
+        """Whether this machine's workers have published again what they
         hold for the loss *marker* (when the fleet's history was marked
-        incomplete, as Redis keeps it): True once per loss, to the worker
-        that will (noted at once, under the lock, so workers that start
-        together publish once). A journal that cannot be written says True:
-        publishing twice costs a message, never a record."""
-        claimed = True
+        incomplete, as Redis keeps it)."""
+        return self._load().get("published") == marker
 
-        def claim(saved: dict[str, Any]) -> dict[str, Any]:
-            nonlocal claimed
-            claimed = saved.get("published") != marker
-            return {**saved, "published": marker}
+    def note_published(self, marker: str) -> None:
+        """Everything this machine holds is published again for *marker*:
+        its later workers publish nothing for it. Noted only once it is (a
+        worker killed while publishing leaves the loss to the next one)."""
+        self._update(lambda saved: {**saved, "published": marker})
 
-        self._update(claim)
-        return claimed
-
-    def release_loss(self, marker: str) -> None:
-        """Publishing again for *marker* failed: the next worker tries again."""
-        self._update(
-            lambda saved: {k: v for k, v in saved.items() if (k, v) != ("published", marker)}
-        )
+    @contextlib.contextmanager
+    def publishing(self) -> Iterator[bool]:
+        """Whether this worker may publish again for the machine now: True,
+        holding the machine's publishing lock (``<journal>.publishing``)
+        until the block ends; False while another worker of the machine
+        holds it. The lock is the kernel's (``flock``), so a worker that
+        dies while publishing, even by SIGKILL, releases it. Where it cannot
+        be taken (no ``fcntl``, a directory that cannot be written): True,
+        as publishing twice costs a message, never a record."""
+        try:
+            handle = open(self.path.with_name(self.path.name + ".publishing"), "a")
+        except OSError:
+            yield True
+            return
+        with handle:
+            yield _try_lock(handle)
 
     def _update(self, change: Callable[[dict[str, Any]], dict[str, Any]]) -> bool:
         """Rewrite the file with *change* applied to what it holds, under the
@@ -120,6 +144,23 @@ class FleetJournal:
                 )
             return False
         return True
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    """Take an exclusive lock on *handle*'s file, without waiting: False if
+    another process holds it (True where the platform has no ``fcntl``). It
+    lasts until the handle is closed, or its process ends."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return True
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 @contextlib.contextmanager

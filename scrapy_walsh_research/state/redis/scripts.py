@@ -81,10 +81,11 @@ RESERVE = (
 -- stamp, own stamp (GUARD);
 -- ARGV[8] lossless, ARGV[9] checked, ARGV[10] seconds this worker cannot
 -- rule out as a clock step before it joined, for records older than ARGV[11],
--- ARGV[12..14] seen, young, token (GUARD).
+-- ARGV[12..15] seen, young, token, viewed (GUARD), ARGV[16] when this
+-- worker last saw the epoch and generation it passes (server time).
 -- Every answer ends with {now, run, lost, clock} for the worker's guard.
 local g = guard({KEYS[5], KEYS[3], KEYS[6], KEYS[7], KEYS[9], KEYS[10]},
-                {ARGV[8], ARGV[5], ARGV[9], ARGV[12], ARGV[13], ARGV[14]})
+                {ARGV[8], ARGV[5], ARGV[9], ARGV[12], ARGV[13], ARGV[14], ARGV[15]})
 local function answer(t)
   for _, v in ipairs({f(now), g[2], g[3], g[4]}) do table.insert(t, v) end
   return t
@@ -93,16 +94,15 @@ local epoch = redis.call('GET', KEYS[2])
 local gen = tonumber(redis.call('GET', KEYS[4]) or '0')
 if (not epoch) or epoch ~= ARGV[3] or gen < tonumber(ARGV[6]) then
   -- the state is gone or older than what this worker saw: no one knows when
-  -- hosts were last contacted. Quarantine every host, keep the epoch and
-  -- generation from going back, and let the worker log it.
+  -- hosts were last contacted. Quarantine every host (unless this loss was
+  -- marked already), keep the epoch and generation from going back, and let
+  -- the worker log it: {why, epoch, generation, '1' if marked already}.
   local why = 'rollback'
   if not epoch then why = 'lost' elseif epoch ~= ARGV[3] then why = 'replaced' end
   if not epoch then redis.call('SET', KEYS[2], ARGV[3]); epoch = ARGV[3] end
-  local q = math.max(tonumber(redis.call('GET', KEYS[3]) or '0'), now + tonumber(ARGV[5]))
-  redis.call('SET', KEYS[3], f(q))
-  redis.call('SET', KEYS[6], f(now))  -- the fleet's history is unknown
+  local marked = state_lost(KEYS[3], KEYS[6], ARGV[5], ARGV[16])
   if gen < tonumber(ARGV[6]) then redis.call('SET', KEYS[4], ARGV[6]) end
-  return answer({why, epoch, redis.call('GET', KEYS[4]) or '0', '0', '', '0'})
+  return answer({why, epoch, redis.call('GET', KEYS[4]) or '0', marked, '', '0'})
 end
 local h = redis.call('HMGET', KEYS[1], 'last', 'next', 'hold', 'lease', 'owner', 'ad', 'dg')
 local iv = strictest(KEYS[1])
@@ -332,9 +332,10 @@ HELLO = (
 -- ARGV[3] a new epoch, ARGV[4] pause s. Start-up: is this the state the
 -- worker left (or a new fleet), or was it lost or rolled back?
 -- KEYS[4..8] run, lost, clock, stamp, own stamp; ARGV[5..7] lossless, seen,
--- young; ARGV[8] token (GUARD).
+-- young; ARGV[8] token, ARGV[9] viewed (GUARD); ARGV[10] when the journal's
+-- epoch and generation were seen (server time, '' if unknown).
 local g = guard({KEYS[4], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8]},
-                {ARGV[5], ARGV[4], '', ARGV[6], ARGV[7], ARGV[8]})
+                {ARGV[5], ARGV[4], '', ARGV[6], ARGV[7], ARGV[8], ARGV[9]})
 local epoch = redis.call('GET', KEYS[1])
 local gen = tonumber(redis.call('GET', KEYS[3]) or '0')
 local verdict = 'same'
@@ -346,13 +347,13 @@ elseif ARGV[1] == '' then verdict = 'joined'
 elseif epoch ~= ARGV[1] then verdict = 'replaced'
 elseif gen < tonumber(ARGV[2]) then verdict = 'rollback'
 end
+local marked = '0'
 if verdict == 'lost' or verdict == 'replaced' or verdict == 'rollback' then
-  local q = math.max(tonumber(redis.call('GET', KEYS[2]) or '0'), now + tonumber(ARGV[4]))
-  redis.call('SET', KEYS[2], f(q))
-  redis.call('SET', KEYS[5], f(now))
+  marked = state_lost(KEYS[2], KEYS[5], ARGV[4], ARGV[10])
   if gen < tonumber(ARGV[2]) then redis.call('SET', KEYS[3], ARGV[2]); gen = tonumber(ARGV[2]) end
 end
-return {verdict, epoch, tostring(gen), f(now), g[2], redis.call('GET', KEYS[5]) or '', g[4], g[1]}
+return {verdict, epoch, tostring(gen), f(now), g[2], redis.call('GET', KEYS[5]) or '', g[4], g[1],
+        marked}
 """
 )
 
@@ -379,12 +380,12 @@ return 0
 TAKE_BODY = """
 -- KEYS[1] queue, KEYS[2] worker registry, KEYS[3] this worker's in-flight list
 -- ARGV[1] the feed's key prefix, ARGV[2] this worker's id, ARGV[3] heartbeat prefix
--- KEYS[4..9] run, quarantine, lost, clock, stamp, own stamp and ARGV[4..9]
--- lossless, pause, checked, seen, young, token (GUARD). Answers {line or
--- false, lines in flight elsewhere, seconds to wait before asking again, now,
--- run, lost, clock}.
+-- KEYS[4..9] run, quarantine, lost, clock, stamp, own stamp and ARGV[4..10]
+-- lossless, pause, checked, seen, young, token, viewed (GUARD). Answers
+-- {line or false, lines in flight elsewhere, seconds to wait before asking
+-- again, now, run, lost, clock}.
 local g = guard({KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]},
-                {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]})
+                {ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10]})
 local function answer(raw, pending, wait)
   return {raw, pending, f(wait), f(now), g[2], g[3], g[4]}
 end
