@@ -62,10 +62,10 @@ class Command(ScrapyCommand):
         from scrapy.crawler import Crawler
 
         from scrapy_walsh_research.commands._runner import run_blocking
+        from scrapy_walsh_research.core.urls import without_password
         from scrapy_walsh_research.errors import WalshConfigurationError
         from scrapy_walsh_research.spiders.targets import TargetsSpider
         from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
-        from scrapy_walsh_research.state.redis.connection import without_password
 
         assert self.settings is not None
         settings = self.settings

@@ -42,13 +42,12 @@ import math
 import re
 import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from scrapy_walsh_research.core.urls import domain_key_range, host_key
+from scrapy_walsh_research.core.urls import domain_key_range, host_key, without_password
 from scrapy_walsh_research.errors import (
     WalshAuditUnavailable,
     WalshConfigurationError,
@@ -91,15 +90,6 @@ REFUSED_AT_CONNECT = (
 MAX_TABLE = 55
 #: what ``jsonb`` refuses in a string
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def without_password(url: str) -> str:
-    """*url* with its password (if any) shown as ``***``, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 def table_name(prefix: str) -> str:

@@ -21,7 +21,6 @@ import os
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from redis import asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -30,6 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
+from scrapy_walsh_research.core.urls import without_password
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
@@ -107,15 +107,6 @@ def young_redis_s(
     is *pause* (:func:`lost_history_wait`), whose workers retry at most
     *max_backoff* apart and give up a connection attempt after *timeout*."""
     return max(pause, recall_s(max_backoff, timeout))
-
-
-def without_password(url: str) -> str:
-    """*url* with its password (if any) shown as ``***``, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 class RedisConnection:

@@ -16,6 +16,8 @@ import os
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+from scrapy_walsh_research.state.directory import machine_lock
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from pathlib import Path
@@ -129,7 +131,7 @@ class FleetJournal:
         lock, through a temp file of this process's; False (logged once) if
         it cannot be written."""
         try:
-            with _locked(self.path.with_name(self.path.name + ".lock")):
+            with machine_lock(self.path.with_name(self.path.name + ".lock")):
                 saved = change(self._load())
                 tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
                 tmp.write_text(json.dumps(saved))
@@ -161,20 +163,3 @@ def _try_lock(handle: IO[str]) -> bool:
     except OSError:
         return True
     return True
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes on this machine (none where the
-    platform has no ``fcntl``: the per-process temp file still keeps writes whole)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
