@@ -1,4 +1,4 @@
-"""Reading sitemaps (issue 32, the part no crawl is needed for): as lenient as
+"""Reading sitemaps (the part no crawl is needed for): as lenient as
 crawler-commons with what real sites write, safe with what an attacker
 writes (defusedxml's list: billion laughs, quadratic blowup, external
 entities, DTD retrieval), bounded by the protocol's limits while streaming,

@@ -2,7 +2,7 @@
 claims for each, matched by canonical URL, from a sitemap that may speak for
 it. The reader (``core/sitemaps.py``) only reads; this decides which of what
 it read is a claim about a target at all. Whether a claim is *trusted* is
-the gate's to decide (issue 32: checked per host before any skip).
+the gate's to decide (checked per host before any skip).
 """
 
 from __future__ import annotations
