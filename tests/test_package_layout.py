@@ -182,3 +182,20 @@ def test_no_function_grows_long_without_saying_why():
             if "long" not in head:
                 long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     assert long == []
+
+
+def test_no_issue_number_is_left_for_a_reader_to_look_up():
+    """Code, tests and docs say why in words: a reader has no tracker."""
+    texts = [
+        *PACKAGE.rglob("*.py"),
+        *(ROOT / "tests").rglob("*.py"),
+        *(ROOT / "docs").glob("*.rst"),
+        ROOT / "README.md",
+        ROOT / "CHANGELOG.md",
+    ]
+    found = [
+        f"{p.relative_to(ROOT)}: {m.group(0)}"
+        for p in texts
+        for m in re.finditer(r"\bissues? #?\d+", p.read_text(), re.I)
+    ]
+    assert found == []
