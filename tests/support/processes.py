@@ -84,7 +84,7 @@ def _spawn(
         "TWISTED_DNS_RESOLVER": "scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
         **settings,
     }
-    args = [scrapy_bin, *command, "-a", spider_arg]
+    args = [scrapy_bin, *command, *(["-a", spider_arg] if spider_arg else [])]
     for name, value in options.items():
         args += ["-s", f"{name}={value}"]
     first = [str(extra_path)] if extra_path is not None else []
