@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from OpenSSL import SSL
@@ -60,6 +61,16 @@ class WalshDenied(IgnoreRequest):
         #: further fields of the target's record (the preferences that applied;
         #: for "withheld", the response's status and validators)
         self.record: dict[str, Any] = dict(record or {})
+
+
+class WalshStopped(WalshDenied):
+    """The run is being stopped (Ctrl-C, SIGTERM, a close): a target not yet
+    sent is not sent, and its line gets a ``skipped`` record that says so,
+    with no rule (none decided it) and no R8 cadence (the next run takes it
+    again). A line fed through Redis gets none: it goes back to the queue."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("", reason, outcome="skipped", lasting=False)
 
 
 class WalshRefusal(Exception):
@@ -177,6 +188,16 @@ def _say_refusals_nobody_retrieved() -> None:
     loop.set_exception_handler(handler)
 
 
+#: crawls stopped by :func:`stop_refused`, and the finish reason each was given
+_refused: weakref.WeakKeyDictionary[Crawler, str] = weakref.WeakKeyDictionary()
+
+
+def was_refused(crawler: Crawler) -> bool:
+    """Whether :func:`stop_refused` stopped *crawler*: its records cannot be
+    written (its audit store or its Redis guard refuses it)."""
+    return crawler in _refused
+
+
 def stop_refused(crawler: Crawler, reason: str, message: str) -> None:
     """Stop a running crawl that must not go on where it runs (the fleet's
     Redis cannot run the guard): close the spider with *reason* (its finish
@@ -196,6 +217,7 @@ def stop_refused(crawler: Crawler, reason: str, message: str) -> None:
     ``tests/test_fleet_redis_failures.py`` runs ``scrapy crawl`` and fails if
     Scrapy changes that.
     """
+    _refused[crawler] = reason
     if not reaches_stderr(logging.getLogger(__name__), logging.ERROR):
         print(message, file=sys.stderr, flush=True)
     try:

@@ -42,6 +42,7 @@ from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_o
 from scrapy_walsh_research.errors import (
     WalshConfigurationError,
     WalshDenied,
+    WalshStopped,
     failure_reason,
     refuse_start,
 )
@@ -50,6 +51,7 @@ from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.spiders.llms_probes import LlmsProbes
 from scrapy_walsh_research.spiders.size_cap import SizeCap
+from scrapy_walsh_research.spiders.stopping import ListStop
 from scrapy_walsh_research.spiders.structured import (
     HTML_TYPES,
     extract,
@@ -106,6 +108,8 @@ class TargetsSpider(scrapy.Spider):
     store: StateStore
     size_cap: SizeCap
     llms: LlmsProbes
+    #: what a stopped run owes the lines (their records, or the feed's queue)
+    stop: ListStop
     probe_llms: bool
     only_new: bool
     list_lookahead: int = defaults.WALSH_LIST_LOOKAHEAD
@@ -135,6 +139,8 @@ class TargetsSpider(scrapy.Spider):
             if problem is not None:
                 refuse_start(logger, f"URL list {str(self.list_path)!r} {problem}.")
         self._feed: RedisFeed | None = None
+        #: canonical URL -> the first line that declared it (this process's list)
+        self.seen: dict[str, int] = {}
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
@@ -151,6 +157,7 @@ class TargetsSpider(scrapy.Spider):
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.store = state_for(crawler)
         spider.llms = LlmsProbes(crawler, spider.store)
+        spider.stop = ListStop(spider)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
         spider.list_lookahead = cache_size(
@@ -244,13 +251,15 @@ class TargetsSpider(scrapy.Spider):
         if self.targets_total == 0:
             logger.warning("URL list %r has no targets: only comments and blank lines",
                            str(self.list_path))  # fmt: skip
-        seen: dict[str, int] = {}
         read = 0
         async for line, source, scope, ticket in self._lines():
             read += 1
             if read % START_BURST == 0:
                 await asyncio.sleep(0)  # let the reactor run (see START_BURST)
+            if self.stop.stopping:
+                return  # this line and the rest get their records from the stop
             lineno, text = line.number, line.text
+            self.stop.handed_out = lineno
             request, invalid = self._target_request(line, ticket)
             if request is None:
                 self._log_invalid(source, lineno, str(invalid), text)
@@ -264,7 +273,7 @@ class TargetsSpider(scrapy.Spider):
                 )
                 continue
             canon = request.meta[TARGET_META]["canonical_url"]
-            first = await self._claim(seen, scope, canon, lineno)
+            first = await self._claim(self.seen, scope, canon, lineno)
             if first is not None:
                 yield self._record(
                     line=lineno,
@@ -342,7 +351,10 @@ class TargetsSpider(scrapy.Spider):
             record = {**base, "structured": None, "reason": self._not_read(response.url, exc)}
         else:
             self._count_reading(record, response.url)
-        if record["structured"] is None and media_type(response) in HTML_TYPES and self.probe_llms:
+        if (
+            record["structured"] is None and media_type(response) in HTML_TYPES
+            and self.probe_llms and not self.stop.stopping  # a stopped run sends no probe
+        ):  # fmt: skip
             origin = origin_of(response.url)
             ticket = response.meta.get(FEED_META)
             if await self.llms.probed_by(origin, target["line"], ticket) is None:
@@ -389,7 +401,7 @@ class TargetsSpider(scrapy.Spider):
         exc = failure.value
         info: dict[str, Any] = {"url": request.url}
         if isinstance(exc, WalshDenied):
-            info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **exc.record)
+            info.update(outcome=exc.outcome, rule=exc.rule or None, reason=exc.reason, **exc.record)
         elif isinstance(exc, HttpError):
             info["status"] = exc.response.status
         elif (too_large := self.size_cap.reason(request, exc)) is not None:
@@ -424,12 +436,17 @@ class TargetsSpider(scrapy.Spider):
         target = {**request.meta[TARGET_META], **_ticket(request.meta.get(FEED_META))}
         exc = failure.value
         final_url = request.url
+        if isinstance(exc, WalshStopped):
+            if request.meta.get(FEED_META) is not None:
+                self.stop.give_back(target["canonical_url"])  # no record: back to the queue
+                return
+            self.crawler.stats.inc_value("walsh/stop/skipped")
         if isinstance(exc, WalshDenied):
             # a PREF decision brings the preferences that applied (and, for
             # "withheld", the response's status and validators)
             fields = {"final_url": final_url, **exc.record}
             yield self._record(
-                **target, outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **fields
+                **target, outcome=exc.outcome, rule=exc.rule or None, reason=exc.reason, **fields
             )
         elif isinstance(exc, HttpError):
             meta = response_metadata(exc.response)
