@@ -4,28 +4,18 @@ new user tries it: ``scrapy startproject``, one line in settings.py, crawl."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest_twisted
 
 from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import TDMREP
-from tests.support.processes import _spawn
+from tests.support.processes import _spawn, new_project
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_new_project_with_the_addon_line_crawls_targets(server, tmp_path):
-    scrapy = str(Path(sys.executable).parent / "scrapy")
-    subprocess.run([scrapy, "startproject", "shop"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
-    project = tmp_path / "shop"
-    settings_py = project / "shop" / "settings.py"
-    settings_py.write_text(
-        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
-    )
+    project = new_project(tmp_path)
     server.origin.route("shop.test", "/robots.txt", Reply(200, "User-agent: *\nAllow: /\n"))
     server.origin.route("shop.test", "/item", Reply(200, "an item"))
     urls = project / "urls.txt"

@@ -8,17 +8,12 @@ exported as before."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import TDMREP
-from tests.support.processes import _spawn
-
-SCRAPY = str(Path(sys.executable).parent / "scrapy")
+from tests.support.processes import _spawn, new_project
 
 #: quotesbot's spider (scrapy/quotesbot, toscrape-css), pointed at the sandbox
 QUOTES_SPIDER = """\
@@ -70,13 +65,7 @@ def quotes_site(server) -> str:
 async def test_a_link_following_spider_fetches_its_start_page_and_says_once_what_it_did_not_follow(
     server, tmp_path
 ):
-    subprocess.run([SCRAPY, "startproject", "quotesbot"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
-    project = tmp_path / "quotesbot"
-    settings_py = project / "quotesbot" / "settings.py"
-    settings_py.write_text(
-        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
-    )
+    project = new_project(tmp_path, "quotesbot")
     spider = QUOTES_SPIDER.format(start=quotes_site(server))
     (project / "quotesbot" / "spiders" / "toscrape_css.py").write_text(spider)
     out = tmp_path / "quotes.jl"

@@ -7,15 +7,13 @@ process pointed at the loopback sandbox."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import pytest_twisted
 
-from tests.support.processes import _spawn
+from tests.support.processes import SCRAPY, _spawn, new_project
 
-SCRAPY = str(Path(sys.executable).parent / "scrapy")
 #: a spider file for ``scrapy runspider``, beside the project
 RUNSPIDER = """\
 import scrapy
@@ -31,14 +29,9 @@ class Shop(scrapy.Spider):
 CONFIG = "CONCURRENT_REQUESTS=8: R4 requires serial requests. Set CONCURRENT_REQUESTS=1."
 
 
-def new_project(tmp_path: Path) -> Path:
-    subprocess.run([SCRAPY, "startproject", "shop"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
-    project = tmp_path / "shop"
-    settings_py = project / "shop" / "settings.py"
-    settings_py.write_text(
-        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
-    )
+def shop_project(tmp_path: Path) -> Path:
+    """A new project with the add-on, a list and a spider file for runspider."""
+    project = new_project(tmp_path)
     (project / "urls.txt").write_text("http://shop.test/\n")
     (project / "shop_spider.py").write_text(RUNSPIDER)
     return project
@@ -73,7 +66,7 @@ CRAWLS = {
 async def test_a_refused_crawl_says_why_once_without_a_traceback_and_sends_nothing(
     server, tmp_path, case, nolog
 ):
-    project = new_project(tmp_path)
+    project = shop_project(tmp_path)
     command, settings, says = CRAWLS[case]
     afile = tmp_path / "a-file"
     afile.write_text("")
@@ -97,7 +90,7 @@ async def test_every_walsh_worker_refused_at_start_up_says_why_once(
     """A refusal only a worker meets (the blocklist over plain http, checked
     as its gate is built): each of the two workers says it once, no
     traceback, and the launcher exits non-zero."""
-    project = new_project(tmp_path)
+    project = shop_project(tmp_path)
     settings = {
         "WALSH_REDIS_URL": redis_server.url,
         "WALSH_REDIS_PREFIX": f"refused-{nolog}",
@@ -114,7 +107,7 @@ async def test_every_walsh_worker_refused_at_start_up_says_why_once(
 
 @pytest.mark.parametrize("nolog", [False, True], ids=["logging", "--nolog"])
 def test_walsh_conformance_with_a_refused_configuration_says_so_once(tmp_path, nolog):
-    project = new_project(tmp_path)
+    project = shop_project(tmp_path)
     run = subprocess.run(
         [SCRAPY, "walsh-conformance", "-s", "CONCURRENT_REQUESTS=8", *(["--nolog"] if nolog else [])],
         cwd=project, capture_output=True, text=True, timeout=300, check=False,
@@ -131,7 +124,7 @@ async def test_a_crawl_stopped_because_its_audit_store_refuses_says_why_once(
 ):
     """The crawl that opens and then must stop (its PostgreSQL refuses the
     audit log, ``errors.stop_refused``): said once, also with ``--nolog``."""
-    project = new_project(tmp_path)
+    project = shop_project(tmp_path)
     wrong = postgres_server.url.rsplit("/", 1)[0] + "/no_such_database"
     proc = _spawn(server, f"list={project / 'urls.txt'}", tmp_path / "state",
                   {"WALSH_AUDIT_URL": wrong}, project=project,
