@@ -18,6 +18,7 @@ Once the spider closes, one WARNING says how many lines were not fetched.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.state.redis.target_queue import RedisFeed
 
 logger = logging.getLogger(__name__)
+
+#: the list lines read (and, past those handed out, recorded) between two
+#: turns of the reactor, as the spider's start() does (START_BURST)
+LINES_PER_TURN = 32
 
 
 class ListSpider(Protocol):
@@ -89,7 +94,9 @@ class ListStop:
         if spider.list_path is None:
             return
         why = self.run.denial().reason
-        for line in read_list(spider.list_path):
+        for read, line in enumerate(read_list(spider.list_path), 1):
+            if read % LINES_PER_TURN == 0:
+                await asyncio.sleep(0)  # a long list must not hold the reactor
             if line.number <= self.handed_out:
                 continue
             request, invalid = spider._target_request(line, None)  # as start() decides
