@@ -4,12 +4,19 @@ A denial is an :class:`~scrapy.exceptions.IgnoreRequest` so Scrapy routes it
 to the request's errback; it carries the rule that decided, so the record and
 the stats can name it. :func:`failure_reason` says why a download failed in
 the words a record, a log line or the audit log should carry.
+
+A crawl that must not start (:class:`WalshRefusal`: a configuration the
+start-up check refuses, a slip in how it was called) is said in one message
+on stderr, with ``--nolog`` too, with no traceback, and ``scrapy crawl``
+exits 1 (:func:`say`, :func:`refuse_start`, :func:`stop_refused`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import weakref
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from OpenSSL import SSL
@@ -56,7 +63,39 @@ class WalshDenied(IgnoreRequest):
         self.record: dict[str, Any] = dict(record or {})
 
 
-class WalshConfigurationError(RuntimeError):
+class WalshStopped(WalshDenied):
+    """The run is being stopped (Ctrl-C, SIGTERM, a close): a target not yet
+    sent is not sent, and its line gets a ``skipped`` record that says so,
+    with no rule (none decided it) and no R8 cadence (the next run takes it
+    again). A line fed through Redis gets none: it goes back to the queue."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("", reason, outcome="skipped", lasting=False)
+
+
+class WalshRefusal(Exception):
+    """Why a crawl must not start: said once, in words, never as a crash.
+
+    Scrapy 2.19's ``AsyncCrawlerProcess`` (what ``scrapy crawl``, ``scrapy
+    runspider`` and each ``walsh-workers`` worker run on the asyncio reactor)
+    re-raises a start-up error in its crawl task and leaves it there:
+    asyncio then logs "Task exception was never retrieved" with the
+    traceback, and with ``--nolog`` nothing at all. So a refusal made while a
+    loop runs asks that loop to say it instead, should it escape a task that
+    nobody awaits: one message (:func:`say`), no traceback. Scrapy still sets
+    ``bootstrap_failed``, hence the exit code 1. A caller that catches or
+    awaits the refusal (the conformance check's crawls, a script) hears of
+    it as before, and nothing is said for it."""
+
+    #: the logger the refusal is said with (the module that refused)
+    log: logging.Logger | None = None
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        _say_refusals_nobody_retrieved()
+
+
+class WalshConfigurationError(WalshRefusal, RuntimeError):
     """The effective configuration is not conformant; the crawl must not start.
 
     Deliberately *not* :class:`~scrapy.exceptions.NotConfigured`: Scrapy treats
@@ -78,37 +117,93 @@ class WalshDeprecationWarning(ScrapyDeprecationWarning):
     project that filters Scrapy's deprecations filters these too."""
 
 
-class WalshUsageError(ValueError):
+class WalshUsageError(WalshRefusal, ValueError):
     """A user's slip the crawl cannot start with (a missing list file, a
     spider argument missing): :func:`refuse_start` reports it in one line."""
 
 
 def refuse_start(log: logging.Logger, message: str) -> NoReturn:
     """Stop a crawl that cannot start because of how it was called: one ERROR
-    line saying what to do, no traceback, and ``scrapy crawl`` exits 1.
+    line saying what to do, no traceback, and ``scrapy crawl`` exits 1 (see
+    :class:`WalshRefusal`; ``tests/test_startup_refusals.py`` runs the
+    commands)."""
+    error = WalshUsageError(message)
+    error.log = log
+    raise error
 
-    Scrapy 2.19's ``AsyncCrawlerProcess`` (what ``scrapy crawl`` runs on the
-    asyncio reactor) re-raises a start-up error in its crawl task and leaves
-    it there, so asyncio prints "Task exception was never retrieved" and the
-    traceback at exit; having said it in one line, the error is retrieved
-    here. Scrapy still sets ``bootstrap_failed``, hence the exit code
-    (``tests/test_records_targets_spider.py`` runs the command).
-    """
+
+def say(log: logging.Logger, message: str) -> None:
+    """Log *message* at ERROR, and write it on stderr as well when the log
+    does not go there (``--nolog``, ``LOG_FILE``, a ``LOG_LEVEL`` above
+    ERROR): a refusal must reach the person who started the crawl."""
     log.error(message)
+    if not reaches_stderr(log, logging.ERROR):
+        print(message, file=sys.stderr, flush=True)
+
+
+def reaches_stderr(log: logging.Logger, level: int) -> bool:
+    """Whether a record of *level* from *log* is written on stderr."""
+    if not log.isEnabledFor(level):
+        return False
+    handled = False
+    current: logging.Logger | None = log
+    while current is not None:
+        for handler in current.handlers:
+            handled = True
+            if (
+                level >= handler.level
+                and isinstance(handler, logging.StreamHandler)
+                and not isinstance(handler, logging.FileHandler)
+                and handler.stream in (sys.stderr, sys.__stderr__)
+            ):
+                return True
+        current = current.parent if current.propagate else None
+    last = logging.lastResort
+    return not handled and last is not None and level >= last.level
+
+
+def _say_refusals_nobody_retrieved() -> None:
+    """Have the running asyncio loop (if any) say a :class:`WalshRefusal`
+    that ends a task nobody awaits, instead of printing its traceback. The
+    loop's exception handler is asked only for an exception nobody
+    retrieved; any other context goes on to the handler that was there."""
     try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running loop: a direct call (tests) raises as usual
-        task = None
-    if task is not None:
-        task.add_done_callback(_retrieve)
-    raise WalshUsageError(message)
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # no running loop: the caller sees the exception
+        return
+    previous = loop.get_exception_handler()
+    if getattr(previous, "says_refusals", False):
+        return
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, WalshRefusal):
+            say(exc.log or logging.getLogger(__name__), str(exc))
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handler.says_refusals = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handler)
 
 
-def stop_refused(crawler: Crawler, reason: str) -> None:
+#: crawls stopped by :func:`stop_refused`, and the finish reason each was given
+_refused: weakref.WeakKeyDictionary[Crawler, str] = weakref.WeakKeyDictionary()
+
+
+def was_refused(crawler: Crawler) -> bool:
+    """Whether :func:`stop_refused` stopped *crawler*: its records cannot be
+    written (its audit store or its Redis guard refuses it)."""
+    return crawler in _refused
+
+
+def stop_refused(crawler: Crawler, reason: str, message: str) -> None:
     """Stop a running crawl that must not go on where it runs (the fleet's
     Redis cannot run the guard): close the spider with *reason* (its finish
     reason), and have ``scrapy crawl`` exit 1, as for a crawl refused at
-    start-up. The caller has logged why.
+    start-up. The caller has logged why (*message*, at ERROR); it is written
+    on stderr too when the log does not go there (``--nolog``).
 
     Scrapy gives a crawl a non-zero exit code only when it failed to start
     (``bootstrap_failed``: its ``crawl`` raised, or its crawler has no spider
@@ -122,6 +217,9 @@ def stop_refused(crawler: Crawler, reason: str) -> None:
     ``tests/test_fleet_redis_failures.py`` runs ``scrapy crawl`` and fails if
     Scrapy changes that.
     """
+    _refused[crawler] = reason
+    if not reaches_stderr(logging.getLogger(__name__), logging.ERROR):
+        print(message, file=sys.stderr, flush=True)
     try:
         engine = crawler.engine
     except RuntimeError:  # Scrapy 2.19+: no engine before the crawl starts
@@ -138,11 +236,6 @@ def stop_refused(crawler: Crawler, reason: str) -> None:
             "closing the spider: %(f)s", {"f": f.getErrorMessage()}
         )
     )
-
-
-def _retrieve(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 def deny(

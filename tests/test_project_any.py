@@ -5,29 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest_twisted
 
 from scrapy_walsh_research import USER_AGENT
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import TDMREP
-from tests.support.processes import _spawn
-
-
-def new_project(tmp_path: Path) -> Path:
-    """``scrapy startproject shop`` and the one ADDONS line, as the README says."""
-    scrapy = str(Path(sys.executable).parent / "scrapy")
-    subprocess.run([scrapy, "startproject", "shop"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
-    project = tmp_path / "shop"
-    settings_py = project / "shop" / "settings.py"
-    settings_py.write_text(
-        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
-    )
-    return project
+from tests.support.processes import _spawn, new_project
 
 
 @pytest_twisted.ensureDeferred

@@ -6,8 +6,6 @@ import hashlib
 import logging
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import pytest_twisted
@@ -24,6 +22,7 @@ from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.sandbox.crawl import crawl_spider
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 from tests.support.crawling import TDMREP, base_settings, crawl
+from tests.support.processes import SCRAPY, new_project
 
 BODY = b"<html><body>secret page content</body></html>"
 
@@ -118,15 +117,8 @@ def test_a_list_under_the_home_folder_is_found_when_the_shell_left_the_tilde(
 def test_scrapy_crawl_with_a_missing_list_says_so_in_one_line_and_fails(tmp_path, args, says):
     """A user's slip: one ERROR line, exit 1, no traceback (Scrapy's crawl task
     would print asyncio's "Task exception was never retrieved" and one)."""
-    scrapy = str(Path(sys.executable).parent / "scrapy")
-    subprocess.run([scrapy, "startproject", "shop"], cwd=tmp_path, check=True,
-                   capture_output=True, timeout=60)  # fmt: skip
-    project = tmp_path / "shop"
-    settings_py = project / "shop" / "settings.py"
-    settings_py.write_text(
-        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
-    )
-    run = subprocess.run([scrapy, "crawl", "targets", *args], cwd=project, capture_output=True,
+    project = new_project(tmp_path)
+    run = subprocess.run([SCRAPY, "crawl", "targets", *args], cwd=project, capture_output=True,
                          text=True, timeout=120, check=False)  # fmt: skip
     assert run.returncode == 1, run.stderr[-2000:]
     errors = [line for line in run.stderr.splitlines() if "ERROR" in line or "Error" in line]

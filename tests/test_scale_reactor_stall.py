@@ -135,3 +135,42 @@ async def test_one_crawler_stopping_does_not_unfreeze_another_still_running(serv
     # long.test's pages are >= 1 s apart: the short crawl ended after the first
     assert len(frozen_in_long) == 4
     assert all(n > 1000 for n in frozen_in_long), frozen_in_long
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_stopped_run_records_its_unread_lines_a_few_per_reactor_turn(tmp_path):
+    """A run stopped early records every list line start() had not handed
+    out (spiders/stopping.py): for a long list that is most of it, so the
+    records are made a few lines per turn of the reactor, not in one."""
+    from scrapy_walsh_research.spiders.stopping import LINES_PER_TURN
+
+    lines = [f"http://h{i % 7}.test/p/{i}" for i in range(10 * LINES_PER_TURN)]
+    path = write_list(tmp_path, lines)
+    crawler = get_crawler(TargetsSpider, settings_dict={"WALSH_STATE_DIR": str(tmp_path / "s")})
+    spider = TargetsSpider.from_crawler(crawler, list=str(path))
+    crawler.spider = spider
+    crawler.stats.open_spider()
+    out: list[Any] = []
+    seen_by_turn = [0]  # none before the stop
+    done = False
+
+    async def emit(record: dict[str, Any]) -> None:
+        out.append(record)
+
+    spider.stop.run.emit = emit  # type: ignore[method-assign]  # no engine here
+    spider.stop.run.reason = "shutdown"
+    spider.stop.handed_out = LINES_PER_TURN  # start() handed out the first few
+
+    def turn() -> None:
+        seen_by_turn.append(len(out))
+        if not done:
+            reactor.callLater(0, turn)
+
+    reactor.callLater(0, turn)
+    await deferred_from_coro(spider.stop.unread("shutdown"))
+    done = True
+    assert [r["line"] for r in out] == list(range(LINES_PER_TURN + 1, len(lines) + 1))
+    assert {r["outcome"] for r in out} == {"skipped"}
+    bursts = [b - a for a, b in itertools.pairwise(seen_by_turn)]
+    bursts.append(len(out) - seen_by_turn[-1])
+    assert max(bursts) <= LINES_PER_TURN, bursts

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 
 from scrapy.commands import ScrapyCommand
 
-from scrapy_walsh_research.commands._runner import run_conformance_blocking
+from scrapy_walsh_research.commands._runner import project_targets_spider, run_conformance_blocking
 
 if TYPE_CHECKING:
     import argparse
+
+    from scrapy.settings import Settings
 
 #: said on stderr before the run: the sandbox's faults are deliberate, and the
 #: warnings they cause would otherwise read as problems of the project
@@ -40,7 +42,28 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
+        refused = refused_configuration(self.settings)
+        if refused is not None and not opts.json:
+            # every row would fail with the same reason: said once, nothing run
+            print(f"walsh-conformance: nothing was checked. {refused}", file=sys.stderr)
+            self.exitcode = 1
+            return
         print(EXPECTED_WARNINGS, file=sys.stderr, flush=True)
         report = run_conformance_blocking(self.settings)
-        print(json.dumps(report.as_dict(), indent=2) if opts.json else report.table())
+        if opts.json:
+            print(json.dumps(report.as_dict(), indent=2))
+        elif report.refused:
+            print(f"walsh-conformance: nothing was checked. {report.refused}", file=sys.stderr)
+        else:
+            print(report.table())
         self.exitcode = 0 if report.must_pass else 1
+
+
+def refused_configuration(settings: Settings) -> str | None:
+    """The start-up check's refusal of the project's settings with its
+    add-ons applied, as a crawl would apply them, or None."""
+    from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research.settings.check import apply_addons
+
+    return apply_addons(Crawler(project_targets_spider(settings), settings.copy()))

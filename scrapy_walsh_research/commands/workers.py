@@ -192,6 +192,7 @@ def preload(settings: Settings) -> type:
     from scrapy_walsh_research.commands._runner import project_targets_spider
     from scrapy_walsh_research.errors import WalshConfigurationError
     from scrapy_walsh_research.settings.check import addon_installed
+    from scrapy_walsh_research.state.directory import state_dir
 
     hook = install_reactor_import_hook()
     skipped: list[str] = []
@@ -214,6 +215,8 @@ def preload(settings: Settings) -> type:
         crawler = Crawler(spidercls, scratch)
         try:
             crawler.addons.load_settings(crawler.settings)
+            # an unusable WALSH_STATE_DIR, refused once here, not by every worker
+            state_dir(crawler)
         except WalshConfigurationError as exc:
             raise UsageError(str(exc), print_help=False) from None
         merged = crawler.settings

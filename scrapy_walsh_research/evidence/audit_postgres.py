@@ -266,7 +266,7 @@ class PostgresAudit:
         logger.error(message)
         if self.crawler is not None:
             self._stat("refused")
-            stop_refused(self.crawler, AUDIT_REFUSED)
+            stop_refused(self.crawler, AUDIT_REFUSED, message)
         raise WalshConfigurationError(message) from exc
 
     def _stat(self, name: str) -> None:

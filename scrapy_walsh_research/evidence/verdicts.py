@@ -58,6 +58,9 @@ class ConformanceResult:
     max_inflight: int = 0
     #: what the table should say beyond its rows (e.g. that signing is off)
     notes: list[str] = field(default_factory=list)
+    #: the start-up check's refusal of the project's own configuration: no
+    #: crawl ran, so every row fails with it
+    refused: str | None = None
 
     @property
     def must_pass(self) -> bool:
@@ -88,4 +91,5 @@ class ConformanceResult:
             "checks": [c.__dict__ for c in self.checks],
             "must_pass": self.must_pass,
             "notes": self.notes,
+            "refused": self.refused,
         }

@@ -7,7 +7,9 @@ On the way out it reserves the host's slot from the :class:`Pacer
 <scrapy_walsh_research.scheduling.pacer.Pacer>` or, when the host is not
 ready, gives a target back to the frontier (another scheduler: it waits in
 place a little first) and lets the bundle's own requests wait in place at
-most ``meta["walsh_max_wait"]`` (then :class:`HostBusy`). A host that must
+most ``meta["walsh_max_wait"]`` (then :class:`HostBusy`). While the run is
+stopping nothing is sent: a target is ended (:class:`WalshStopped`), the
+bundle's own request is refused as :class:`HostBusy`. A host that must
 not be contacted at all (skipped: R4 or R5) denies the target. On the way
 back it puts the hold R5 decided for the answer on the host
 (:class:`~scrapy_walsh_research.gates.retry.Backoff`), folds the answer into
@@ -72,6 +74,12 @@ class PacingMiddleware:
         host = url_host(request.url)
         purpose = self.marks.purpose(request, quiet=True)
         direct = self.marks.is_direct(request)
+        stop = self.pacer.stop
+        if stop.stopping:  # the run is stopping: nothing goes out any more
+            if not direct:
+                raise stop.denial()
+            self.stats.inc_value("walsh/pacing/host_busy")
+            raise HostBusy(host, 1.0)  # its caller ends the target that needed it
         limit = float("inf")
         if direct:
             limit = request.meta.get(MAX_WAIT_META) or max(
@@ -98,7 +106,9 @@ class PacingMiddleware:
                 request.meta.pop(WIRE_TIME_META, None)
                 self.pacer.granted(request, host)
                 return None
-            if direct and wait > limit:
+            if stop.stopping and not direct:
+                raise stop.denial()
+            if direct and (wait > limit or stop.stopping):
                 # The bundle's own request would hold the only download slot
                 # too long: its caller tries again when the host is ready.
                 self.stats.inc_value("walsh/pacing/host_busy")

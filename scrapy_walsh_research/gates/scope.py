@@ -4,7 +4,9 @@ Two guards:
 
 * :class:`ScopeSpiderMiddleware` marks every request that leaves the
   spider's ``start()`` as a declared target, and drops every request a
-  spider callback yields (followed links), whatever the spider;
+  spider callback yields (followed links), whatever the spider: a
+  project's own link-following spider fetches its start pages only, and is
+  told so once, at WARNING, with the count, when it closes;
 * :class:`ScopeDownloaderMiddleware`, first in the downloader chain, lets
   through only declared targets (the targets spider's, or a spider's start
   requests), their redirects and retries, and the bundle's own requests.
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request
+from scrapy import Request, signals
 
 from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
 from scrapy_walsh_research._runtime.meta import INTERNAL_META
@@ -37,6 +39,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+#: said once, when the spider closes, if it yielded requests from its callbacks
+NOT_FOLLOWED = (
+    "R6: spider %(spider)r yielded %(n)d request(s) while parsing responses (links to "
+    "follow, next pages, ...), and none was sent: with the Walsh-Research add-on a spider "
+    "fetches only its start requests (its declared targets) and follows no link. To fetch "
+    "a page, make it a start URL, or list it for the targets spider (scrapy crawl targets "
+    "-a list=FILE). Counted in walsh/scope/followup_dropped."
+)
+
+
 class ScopeSpiderMiddleware:
     """Mark declared targets; drop requests yielded by callbacks (R6)."""
 
@@ -44,6 +56,9 @@ class ScopeSpiderMiddleware:
         self.crawler = crawler
         self.stats = crawler.stats
         self.marks = Marks.for_crawler(crawler)
+        #: requests a callback yielded and this guard dropped, this crawl
+        self.dropped = 0
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -65,11 +80,19 @@ class ScopeSpiderMiddleware:
         if self.marks.purpose(obj) == LLMS:
             return True  # the bundle's own /llms.txt probe (R9), gated like a target
         self.stats.inc_value("walsh/scope/followup_dropped")
-        logger.info(
-            "R6: dropped a request yielded while parsing %(from)s: %(url)s (no link following)",
-            {"from": response.url, "url": obj.url},
-        )
+        self.dropped += 1
+        if self.dropped == 1:  # one example; the count is said when the spider closes
+            logger.debug(
+                "R6: dropped a request yielded while parsing %(from)s: %(url)s (no link "
+                "following; further ones are only counted)",
+                {"from": response.url, "url": obj.url},
+            )
         return False
+
+    def spider_closed(self, spider: Any) -> None:
+        if self.dropped:
+            name = getattr(spider, "name", type(spider).__name__)
+            logger.warning(NOT_FOLLOWED, {"spider": name, "n": self.dropped})
 
     def process_spider_output(
         self, response: Response, result: Iterable[Any], spider: Any = None

@@ -11,6 +11,15 @@ The engine itself is ``crawler._engine`` from Scrapy 2.19 (reading
 ``crawler.engine`` before the crawl starts raises there) and
 ``crawler.engine`` before it (2.16, the floor); the scheduler is the public
 ``engine.scheduler`` from 2.19 and ``engine._slot.scheduler`` before it.
+
+A stopped run gives its lines their records before the spider closes
+(:mod:`~scrapy_walsh_research.scheduling.stop`): Scrapy has no signal for
+"the spider is about to close" (``spider_closed`` comes after the item
+pipelines and the feed exports have closed), so :func:`before_close` wraps
+the engine's ``close_spider_async``, the one call every close goes through
+(Ctrl-C, SIGTERM, ``CloseSpider``, a finished crawl). If Scrapy changes it,
+the stop's records are not written (the warning says so) and
+``tests/test_records_stopped_runs.py`` fails.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
@@ -63,3 +74,27 @@ def scheduler_of(crawler: Crawler) -> Any:
     if isinstance(getattr(type(engine), "scheduler", None), property):  # Scrapy 2.19+
         return engine.scheduler
     return getattr(getattr(engine, "_slot", None), "scheduler", None)
+
+
+def before_close(crawler: Crawler, callback: Callable[[str], Awaitable[None]]) -> bool:
+    """Have ``await callback(reason)`` run whenever the engine is asked to
+    close the spider, before it closes anything (its scheduler, item
+    pipelines and feed exports are still open); False if not possible."""
+    engine = engine_of(crawler)
+    close = getattr(engine, "close_spider_async", None)
+    if close is None:
+        logger.warning(
+            "Cannot see the Scrapy engine close the spider (no close_spider_async in this "
+            "Scrapy version): a run stopped early leaves its remaining lines without records."
+        )
+        return False
+
+    async def closing(*, reason: str = "cancelled") -> None:
+        try:
+            await callback(reason)
+        except Exception:  # the spider must close whatever happened here
+            logger.exception("Ending what the run held before the spider closes failed")
+        await close(reason=reason)
+
+    engine.close_spider_async = closing
+    return True

@@ -7,7 +7,10 @@ waiting for one host while another is ready; when none is ready it wakes the
 engine at the earliest ready time instead of waiting for the heartbeat. A
 request that waits for its origin's robots.txt or tdmrep.json to be tried
 again is kept aside until then (parked), not in its host's queue, so the
-host's other origins go on meanwhile.
+host's other origins go on meanwhile. When the run
+is stopped, what it holds is handed to
+:class:`~scrapy_walsh_research.scheduling.stop.RunStop` (:meth:`drain`), and
+so is what reaches it afterwards: each line still gets its record.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.scheduling._engine import wake_engine
 from scrapy_walsh_research.scheduling.pacer import Pacer
+from scrapy_walsh_research.scheduling.stop import RunStop
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -64,6 +68,7 @@ class FrontierScheduler:
         #: requests kept aside until a time (their document's next try):
         #: (time.monotonic(), seq, request)
         self._parked: list[tuple[float, int, Request]] = []
+        self.stop = RunStop.for_crawler(crawler)
         register(crawler, FrontierScheduler, self)
 
     @classmethod
@@ -107,7 +112,22 @@ class FrontierScheduler:
         top = self._top()
         return top is not None and top[0] <= time.monotonic()
 
+    def drain(self) -> list[Request]:
+        """Take out every request queued or parked (the run is stopping)."""
+        held = [r for queue in self._queues.values() for r in queue]
+        held += [r for _, _, r in sorted(self._parked, key=lambda p: (p[0], p[1]))]
+        for kept in (self._queues, self._live, self._long, self._rotation):
+            kept.clear()
+        self._heap, self._weights, self._parked, self._size = [], [], [], 0
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        return held
+
     def enqueue_request(self, request: Request) -> bool:
+        if self.stop.stopping:
+            # a redirect hop or a retry of a request in flight: not sent, ended now
+            self.stop.end_soon(request)
+            return True
         if not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.crawler.spider)
             return False

@@ -53,6 +53,7 @@ from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.scheduling.adaptive import distress_signal, fold_answer
+from scrapy_walsh_research.scheduling.stop import RunStop
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
 from scrapy_walsh_research.settings.check import min_delay_problem
@@ -105,6 +106,7 @@ class Pacer:
         except ValueError as exc:
             raise WalshConfigurationError(f"{exc}.") from None
         self.clock: HostClock = clock or clock_for(crawler)
+        self.stop = RunStop.for_crawler(crawler)
         #: host -> (the gap an R5 hold imposes after the request it answered,
         #: Retry-After or backoff), until the host's next request is granted
         self._hold_gaps: dict[str, tuple[float, str]] = {}
@@ -293,7 +295,10 @@ class Pacer:
     def requeue(self, request: Request, *, until: float | None = None) -> Request:
         """*request* given back to the frontier: it keeps its place in its
         host's queue and comes back when the host is ready; with *until*
-        (``time.monotonic()``), it is kept aside until then."""
+        (``time.monotonic()``), it is kept aside until then. While the run
+        is stopping it waits for nothing: :class:`WalshStopped` ends it."""
+        if self.stop.stopping:
+            raise self.stop.denial()
         self.stats.inc_value("walsh/pacing/requeued")
         self.last_requeue = time.monotonic()
         requeued = request.replace(dont_filter=True)

@@ -42,13 +42,16 @@ from scrapy_walsh_research.core.urls import canonical_url, is_http_url, origin_o
 from scrapy_walsh_research.errors import (
     WalshConfigurationError,
     WalshDenied,
+    WalshStopped,
     failure_reason,
     refuse_start,
 )
 from scrapy_walsh_research.scheduling.intake import wait_for_feed_room, wait_for_list_room
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
+from scrapy_walsh_research.spiders.llms_probes import LlmsProbes
 from scrapy_walsh_research.spiders.size_cap import SizeCap
+from scrapy_walsh_research.spiders.stopping import ListStop
 from scrapy_walsh_research.spiders.structured import (
     HTML_TYPES,
     extract,
@@ -56,7 +59,7 @@ from scrapy_walsh_research.spiders.structured import (
     media_type,
 )
 from scrapy_walsh_research.state import state_for
-from scrapy_walsh_research.state.namespaces import LLMS_PROBES, SEEN
+from scrapy_walsh_research.state.namespaces import SEEN
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -91,9 +94,6 @@ MAX_ERROR_TEXT = 200
 #: reactor callback, 0.1-0.37 s for 400-1200 lines (py-spy, stall_bench). At
 #: ~0.25 ms a line (request, scope mark, frontier), 32 lines stay near 8 ms.
 START_BURST = 32
-#: how long a worker may hold an origin's /llms.txt lock: it only reads and
-#: writes the claim under it (a holder that dies frees it within the lock's lease)
-LLMS_CLAIM_TTL = 30.0
 
 
 def _ticket(ticket: dict[str, str] | None) -> dict[str, Any]:
@@ -107,6 +107,9 @@ class TargetsSpider(scrapy.Spider):
     commits_cadence = True
     store: StateStore
     size_cap: SizeCap
+    llms: LlmsProbes
+    #: what a stopped run owes the lines (their records, or the feed's queue)
+    stop: ListStop
     probe_llms: bool
     only_new: bool
     list_lookahead: int = defaults.WALSH_LIST_LOOKAHEAD
@@ -135,8 +138,9 @@ class TargetsSpider(scrapy.Spider):
             problem = unreadable(self.list_path)
             if problem is not None:
                 refuse_start(logger, f"URL list {str(self.list_path)!r} {problem}.")
-        self._llms_probed: dict[str, int] = {}
         self._feed: RedisFeed | None = None
+        #: canonical URL -> the first line that declared it (this process's list)
+        self.seen: dict[str, int] = {}
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
@@ -152,6 +156,8 @@ class TargetsSpider(scrapy.Spider):
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
         spider.store = state_for(crawler)
+        spider.llms = LlmsProbes(crawler, spider.store)
+        spider.stop = ListStop(spider)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
         spider.list_lookahead = cache_size(
@@ -245,13 +251,15 @@ class TargetsSpider(scrapy.Spider):
         if self.targets_total == 0:
             logger.warning("URL list %r has no targets: only comments and blank lines",
                            str(self.list_path))  # fmt: skip
-        seen: dict[str, int] = {}
         read = 0
         async for line, source, scope, ticket in self._lines():
             read += 1
             if read % START_BURST == 0:
                 await asyncio.sleep(0)  # let the reactor run (see START_BURST)
+            if self.stop.stopping:
+                return  # this line and the rest get their records from the stop
             lineno, text = line.number, line.text
+            self.stop.handed_out = lineno
             request, invalid = self._target_request(line, ticket)
             if request is None:
                 self._log_invalid(source, lineno, str(invalid), text)
@@ -265,7 +273,7 @@ class TargetsSpider(scrapy.Spider):
                 )
                 continue
             canon = request.meta[TARGET_META]["canonical_url"]
-            first = await self._claim(seen, scope, canon, lineno)
+            first = await self._claim(self.seen, scope, canon, lineno)
             if first is not None:
                 yield self._record(
                     line=lineno,
@@ -343,10 +351,13 @@ class TargetsSpider(scrapy.Spider):
             record = {**base, "structured": None, "reason": self._not_read(response.url, exc)}
         else:
             self._count_reading(record, response.url)
-        if record["structured"] is None and media_type(response) in HTML_TYPES and self.probe_llms:
+        if (
+            record["structured"] is None and media_type(response) in HTML_TYPES
+            and self.probe_llms and not self.stop.stopping  # a stopped run sends no probe
+        ):  # fmt: skip
             origin = origin_of(response.url)
             ticket = response.meta.get(FEED_META)
-            if await self._llms_probed_by(origin, target["line"], ticket) is None:
+            if await self.llms.probed_by(origin, target["line"], ticket) is None:
                 # R9: a feed-less, markdown-less host may offer /llms.txt. The
                 # record waits for the probe, so each line still gets one record.
                 yield scrapy.Request(
@@ -362,51 +373,9 @@ class TargetsSpider(scrapy.Spider):
                 return
             record["llms_txt"] = {
                 "url": f"{origin}/llms.txt",
-                "note": f"probed once per host per run: see line {self._llms_probed[origin]}",
+                "note": f"probed once per host per run: see line {self.llms.lines[origin]}",
             }
         yield self._emit(record)
-
-    async def _llms_probed_by(
-        self, origin: str, line: int, ticket: dict[str, str] | None
-    ) -> int | None:
-        """The line whose record carries *origin*'s ``/llms.txt`` probe in
-        this run, or None when it is this line's (the caller probes).
-
-        Once per host per run: per process for a list; for a fleet's feed,
-        once for the fleet, as robots.txt is fetched once per origin: under
-        the origin's single-flight lock, the first worker to need it claims
-        it for the run (the fed batch) in the shared store, and every other
-        worker reads that claim instead of probing. The probe itself is not
-        waited for: another worker's record only points at the line that
-        carries it. A line delivered again (its worker died) probes again."""
-        first = self._llms_probed.get(origin)
-        if first is not None:
-            return first
-        if ticket is not None and self.store.shared:
-            run = ticket["records"]  # the feed's batch: one per enqueued list
-            for _ in range(3):
-                release = await self.store.single_flight(f"llms:{origin}", ttl=LLMS_CLAIM_TTL)
-                try:
-                    claim = await self.store.get(LLMS_PROBES, origin)
-                    if (
-                        isinstance(claim, dict)
-                        and claim.get("run") == run
-                        and isinstance(claim.get("line"), int)
-                        and claim["line"] != line
-                    ):
-                        self.crawler.stats.inc_value("walsh/llms/probed_by_worker")
-                        self._llms_probed[origin] = claim["line"]
-                        return int(claim["line"])
-                    if release is not None:
-                        mine = {"run": run, "line": line, "at": self.store.time()}
-                        await self.store.put(LLMS_PROBES, origin, mine)
-                        break
-                finally:
-                    if release is not None:
-                        await release()
-                # the worker that held the lock claimed nothing for this run: try again
-        self._llms_probed[origin] = line
-        return None
 
     async def parse_llms(self, response: Response) -> AsyncIterator[Any]:
         record = response.meta[LLMS_RECORD_META]
@@ -432,7 +401,7 @@ class TargetsSpider(scrapy.Spider):
         exc = failure.value
         info: dict[str, Any] = {"url": request.url}
         if isinstance(exc, WalshDenied):
-            info.update(outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **exc.record)
+            info.update(outcome=exc.outcome, rule=exc.rule or None, reason=exc.reason, **exc.record)
         elif isinstance(exc, HttpError):
             info["status"] = exc.response.status
         elif (too_large := self.size_cap.reason(request, exc)) is not None:
@@ -467,12 +436,17 @@ class TargetsSpider(scrapy.Spider):
         target = {**request.meta[TARGET_META], **_ticket(request.meta.get(FEED_META))}
         exc = failure.value
         final_url = request.url
+        if isinstance(exc, WalshStopped):
+            if request.meta.get(FEED_META) is not None:
+                self.stop.give_back(target["canonical_url"])  # no record: back to the queue
+                return
+            self.crawler.stats.inc_value("walsh/stop/skipped")
         if isinstance(exc, WalshDenied):
             # a PREF decision brings the preferences that applied (and, for
             # "withheld", the response's status and validators)
             fields = {"final_url": final_url, **exc.record}
             yield self._record(
-                **target, outcome=exc.outcome, rule=exc.rule, reason=exc.reason, **fields
+                **target, outcome=exc.outcome, rule=exc.rule or None, reason=exc.reason, **fields
             )
         elif isinstance(exc, HttpError):
             meta = response_metadata(exc.response)

@@ -22,7 +22,14 @@ def state_dir(crawler: Crawler) -> Path:
     """``WALSH_STATE_DIR``, by default ``.scrapy/walsh`` in the project data dir."""
     configured = crawler.settings.get("WALSH_STATE_DIR")
     path = Path(configured) if configured else Path(data_path("walsh", createdir=True))
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file there, no permission: a refusal, not a crash
+        raise WalshConfigurationError(
+            f"WALSH_STATE_DIR={str(path)!r} cannot be the state directory "
+            f"({exc.strerror or exc}): set WALSH_STATE_DIR to a directory this crawl can "
+            "create and write (the default is .scrapy/walsh in the project)."
+        ) from None
     return path
 
 

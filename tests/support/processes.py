@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,22 @@ from twisted.internet import defer, protocol
 
 from scrapy_walsh_research.sandbox import SandboxServer
 from tests.support.crawling import BLOCKLIST_HOST, BLOCKLIST_PATH, SCHEMA_PATH
+
+#: the ``scrapy`` command of this environment
+SCRAPY = str(Path(sys.executable).parent / "scrapy")
+
+
+def new_project(tmp_path: Path, name: str = "shop") -> Path:
+    """A fresh ``scrapy startproject`` project in *tmp_path* with the ADDONS
+    line added to its settings.py, as a new user sets it up."""
+    subprocess.run([SCRAPY, "startproject", name], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=60)  # fmt: skip
+    project = tmp_path / name
+    settings_py = project / name / "settings.py"
+    settings_py.write_text(
+        settings_py.read_text() + '\nADDONS = {"scrapy_walsh_research.Addon": 0}\n'
+    )
+    return project
 
 
 class ProcessCrawl(protocol.ProcessProtocol):
@@ -84,7 +101,7 @@ def _spawn(
         "TWISTED_DNS_RESOLVER": "scrapy_walsh_research.sandbox.origin.SandboxDNSResolver",
         **settings,
     }
-    args = [scrapy_bin, *command, "-a", spider_arg]
+    args = [scrapy_bin, *command, *(["-a", spider_arg] if spider_arg else [])]
     for name, value in options.items():
         args += ["-s", f"{name}={value}"]
     first = [str(extra_path)] if extra_path is not None else []

@@ -376,7 +376,7 @@ class FleetGuard:
         conn.inc_stat("guard_refused")
         logger.error(message)
         if conn.crawler is not None:
-            stop_refused(conn.crawler, GUARD_REFUSED)  # and scrapy crawl exits 1
+            stop_refused(conn.crawler, GUARD_REFUSED, message)  # and scrapy crawl exits 1
         raise WalshConfigurationError(message)
 
     async def _read_persistence(self) -> None:

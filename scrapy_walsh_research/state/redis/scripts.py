@@ -428,6 +428,17 @@ return answer(false, pending, 0)
 """
 TAKE = NOW + GUARD + TAKE_BODY
 
+#: a worker stopped gracefully gives the lines it holds without a record back
+#: to the head of the queue, in their order, in one step (as TAKE gives back a
+#: dead worker's): the fleet takes them at once, not after its heartbeat lapses
+GIVE_BACK = """
+-- KEYS[1] this worker's in-flight list, KEYS[2] the queue
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = #items, 1, -1 do redis.call('LPUSH', KEYS[2], items[i]) end
+redis.call('DEL', KEYS[1])
+return #items
+"""
+
 #: claim a canonical URL for a line and keep the claims a week, in one step:
 #: a worker killed (or a connection lost) between the two would leave a
 #: batch's claims without an expiry, kept forever

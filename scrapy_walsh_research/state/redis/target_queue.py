@@ -32,7 +32,14 @@ from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
 from scrapy_walsh_research.state.redis import layout
 from scrapy_walsh_research.state.redis.client import client_options
-from scrapy_walsh_research.state.redis.scripts import CLAIM, FINISH, REPUBLISH, TAKE, glob_escape
+from scrapy_walsh_research.state.redis.scripts import (
+    CLAIM,
+    FINISH,
+    GIVE_BACK,
+    REPUBLISH,
+    TAKE,
+    glob_escape,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -113,6 +120,14 @@ class RedisFeed:
         now, *tail = seen
         await guard.observe(float(now), asked, time.monotonic(), *tail)
         return raw or None, int(pending), float(wait)
+
+    async def give_back(self) -> int:
+        """Put the lines this worker took and holds without a record back at
+        the head of the queue (a graceful stop); how many went back."""
+        script = self.conn.client.register_script(GIVE_BACK)
+        keys = [self.inflight, self.queue]
+        back = await self.conn.call("give lines back", lambda r: script(keys=keys, client=r))
+        return int(back)
 
     async def drop(self, raw: str) -> None:
         """Acknowledge a queued item that is no line at all (logged by the caller)."""
