@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.settings import SETTINGS_PRIORITIES
 
+from scrapy_walsh_research.commands._operator import OperatorCommand
 from scrapy_walsh_research.core.target_list import unreadable
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.redis.target_queue import enqueue
@@ -22,11 +22,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "[options] <url list>"
 

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_walsh_research.commands._operator import OperatorCommand
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.identity.signing import (
     directory_response,
@@ -37,11 +37,7 @@ if TYPE_CHECKING:
 DIRECTORY_VALID_DAYS = 90
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "generate PATH | directory [--out DIR] [--also OLD.pem] | attestation-keys"
 

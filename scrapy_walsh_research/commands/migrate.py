@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_walsh_research.commands._operator import OperatorCommand
 from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
@@ -28,11 +28,7 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.commands._migration import Report
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "[--from STATE_DIR] -s WALSH_REDIS_URL=..."
 

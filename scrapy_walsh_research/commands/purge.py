@@ -7,19 +7,16 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
+
+from scrapy_walsh_research.commands._operator import OperatorCommand
 
 if TYPE_CHECKING:
     import argparse
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "HOST"
 

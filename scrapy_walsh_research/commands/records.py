@@ -13,20 +13,16 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from scrapy_walsh_research.commands._operator import OperatorCommand
 from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "[options]"
 

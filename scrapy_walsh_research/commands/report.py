@@ -15,9 +15,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from scrapy.commands import ScrapyCommand
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
+
+from scrapy_walsh_research.commands._operator import OperatorCommand
 
 if TYPE_CHECKING:
     import argparse
@@ -26,11 +27,7 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.evidence.audit import AuditStore
 
 
-class Command(ScrapyCommand):
-    requires_project = False
-    requires_crawler_process = False
-    default_settings = {"LOG_LEVEL": "WARNING"}
-
+class Command(OperatorCommand):
     def syntax(self) -> str:
         return "[--host HOST] [--since DATE] [--out FILE] [--json]"
 
@@ -158,9 +155,7 @@ class Command(ScrapyCommand):
             summaries[host] = HostSummary.of(ev)
         self._write(summary_page(summaries, pages.name, since=opts.since), out)
         under = sum(s.under for s in summaries.values())
-        print(
-            f"{out}: {len(summaries)} hosts (pages in {pages}/), {under} gaps under the interval"
-        )
+        print(f"{out}: {len(summaries)} hosts (pages in {pages}/), {under} gaps under the interval")
 
     @staticmethod
     @contextlib.contextmanager
