@@ -370,6 +370,13 @@ async def test_a_host_name_that_does_not_exist_is_an_answer_its_lines_get_record
     assert outcomes(again, "fine.test") == [("skipped", "R8")] * 2
     assert outcomes(again, "gone.test") == [("skipped", "R2")] * 2
     assert "walsh/wait/robots/started" not in again.stats
+    assert again.stats["walsh/dns/no_such_name"] == 1  # looked up again, as the record said
+    # the name exists by the next run: the stored answer is not taken for it
+    dns("gone.test", None)
+    server.origin.route("gone.test", "/robots.txt", ROBOTS_OK)
+    pages(server, "gone.test", 2)
+    third = await crawl(settings, [gone[0], *fine, gone[1]], tmp_path)
+    assert outcomes(third, "gone.test") == [("fetched", None)] * 2
 
 
 @pytest_twisted.ensureDeferred

@@ -5,6 +5,7 @@ process is (the tests and the conformance check share its reactor)."""
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 
 import pytest_twisted
@@ -112,3 +113,26 @@ async def test_request_bodies_pass_whole_and_each_request_on_a_connection_is_sta
     hits = server.origin.hits_for("keep.test")
     assert [(h.method, h.path) for h in hits] == [("POST", "/a"), ("GET", "/b")]
     assert abs((hits[1].t - hits[0].t) - (sent[1] - sent[0])) < 0.02
+
+
+
+@pytest_twisted.ensureDeferred
+async def test_on_https_an_arrival_mark_can_only_be_a_clients_and_is_not_taken(
+    server: SandboxServer,
+):
+    server.start_tls()
+    server.origin.route("tls.test", "/", Reply(200, "ok", {"Content-Length": "2"}))
+
+    def client() -> float:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        with socket.create_connection(("127.0.0.1", server.tls_port)) as raw:
+            with context.wrap_socket(raw, server_hostname="tls.test") as sock:
+                sent = time.monotonic()
+                _get(sock, "tls.test", "/", b"X-Walsh-Sandbox-Arrival: 1.0 1.0\r\n")  # type: ignore[arg-type]
+                return sent
+
+    sent = await threads.deferToThread(client)
+    (hit,) = server.origin.hits_for("tls.test")
+    assert hit.t >= sent and hit.wall > 1.0

@@ -117,6 +117,10 @@ class OriginDocuments(Generic[E]):
         self.pacer.add_denial_check(self._cached_denial)
         self.waits = DocumentWaits.for_crawler(crawler)
         self.names = NameLookups.for_crawler(crawler)
+        #: origins whose name this run was told does not exist: a stored
+        #: "no such name" from an earlier run or another worker is looked up
+        #: again (the record promised it), not taken as this run's answer
+        self.no_such_name: set[str] = set()
         self.requeue = uses_frontier(settings)
         #: answers, least recently used first: an evicted origin's answer is
         #: read back from the state store within its TTL
@@ -325,6 +329,8 @@ class OriginDocuments(Generic[E]):
         if "retry_at" in saved:  # a failed fetch: its backoff still runs
             if not fetched_at <= now < float(saved["retry_at"]):
                 return None
+            if saved.get("no_such_name") and origin not in self.no_such_name:
+                return None
             self.stats.inc_value(f"walsh/{self.kind}/stored_copy")
             return await self._failed_entry(origin, self._outage(origin, saved))
         if not fetched_at <= now < fetched_at + self.ttl:
@@ -402,7 +408,9 @@ class OriginDocuments(Generic[E]):
             "mixed": bool(streak and (streak.get("mixed") or streak.get("why") != why)),
             "passing": passing, "no_such_name": no_such_name,
         }  # fmt: skip
-        if not no_such_name:  # (an answer: no wait, no last try within one)
+        if no_such_name:
+            self.no_such_name.add(origin)
+        else:  # (a name that does not exist is an answer: no wait, no last try within one)
             # a last try just before the wait's bound rather than none within it
             failed["retry_at"] = self.waits.last_try(self._outage(origin, failed), self.retry_delay)
         await self.store.put(self.unreachable_namespace, origin, failed)

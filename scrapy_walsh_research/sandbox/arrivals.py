@@ -51,7 +51,15 @@ def _stamping(sock: socket.socket) -> bool:
 
 
 def _read(sock: socket.socket, stamped: bool) -> tuple[bytes, float]:
-    """The next bytes from *sock*, and when they arrived (wall clock)."""
+    """The next bytes from *sock*, and when they arrived (wall clock).
+
+    The kernel's stamp is that of the latest packet the read took, and
+    packets queued unread are merged under the latest one's stamp: a request
+    is stamped by its first byte's arrival only while nothing else waits
+    behind it. That holds for a crawler that sends a request only once the
+    one before it was answered (the front process read it to forward it),
+    as the bundle does (a pipelining client's requests, read late, would
+    share one stamp)."""
     if not stamped:
         data = sock.recv(65536)
         return data, time.time()
@@ -131,11 +139,11 @@ def _upstream(client: socket.socket, origin: socket.socket) -> None:
         while True:
             data, arrived = _read(client, stamped)
             if not data:
-                break
+                # the crawler has sent all it will: the origin still answers
+                origin.shutdown(socket.SHUT_WR)
+                return
             origin.sendall(requests.feed(data, arrived))
     except OSError:
-        pass
-    finally:
         _close(client, origin)
 
 

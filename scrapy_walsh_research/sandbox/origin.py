@@ -165,7 +165,7 @@ def _arrival(request: TxRequest) -> tuple[float, float]:
     it), else now (an https listener, which the front process cannot read)."""
     marks = request.requestHeaders.getRawHeaders(ARRIVAL_HEADER) or []
     request.requestHeaders.removeHeader(ARRIVAL_HEADER)
-    if marks:
+    if marks and not request.isSecure():  # on https only a client could have sent one
         # the front process puts its mark first; one the crawler sent comes after
         monotonic, _, wall = marks[0].decode("latin-1").partition(" ")
         with contextlib.suppress(ValueError):
