@@ -120,6 +120,12 @@ class RunStop:
             TARGET_META in request.meta or LLMS_RECORD_META in request.meta
         )
 
+    def _failure(self, request: Request) -> Failure:
+        """:meth:`denial` as the failure of *request*'s download."""
+        failure = Failure(self.denial())  # type: ignore[no-untyped-call]
+        failure.request = request  # type: ignore[attr-defined]  # as Scrapy sets it
+        return failure
+
     def records(self, request: Request) -> list[Any]:
         """The records *request*'s errback gives for :meth:`denial`: a
         declared target's, or an /llms.txt probe's (its target's); none for a
@@ -127,9 +133,7 @@ class RunStop:
         errback = request.errback
         if errback is None or not self._ours(request):
             return []
-        failure = Failure(self.denial())  # type: ignore[no-untyped-call]
-        failure.request = request  # type: ignore[attr-defined]  # as Scrapy sets it
-        out = errback(failure)
+        out = errback(self._failure(request))
         if out is None:
             return []
         return [out] if isinstance(out, dict) else list(out)
@@ -152,9 +156,7 @@ class RunStop:
         processed (the engine may already be closing it)."""
         if not self._ours(request):
             return
-        failure = Failure(self.denial())  # type: ignore[no-untyped-call]
-        failure.request = request  # type: ignore[attr-defined]  # as Scrapy sets it
-        done = engine_of(self.crawler).scraper.enqueue_scrape(failure, request)
+        done = engine_of(self.crawler).scraper.enqueue_scrape(self._failure(request), request)
         done.addErrback(_lost)
 
 
