@@ -19,6 +19,7 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import Marks, target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
@@ -54,8 +55,10 @@ class CadenceMiddleware:
     fetched, so two workers never fetch one URL at once (the same list
     enqueued twice)."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         self.crawler = crawler
+        self.context = context
         self.stats = crawler.stats
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
         self.store = state_for(crawler)
@@ -88,7 +91,7 @@ class CadenceMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     def _due_at(self, request: Request) -> tuple[float, float] | None:
         """(last fetch, due time) when the target is not due yet, else None.
@@ -139,7 +142,10 @@ class CadenceMiddleware:
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
     def _commits_with_records(self) -> bool:
-        return bool(getattr(self.crawler.spider, "commits_cadence", False))
+        """Whether the spider's target source writes the fetch time with each
+        record (a project's own spider offers none: written on the answer)."""
+        source = self.context.targets
+        return source is not None and source.commits_cadence
 
     async def _claim_for_fleet(self, request: Request) -> None:
         """Claim *request*'s target for this worker (its hops and retries claim

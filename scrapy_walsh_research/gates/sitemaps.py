@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, signals
 from twisted.internet.defer import Deferred
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
@@ -117,9 +118,11 @@ class OriginSitemaps:
 class SitemapsMiddleware:
     """Downloader middleware: skip what a checked sitemap says has not changed."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         settings = crawler.settings
         self.crawler = crawler
+        self.context = context
         self.stats = crawler.stats
         self.enabled = settings.getbool("WALSH_SITEMAPS", defaults.WALSH_SITEMAPS)
         self.min_targets = settings.getint(
@@ -143,7 +146,7 @@ class SitemapsMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     # -- on the way out -------------------------------------------------------------
 
@@ -261,7 +264,8 @@ class SitemapsMiddleware:
         # Read from a list, the frontier holds what this run has of it (a
         # list of one line of the origin is one request, not a sitemap too).
         due = len(answered)
-        if getattr(self.crawler.spider, "reads_shared_feed", False):
+        source = self.context.targets
+        if source is not None and source.reads_shared_feed:
             last_run = await self.store.get(HISTORY, origin)
             before = int(last_run.get("targets") or 0) if isinstance(last_run, dict) else 0
             due = max(due, before)
