@@ -53,9 +53,7 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
-from scrapy_walsh_research.scheduling.frontier import FrontierScheduler
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
@@ -246,16 +244,16 @@ class SitemapsMiddleware:
         if isinstance(saved, dict) and float(saved.get("until") or 0) > self.store.time():
             self.stats.inc_value(f"walsh/sitemaps/{saved.get('why')}")
             return OriginSitemaps("off", f"{saved.get('why')} until {utc_iso(saved['until'])}")
-        robots = RobotsTxtMiddleware.of(self.crawler)
+        robots = self.context.robots
         policy = robots.cached_policy(request.url) if robots is not None else None
         urls = policy.sitemap_urls(origin + "/robots.txt") if policy is not None else ()
         if not urls:
             return OriginSitemaps("off", "robots.txt declares no sitemap")
-        frontier = FrontierScheduler.of(self.crawler)
-        if frontier is None or not self.requeue:
+        waiting = self.context.waiting
+        if waiting is None or not self.requeue:
             return OriginSitemaps("off", "needs the frontier scheduler")
         keys = {target_key(request)}
-        for queued in frontier.queued(url_host(request.url)):
+        for queued in waiting.queued(url_host(request.url)):
             if origin_of(queued.url) == origin and self.marks.is_target(queued):
                 keys.add(target_key(queued))
         answered = await self.store.get_many(ANSWERED, sorted(keys))
