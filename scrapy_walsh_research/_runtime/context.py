@@ -15,7 +15,10 @@ only when the spider opens):
   force per origin (the PREF gate reads the selected group's usage
   preferences in it, the sitemaps gate its ``Sitemap:`` lines);
 * :class:`WaitingTargets`, offered by the frontier scheduler: the requests
-  queued for a host (the sitemaps gate counts an origin's targets).
+  queued for a host (the sitemaps gate counts an origin's targets);
+* :class:`CadenceStamps`, offered by the R8 gate: a target's fetch stamped
+  with its record, and a fleet's claim on it let go (the record pipeline,
+  and a stopped run's lines given back to a shared feed).
 
 Nothing offered is an answer too: a project's own spider offers no target
 source, a project may use another scheduler; each asker then does what it
@@ -77,6 +80,17 @@ class WaitingTargets(Protocol):
         """The requests in *host*'s queue now."""
 
 
+class CadenceStamps(Protocol):
+    """Each target's last fetch, as the R8 gate keeps it."""
+
+    async def stamp(self, key: str, at: float | None = None, *, written: bool = False) -> None:
+        """The target *key* was fetched (or answered 304) at *at*, or now;
+        *written*: already written to the store (with the record, in Redis)."""
+
+    async def release(self, key: str) -> None:
+        """This worker no longer fetches *key*: a fleet's claim on it goes."""
+
+
 @dataclass
 class CrawlContext:
     """One per crawler: the interfaces its components offer each other.
@@ -91,6 +105,8 @@ class CrawlContext:
     robots: RobotsPolicies | None = None
     #: set by ``FrontierScheduler``
     waiting: WaitingTargets | None = None
+    #: set by the R8 gate (``CadenceMiddleware``)
+    cadence: CadenceStamps | None = None
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> CrawlContext:

@@ -10,7 +10,8 @@ Redis backend's other scripts, on the per-host hashes of
 :mod:`scrapy_walsh_research.state.redis.layout`; the namespaces are named
 once in :mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
 target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
-:meth:`CadenceMiddleware.release`), finding the gate with :func:`cadence_of`.
+:meth:`CadenceMiddleware.release`): the gate is the crawler's
+:class:`~scrapy_walsh_research._runtime.context.CadenceStamps`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import Marks, target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
@@ -38,12 +38,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
-
-
-
-def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
-    """The crawler's R8 gate, once built (the record pipeline stamps with it)."""
-    return registered(crawler, CadenceMiddleware)
 
 
 class CadenceMiddleware:
@@ -87,7 +81,7 @@ class CadenceMiddleware:
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CADENCE_CLAIM)
             self._release = self._redis.client.register_script(RELEASE_CLAIM)
-        register(crawler, CadenceMiddleware, self)
+        context.cadence = self  # the record pipeline stamps with it
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

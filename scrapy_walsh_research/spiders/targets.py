@@ -165,10 +165,11 @@ class TargetsSpider(scrapy.Spider):
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        CrawlContext.for_crawler(crawler).targets = spider
+        context = CrawlContext.for_crawler(crawler)
+        context.targets = spider
         spider.store = state_for(crawler)
         spider.llms = LlmsProbes(crawler, spider.store)
-        spider.stop = ListStop(spider)
+        spider.stop = ListStop(spider, context)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
         spider.list_lookahead = cache_size(
