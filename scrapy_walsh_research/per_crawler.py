@@ -1,9 +1,12 @@
 """One object of a kind per crawler: the owners the components share.
 
 The pacer, the request marks, the audit trail, the state stores and the
-gates other components read from are each built once per crawler and found
-again by every component that needs them. They are kept weakly, by crawler,
-so a finished crawl's objects go with it.
+context through which components ask each other
+(:mod:`~scrapy_walsh_research._runtime.context`) are each built once per
+crawler and found again by every component that needs them. They are kept
+weakly, by crawler, so a finished crawl's objects go with it. No component
+is kept here for others to look up: what one offers, it offers through the
+context.
 """
 
 from __future__ import annotations
@@ -35,12 +38,3 @@ def per_crawler(crawler: Crawler, key: object, factory: Callable[[], T]) -> T:
         slots[key] = factory()
     return cast("T", slots[key])
 
-
-def register(crawler: Crawler, kind: type[T], obj: T) -> None:
-    """Make *obj* the crawler's *kind* (a component Scrapy builds, that others read)."""
-    _slots(crawler)[kind] = obj
-
-
-def registered(crawler: Crawler, kind: type[T]) -> T | None:
-    """The crawler's *kind* as last :func:`register`-ed, or None."""
-    return cast("T | None", _objects.get(crawler, {}).get(kind))

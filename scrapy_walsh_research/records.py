@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import DropItem
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research.core.records import SENT_OUTCOMES, TICKET_KEY
 from scrapy_walsh_research.core.timestamps import parse_utc_iso
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.gates.cadence import cadence_of
 from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
@@ -38,8 +38,10 @@ class RecordPipeline:
     acknowledgement and its cadence in one Redis step, first record wins (a
     line delivered twice after a worker died still has one record)."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
         self.crawler = crawler
+        #: the R8 gate's stamps are asked of it (None: no R8 gate)
+        self.context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         self.stats = crawler.stats
         self.audit = AuditTrail.for_crawler(crawler)
         #: with Redis, this machine's copy of the fed records (for a Redis that lost them)
@@ -54,7 +56,7 @@ class RecordPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     async def process_item(self, item: Any) -> Any:
         if not isinstance(item, dict) or "outcome" not in item or "line" not in item:
@@ -66,7 +68,7 @@ class RecordPipeline:
         # (committed later: a record waits for its llms.txt probe), so an R8
         # skip names the time the record gives; None (a sitemap's skip): now
         answered = parse_utc_iso(item.get("fetched_at")) if fetched else None
-        cadence = cadence_of(self.crawler)
+        cadence = self.context.cadence
         if ticket is None:
             if cadence is not None:
                 if fetched:

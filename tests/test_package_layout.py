@@ -103,6 +103,46 @@ def test_every_request_meta_key_is_defined_in_one_module():
     assert {p: k for p, k in spelled.items() if k} == {}
 
 
+def _names(node: ast.expr, name: str) -> bool:
+    """Whether *node* is ``name`` or ``<anything>.name``."""
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name
+    )
+
+
+def test_components_ask_each_other_through_declared_interfaces():
+    """What a spider offers and what another component knows are asked of
+    the crawler's context (``_runtime/context.py``), through the interfaces
+    declared there: a spider's capability is never read by name
+    (``getattr``/``hasattr`` on a spider), nor a component looked up from
+    another (``X.of(crawler)``, ``x_of(crawler)``), so the wiring at run time
+    reads like the import graph."""
+    found = []
+    for path, tree in _modules():
+        where = path.relative_to(PACKAGE)
+        for node in ast.walk(tree):
+            # a lookup by crawler: X.of(crawler), or x_of(crawler) (the engine's
+            # own parts, found through Scrapy's API, are not the bundle's components)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                node.name == "of" or node.name.endswith("_of")
+            ):
+                params = [a.arg for a in node.args.args if a.arg != "cls"]
+                if params[:1] == ["crawler"] and where != Path("scheduling/_engine.py"):
+                    found.append(f"{where}:{node.lineno} defines a lookup {node.name}(crawler)")
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func, first = node.func, node.args[0]
+            if isinstance(func, ast.Name) and func.id in ("getattr", "hasattr"):
+                on_spider = _names(first, "spider") or (
+                    where.parts[0] == "spiders" and _names(first, "self")
+                )
+                if on_spider:
+                    found.append(f"{where}:{node.lineno} {func.id} on a spider")
+            if isinstance(func, ast.Attribute) and func.attr == "of" and _names(first, "crawler"):
+                found.append(f"{where}:{node.lineno} looks a component up with .of(crawler)")
+    assert found == []
+
+
 def test_retry_after_is_parsed_in_one_place_and_a_hold_written_by_one_gate():
     parse = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "parse_retry_after(" in p.read_text()]  # fmt: skip

@@ -9,10 +9,12 @@ from typing import Any
 
 import pytest
 import pytest_twisted
+import scrapy
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import reactor, task
 
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.sandbox.crawl import crawl_spider
 from tests.support.crawling import BLOCKLIST_HOST, base_settings, crawl, write_list
 from tests.support.processes import spawn_targets_crawl
 
@@ -78,6 +80,32 @@ async def test_a_rerun_inside_the_cadence_sends_nothing_to_the_target_hosts(serv
     # and with the cadence off, the run goes out (and gets its 304)
     third = await crawl(base_settings(server, state, WALSH_RUN_INTERVAL=0), urls, tmp_path)
     assert [i["outcome"] for i in third.items] == ["not_modified"] * 2
+
+
+class OwnSpider(scrapy.Spider):
+    """A project's own spider: no target list, no records of the bundle's."""
+
+    name = "own"
+
+    def __init__(self, url: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [url]
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "status": response.status}
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_projects_own_spider_is_held_to_the_cadence_from_its_answers(server, tmp_path):
+    # its fetch time is written when the answer comes (it has no records to
+    # carry it): the next run inside the cadence sends the page nothing
+    settings = base_settings(server, tmp_path / "s", WALSH_RUN_INTERVAL=3600)
+    url = conditional_page(server, "own.test")
+    items, _ = await deferred_from_coro(crawl_spider(OwnSpider, settings, url=url))
+    assert items == [{"url": url, "status": 200}]
+    _, again = await deferred_from_coro(crawl_spider(OwnSpider, settings, url=url))
+    assert len(server.origin.hits_for("own.test", "/doc")) == 1
+    assert again.stats.get_value("walsh/skipped/R8") == 1
 
 
 @pytest.mark.parametrize("store", ["state dir", "redis"])

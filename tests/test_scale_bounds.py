@@ -11,8 +11,9 @@ import pytest_twisted
 from scrapy import signals
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.gates.cadence import cadence_of
+from scrapy_walsh_research.gates.cadence import CadenceMiddleware
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.scheduling._engine import scheduler_of
 from scrapy_walsh_research.scheduling.pacer import Pacer
@@ -94,8 +95,8 @@ async def test_the_cadence_cache_keeps_its_bound_and_a_second_run_still_skips(se
     again = await crawl(settings, lines, tmp_path / "two")
     assert [(i["outcome"], i["rule"]) for i in again.items] == [("skipped", "R8")] * 6
     assert len(server.origin.hits) == sent  # not one request in the second run
-    cadence = cadence_of(again.crawler)
-    assert cadence is not None and len(cadence._last) <= 2
+    cadence = CrawlContext.for_crawler(again.crawler).cadence
+    assert isinstance(cadence, CadenceMiddleware) and len(cadence._last) <= 2
     assert again.stats["walsh/cadence/cache_evicted"] > 0
 
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research.core.timestamps import duration_text
 from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
@@ -39,8 +39,11 @@ NAMED_HOSTS = 3
 
 
 class Progress:
-    def __init__(self, crawler: Crawler, interval: float) -> None:
+    def __init__(
+        self, crawler: Crawler, interval: float, context: CrawlContext | None = None
+    ) -> None:
         self.crawler = crawler
+        self.context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         self.interval = interval
         self._task: Any = None
 
@@ -49,7 +52,7 @@ class Progress:
         interval = crawler.settings.getfloat("LOGSTATS_INTERVAL", 60.0)
         if interval <= 0:
             raise NotConfigured  # progress follows Scrapy's own periodic stats switch
-        ext = cls(crawler, interval)
+        ext = cls(crawler, interval, CrawlContext.for_crawler(crawler))
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
@@ -66,11 +69,12 @@ class Progress:
         self.log(final=True)
 
     def state(self) -> dict[str, Any] | None:
-        """What the log line says, or None when the spider is not the
-        bundle's targets spider (nothing to count)."""
-        spider = self.crawler.spider
-        left_by_host: Counter[str] | None = getattr(spider, "host_left", None)
-        if left_by_host is None:
+        """What the log line says, or None when the spider offers no target
+        source (a project's own spider: nothing to count) or has not counted
+        its list yet."""
+        targets = self.context.targets
+        left_by_host = targets.host_left if targets is not None else None
+        if targets is None or left_by_host is None:
             return None
         assert self.crawler.stats is not None
         stats = self.crawler.stats.get_stats()
@@ -80,7 +84,7 @@ class Progress:
         rules = {k.removeprefix("walsh/"): v for k, v in stats.items()
                  if k.startswith(decided)}  # fmt: skip
         done = sum(outcomes.values())
-        total = getattr(spider, "targets_total", None)
+        total = targets.targets_total
         pacer = Pacer.for_crawler(self.crawler)
         now = time.monotonic()
         documents = DocumentWaits.for_crawler(self.crawler).waiting()

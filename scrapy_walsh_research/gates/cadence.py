@@ -10,7 +10,8 @@ Redis backend's other scripts, on the per-host hashes of
 :mod:`scrapy_walsh_research.state.redis.layout`; the namespaces are named
 once in :mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
 target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
-:meth:`CadenceMiddleware.release`), finding the gate with :func:`cadence_of`.
+:meth:`CadenceMiddleware.release`): the gate is the crawler's
+:class:`~scrapy_walsh_research._runtime.context.CadenceStamps`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import Marks, target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
@@ -39,12 +40,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-
-def cadence_of(crawler: Crawler) -> CadenceMiddleware | None:
-    """The crawler's R8 gate, once built (the record pipeline stamps with it)."""
-    return registered(crawler, CadenceMiddleware)
-
-
 class CadenceMiddleware:
     """R8. With the ``targets`` spider, a target's fetch time is written with
     its record (:class:`~scrapy_walsh_research.records.RecordPipeline`), so
@@ -54,8 +49,10 @@ class CadenceMiddleware:
     fetched, so two workers never fetch one URL at once (the same list
     enqueued twice)."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         self.crawler = crawler
+        self.context = context
         self.stats = crawler.stats
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
         self.store = state_for(crawler)
@@ -84,11 +81,11 @@ class CadenceMiddleware:
             self._redis = RedisConnection.for_crawler(crawler)
             self._claim = self._redis.client.register_script(CADENCE_CLAIM)
             self._release = self._redis.client.register_script(RELEASE_CLAIM)
-        register(crawler, CadenceMiddleware, self)
+        context.cadence = self  # the record pipeline stamps with it
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     def _due_at(self, request: Request) -> tuple[float, float] | None:
         """(last fetch, due time) when the target is not due yet, else None.
@@ -139,7 +136,10 @@ class CadenceMiddleware:
         deny(self.crawler, logger, request, "R8", reason, outcome="skipped")
 
     def _commits_with_records(self) -> bool:
-        return bool(getattr(self.crawler.spider, "commits_cadence", False))
+        """Whether the spider's target source writes the fetch time with each
+        record (a project's own spider offers none: written on the answer)."""
+        source = self.context.targets
+        return source is not None and source.commits_cadence
 
     async def _claim_for_fleet(self, request: Request) -> None:
         """Claim *request*'s target for this worker (its hops and retries claim

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.http import Response
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import DIRECT, TDMREP
 from scrapy_walsh_research._runtime.meta import PREFERENCES_META
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
@@ -78,7 +79,6 @@ from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
-from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import declared_purposes
 from scrapy_walsh_research.state import namespaces
@@ -139,8 +139,10 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     purpose = TDMREP
     max_bytes = MAX_TDMREP_BYTES
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         super().__init__(crawler)
+        self.context = context
         self.purposes = declared_purposes(crawler.settings)
         AuditTrail.for_crawler(crawler).purposes = self.purposes
         #: what applied before each request went out, for its response
@@ -155,7 +157,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     # -- the gate ---------------------------------------------------------------
 
@@ -185,11 +187,11 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     async def _robots_preferences(self, request: Request) -> tuple[Preference, ...]:
         """The selected robots.txt group's statements for the request's URL,
         from the R2 gate's policy (fresh: it has just decided this request)."""
-        robots = RobotsTxtMiddleware.of(self.crawler)
+        robots = self.context.robots
         if robots is None:  # no R2 gate (the start-up check refuses that): none read
             return ()
-        entry = await robots.entry_for(request.url)
-        return entry.policy.preferences(request.url)
+        policy = await robots.policy_for(request.url)
+        return policy.preferences(request.url)
 
     async def process_response(self, request: Request, response: Response) -> Response:
         if self._own(request):
@@ -229,7 +231,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
             return self._waited_out(entry)  # waiting for it: not decided
         if entry is not None and entry.unknown is not None:
             return True
-        robots = RobotsTxtMiddleware.of(self.crawler)
+        robots = self.context.robots
         policy = robots.cached_policy(request.url) if robots is not None else None
         if entry is None or policy is None:
             return False

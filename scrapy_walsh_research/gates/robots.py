@@ -39,6 +39,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, ROBOTS, SCHEMA
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
@@ -48,7 +49,6 @@ from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
-from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import operator_hosts
 from scrapy_walsh_research.state import namespaces
@@ -81,7 +81,11 @@ class RobotsEntry:
 
 
 class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
-    """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``."""
+    """Downloader middleware: deny what robots.txt forbids to ``Walsh-Research``.
+
+    The crawler's :class:`~scrapy_walsh_research._runtime.context.RobotsPolicies`:
+    the PREF gate reads the selected group's usage preferences from it, the
+    sitemaps gate its ``Sitemap:`` lines."""
 
     kind = "robots"
     document = "robots.txt"
@@ -96,9 +100,10 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     purpose = ROBOTS
     max_bytes = MAX_ROBOTS_BYTES
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         settings = crawler.settings
-        register(crawler, RobotsTxtMiddleware, self)
+        context.robots = self
         super().__init__(crawler)
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
         self._operator_hosts = operator_hosts(settings)
@@ -106,18 +111,16 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler)
-
-    @classmethod
-    def of(cls, crawler: Crawler) -> RobotsTxtMiddleware | None:
-        """The crawler's R2 gate, once built (the PREF gate reads the
-        selected group's usage preferences from it)."""
-        return registered(crawler, RobotsTxtMiddleware)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     def cached_policy(self, url: str) -> RobotsPolicy | None:
         """The policy in force for *url*'s origin, when one is cached."""
         entry = self._fresh(origin_of(url))
         return entry.policy if entry is not None else None
+
+    async def policy_for(self, url: str) -> RobotsPolicy:
+        """The policy in force for *url*'s origin: cached, stored, or fetched."""
+        return (await self.entry_for(url)).policy
 
     def _exempt(self, request: Request) -> bool:
         """The bundle's own fetches of robots.txt (any origin's /robots.txt,

@@ -91,8 +91,7 @@ class ScopeSpiderMiddleware:
 
     def spider_closed(self, spider: Any) -> None:
         if self.dropped:
-            name = getattr(spider, "name", type(spider).__name__)
-            logger.warning(NOT_FOLLOWED, {"spider": name, "n": self.dropped})
+            logger.warning(NOT_FOLLOWED, {"spider": spider.name, "n": self.dropped})
 
     def process_spider_output(
         self, response: Response, result: Iterable[Any], spider: Any = None

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, signals
 from twisted.internet.defer import Deferred
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
@@ -52,9 +53,7 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.gates.robots import RobotsTxtMiddleware
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
-from scrapy_walsh_research.scheduling.frontier import FrontierScheduler
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
@@ -117,9 +116,11 @@ class OriginSitemaps:
 class SitemapsMiddleware:
     """Downloader middleware: skip what a checked sitemap says has not changed."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         settings = crawler.settings
         self.crawler = crawler
+        self.context = context
         self.stats = crawler.stats
         self.enabled = settings.getbool("WALSH_SITEMAPS", defaults.WALSH_SITEMAPS)
         self.min_targets = settings.getint(
@@ -143,7 +144,7 @@ class SitemapsMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     # -- on the way out -------------------------------------------------------------
 
@@ -243,16 +244,16 @@ class SitemapsMiddleware:
         if isinstance(saved, dict) and float(saved.get("until") or 0) > self.store.time():
             self.stats.inc_value(f"walsh/sitemaps/{saved.get('why')}")
             return OriginSitemaps("off", f"{saved.get('why')} until {utc_iso(saved['until'])}")
-        robots = RobotsTxtMiddleware.of(self.crawler)
+        robots = self.context.robots
         policy = robots.cached_policy(request.url) if robots is not None else None
         urls = policy.sitemap_urls(origin + "/robots.txt") if policy is not None else ()
         if not urls:
             return OriginSitemaps("off", "robots.txt declares no sitemap")
-        frontier = FrontierScheduler.of(self.crawler)
-        if frontier is None or not self.requeue:
+        waiting = self.context.waiting
+        if waiting is None or not self.requeue:
             return OriginSitemaps("off", "needs the frontier scheduler")
         keys = {target_key(request)}
-        for queued in frontier.queued(url_host(request.url)):
+        for queued in waiting.queued(url_host(request.url)):
             if origin_of(queued.url) == origin and self.marks.is_target(queued):
                 keys.add(target_key(queued))
         answered = await self.store.get_many(ANSWERED, sorted(keys))
@@ -261,7 +262,8 @@ class SitemapsMiddleware:
         # Read from a list, the frontier holds what this run has of it (a
         # list of one line of the origin is one request, not a sitemap too).
         due = len(answered)
-        if getattr(self.crawler.spider, "reads_shared_feed", False):
+        source = self.context.targets
+        if source is not None and source.reads_shared_feed:
             last_run = await self.store.get(HISTORY, origin)
             before = int(last_run.get("targets") or 0) if isinstance(last_run, dict) else 0
             due = max(due, before)

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.meta import PARKED_META, REQUEUED_META
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.per_crawler import register, registered
 from scrapy_walsh_research.scheduling._engine import wake_engine
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.scheduling.stop import RunStop
@@ -45,7 +45,8 @@ DENIAL_CHECKS_PER_DECISION = 4
 
 
 class FrontierScheduler:
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         self.crawler = crawler
         self.stats = crawler.stats
         self.pacer = Pacer.for_crawler(crawler)
@@ -69,17 +70,12 @@ class FrontierScheduler:
         #: (time.monotonic(), seq, request)
         self._parked: list[tuple[float, int, Request]] = []
         self.stop = RunStop.for_crawler(crawler)
-        register(crawler, FrontierScheduler, self)
+        # the crawler's WaitingTargets: the sitemaps gate counts a host's targets
+        context.waiting = self
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler)
-
-    @classmethod
-    def of(cls, crawler: Crawler) -> FrontierScheduler | None:
-        """The crawler's frontier, once built (the sitemaps gate asks it
-        how many of a host's targets wait)."""
-        return registered(crawler, FrontierScheduler)
+        return cls(crawler, CrawlContext.for_crawler(crawler))
 
     def queued(self, host: str) -> list[Request]:
         """The requests in *host*'s queue now (not those kept aside)."""

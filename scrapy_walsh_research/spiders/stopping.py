@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy import signals
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.meta import TARGET_META
 from scrapy_walsh_research.core.target_list import read_list
 from scrapy_walsh_research.errors import was_refused
-from scrapy_walsh_research.gates.cadence import cadence_of
 from scrapy_walsh_research.scheduling.stop import RunStop
 
 if TYPE_CHECKING:
@@ -65,8 +65,10 @@ class ListSpider(Protocol):
 class ListStop:
     """What the targets spider owes its lines when the run is stopped."""
 
-    def __init__(self, spider: ListSpider) -> None:
+    def __init__(self, spider: ListSpider, context: CrawlContext) -> None:
         self.spider = spider
+        #: the R8 gate's claims are let go through it
+        self.context = context
         self.run = RunStop.for_crawler(spider.crawler)
         #: the number of the list line ``start()`` handed out last
         self.handed_out = 0
@@ -117,7 +119,7 @@ class ListStop:
     async def closed(self, reason: str) -> None:
         feed = self.spider._feed
         if feed is not None and not was_refused(self.spider.crawler):  # its Redis may refuse
-            cadence = cadence_of(self.spider.crawler)
+            cadence = self.context.cadence
             if cadence is not None:
                 for key in self.given_back:
                     await cadence.release(key)

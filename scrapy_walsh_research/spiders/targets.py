@@ -25,6 +25,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import LLMS, Marks
 from scrapy_walsh_research._runtime.meta import (
     FEED_META,
@@ -102,6 +103,11 @@ def _ticket(ticket: dict[str, str] | None) -> dict[str, Any]:
 
 
 class TargetsSpider(scrapy.Spider):
+    """The crawler's target source
+    (:class:`~scrapy_walsh_research._runtime.context.TargetSource`): it hands
+    itself to the crawler's context, where the gates and the progress line
+    ask for it."""
+
     name = "targets"
     #: records carry the cadence (RecordPipeline), not the responses
     commits_cadence = True
@@ -141,6 +147,10 @@ class TargetsSpider(scrapy.Spider):
         self._feed: RedisFeed | None = None
         #: canonical URL -> the first line that declared it (this process's list)
         self.seen: dict[str, int] = {}
+        #: targets not yet recorded, per host, and the list's lines: counted
+        #: by start() (None until then; a fed list's total stays unknown)
+        self.host_left: Counter[str] | None = None
+        self.targets_total: int | None = None
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
@@ -155,9 +165,11 @@ class TargetsSpider(scrapy.Spider):
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
+        context = CrawlContext.for_crawler(crawler)
+        context.targets = spider
         spider.store = state_for(crawler)
         spider.llms = LlmsProbes(crawler, spider.store)
-        spider.stop = ListStop(spider)
+        spider.stop = ListStop(spider, context)
         spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
         spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
         spider.list_lookahead = cache_size(
@@ -234,15 +246,15 @@ class TargetsSpider(scrapy.Spider):
         """How many lines, and targets per host, the list holds (for the
         progress log): one pass over the file, no request. A fed list's size
         is the fleet's, unknown here."""
-        self.host_left: Counter[str] = Counter()
-        self.targets_total: int | None = None
+        left: Counter[str] = Counter()
+        self.host_left = left
         if self.list_path is None:
             return
         total = 0
         for line in read_list(self.list_path):
             total += 1
             if line.invalid is None:
-                self.host_left[url_host(line.text)] += 1
+                left[url_host(line.text)] += 1
         self.targets_total = total
 
     async def start(self) -> AsyncIterator[Any]:
@@ -504,7 +516,7 @@ class TargetsSpider(scrapy.Spider):
 
     def _emit(self, record: dict[str, Any]) -> dict[str, Any]:
         self.crawler.stats.inc_value(f"walsh/outcome/{record['outcome']}")
-        left = getattr(self, "host_left", None)
+        left = self.host_left
         if left and is_http_url(str(record.get("url"))):
             host = url_host(str(record["url"]))
             if left[host] > 0:

@@ -1,0 +1,114 @@
+"""What the components ask of each other, declared, with one owner per crawler.
+
+No component looks another up, and none reads a spider's attributes by
+name. What one offers the others is a small interface declared here; the
+component that offers it hands itself to the crawler's :class:`CrawlContext`
+when Scrapy builds it, and the components that ask are given the context in
+``from_crawler`` and ask it when they need the answer (Scrapy builds the
+spider first, then the downloader middlewares in order, and the scheduler
+only when the spider opens):
+
+* :class:`TargetSource`, offered by the spider that reads a declared list
+  (``TargetsSpider``): whether its records carry the cadence, whether it
+  reads a fleet's shared feed, and the targets left (for the progress line);
+* :class:`RobotsPolicies`, offered by the R2 gate: the robots.txt policy in
+  force per origin (the PREF gate reads the selected group's usage
+  preferences in it, the sitemaps gate its ``Sitemap:`` lines);
+* :class:`WaitingTargets`, offered by the frontier scheduler: the requests
+  queued for a host (the sitemaps gate counts an origin's targets);
+* :class:`CadenceStamps`, offered by the R8 gate: a target's fetch stamped
+  with its record, and a fleet's claim on it let go (the record pipeline,
+  and a stopped run's lines given back to a shared feed).
+
+Nothing offered is an answer too: a project's own spider offers no target
+source, a project may use another scheduler; each asker then does what it
+does without one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from scrapy_walsh_research.per_crawler import per_crawler
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research.core.robots_policy import RobotsPolicy
+
+
+class TargetSource(Protocol):
+    """What a spider reading a declared target list tells the components."""
+
+    @property
+    def commits_cadence(self) -> bool:
+        """Whether each target's fetch time is written with its record (the
+        record pipeline), not when its response arrives (the R8 gate)."""
+
+    @property
+    def reads_shared_feed(self) -> bool:
+        """Whether lines come from a fleet's shared feed, a few at a time,
+        rather than from a list this worker reads ahead in."""
+
+    @property
+    def host_left(self) -> Mapping[str, int] | None:
+        """Targets not yet recorded, per host; None until the list is counted."""
+
+    @property
+    def targets_total(self) -> int | None:
+        """How many lines the list holds; None while unknown (a fed list)."""
+
+
+class RobotsPolicies(Protocol):
+    """The robots.txt policy in force for a URL's origin (the R2 gate's)."""
+
+    def cached_policy(self, url: str) -> RobotsPolicy | None:
+        """The policy when one is cached and fresh, else None (no I/O)."""
+
+    async def policy_for(self, url: str) -> RobotsPolicy:
+        """The policy in force: cached, stored, or fetched."""
+
+
+class WaitingTargets(Protocol):
+    """The requests a scheduler holds for a host (the frontier's queues)."""
+
+    def queued(self, host: str) -> list[Request]:
+        """The requests in *host*'s queue now."""
+
+
+class CadenceStamps(Protocol):
+    """Each target's last fetch, as the R8 gate keeps it."""
+
+    async def stamp(self, key: str, at: float | None = None, *, written: bool = False) -> None:
+        """The target *key* was fetched (or answered 304) at *at*, or now;
+        *written*: already written to the store (with the record, in Redis)."""
+
+    async def release(self, key: str) -> None:
+        """This worker no longer fetches *key*: a fleet's claim on it goes."""
+
+
+@dataclass
+class CrawlContext:
+    """One per crawler: the interfaces its components offer each other.
+
+    Each field is set once, by the component that offers it, as Scrapy
+    builds it; None while (or when) nothing offers it.
+    """
+
+    #: set by ``TargetsSpider.from_crawler``
+    targets: TargetSource | None = None
+    #: set by the R2 gate (``RobotsTxtMiddleware``)
+    robots: RobotsPolicies | None = None
+    #: set by ``FrontierScheduler``
+    waiting: WaitingTargets | None = None
+    #: set by the R8 gate (``CadenceMiddleware``)
+    cadence: CadenceStamps | None = None
+
+    @classmethod
+    def for_crawler(cls, crawler: Crawler) -> CrawlContext:
+        """The crawler's context (built on first use)."""
+        return per_crawler(crawler, CrawlContext, cls)
