@@ -19,6 +19,10 @@ other:
   skipped, and a target whose host is not ready goes back to the frontier
   instead of holding the only download slot while the document waits.
 
+The stored single-flight fetch itself (:func:`fetched_once`) is also the
+one each sitemap is read through
+(:mod:`~scrapy_walsh_research.gates.sitemap_documents`).
+
 What an answer *means* (a policy, a reservation; what a failure implies)
 is each gate's: :meth:`OriginDocuments._fetch`,
 :meth:`OriginDocuments._from_saved` and :meth:`OriginDocuments._failed_entry`.
@@ -30,6 +34,7 @@ import logging
 import random
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from scrapy import Request
@@ -47,7 +52,7 @@ from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay
-from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.state import FlightBusy, StateStore, state_for
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -78,6 +83,48 @@ class OriginEntry(Protocol):
 
 
 E = TypeVar("E", bound=OriginEntry)
+T = TypeVar("T")
+
+
+async def fetched_once(
+    store: StateStore,
+    lock: str,
+    *,
+    host: str,
+    ttl: float,
+    max_wait: float | None,
+    stored: Callable[[], Awaitable[T | None]],
+    fetch: Callable[[], Awaitable[T]],
+) -> tuple[T, bool]:
+    """A stored document, or one fetch of it per fleet: the one stored
+    single-flight fetch every document the bundle reads goes through
+    (robots.txt, tdmrep.json, each sitemap). *stored* is the copy still in
+    force (None: none); with shared state one worker holds the fleet's lock
+    *lock* while it fetches, and the others wait for it and adopt what it
+    stored, so workers starting together send one request for a document,
+    not one each. Returns the document and whether it was adopted (stored by
+    an earlier run or another worker: nothing was sent). :class:`HostBusy`
+    when the fetch cannot wait *max_wait* for another worker's (nothing was
+    sent)."""
+    saved = await stored()
+    if saved is not None:
+        return saved, True
+    for _ in range(3):
+        try:
+            release = await store.single_flight(lock, ttl=ttl, max_wait=max_wait)
+        except FlightBusy:
+            # another worker's fetch is still out: serve other hosts
+            # meanwhile rather than hold the only download slot
+            raise HostBusy(host, 1.0) from None
+        if release is not None:
+            try:
+                return await fetch(), False
+            finally:
+                await release()
+        saved = await stored()
+        if saved is not None:
+            return saved, True
+    return await fetch(), False
 
 
 class OriginDocuments(Generic[E]):
@@ -260,9 +307,7 @@ class OriginDocuments(Generic[E]):
             await maybe_deferred_to_future(pending)  # then look again
         pending = self._pending[origin] = Deferred()
         try:
-            entry = await self._stored_fresh(origin) or await self._fetch_once(
-                origin, self._cache.get(origin), max_wait
-            )
+            entry = await self._fetch_once(origin, self._cache.get(origin), max_wait)
             await self._noted(origin, entry)
             if entry.outage is None:
                 # An answer outlives the waits its own fetch and the origin's
@@ -282,28 +327,24 @@ class OriginDocuments(Generic[E]):
         return entry
 
     async def _fetch_once(self, origin: str, previous: E | None, max_wait: float | None) -> E:
-        """Fetch, or, with shared state, let one worker of the fleet fetch while
-        the others wait and adopt what it stored: workers starting together
-        send an origin one request for the document, not one each."""
-        for _ in range(3):
-            try:
-                release = await self.store.single_flight(
-                    f"{self.kind}:{origin}", ttl=self.fetch_ttl, max_wait=max_wait
-                )
-            except FlightBusy:
-                # another worker's fetch is still out: serve other hosts
-                # meanwhile rather than hold the only download slot
-                raise HostBusy(url_host(origin), 1.0) from None
-            if release is not None:
-                try:
-                    return await self._fetch(origin, previous, max_wait)
-                finally:
-                    await release()
-            stored = await self._stored_fresh(origin)
-            if stored is not None:
+        """The stored answer in force, or one fetch per fleet
+        (:func:`fetched_once`)."""
+        looked = False
+
+        async def stored() -> E | None:
+            nonlocal looked
+            entry = await self._stored_fresh(origin)
+            if entry is not None and looked:  # stored while this worker waited
                 self.stats.inc_value(f"walsh/{self.kind}/adopted_from_worker")
-                return stored
-        return await self._fetch(origin, previous, max_wait)
+            looked = True
+            return entry
+
+        entry, _ = await fetched_once(
+            self.store, f"{self.kind}:{origin}", host=url_host(origin), ttl=self.fetch_ttl,
+            max_wait=max_wait, stored=stored,
+            fetch=lambda: self._fetch(origin, previous, max_wait),
+        )  # fmt: skip
+        return entry
 
     async def _stored_answers(
         self, origin: str, namespaces: tuple[str, ...]

@@ -9,8 +9,9 @@ the host's slot), R1, R5 and the byte cap apply; a sitemap on another host
 is a request to that host. Its validators are kept, so the next fetch is a
 conditional GET, and what it claims is kept with them (the *lastmod table*:
 canonical target URL -> ``<lastmod>``), so a 304 reuses it, and so every
-worker of a fleet reads one fetch (the state store's single-flight lock,
-as for robots.txt).
+worker of a fleet reads one fetch: the stored single-flight fetch of
+robots.txt and tdmrep.json
+(:func:`~scrapy_walsh_research.gates.origin_documents.fetched_once`).
 
 Only what is about the list is kept: entries the sitemap may speak for
 (:func:`~scrapy_walsh_research.core.sitemap_claims.sitemap_covers`) whose
@@ -40,8 +41,9 @@ from scrapy_walsh_research.core.sitemaps import (
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
 from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.gates.origin_documents import fetched_once
 from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED
 from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
 
@@ -115,28 +117,21 @@ class SitemapDocuments:
         reached within *max_wait* (nothing was sent); an answer not had
         within *timeout* is a failure (the target waiting on it goes on)."""
         key = f"{origin}\t{url}"  # a purge of the origin's host finds it
-        saved = await self.store.get(DOCUMENTS, key)
-        if self._fresh(saved):
-            return self._adopted(url, saved)
-        try:
-            release = await self.store.single_flight(
-                f"sitemap:{key}", ttl=self.fetch_ttl, max_wait=max_wait
-            )
-        except FlightBusy:
-            raise HostBusy(url_host(url), 1.0) from None
-        if release is None:  # another worker fetched it meanwhile
-            saved = await self.store.get(DOCUMENTS, key)
-            if self._fresh(saved):
-                return self._adopted(url, saved)
-            return await self._fetch(origin, url, key, saved, max_wait, timeout)
-        try:
-            return await self._fetch(origin, url, key, saved, max_wait, timeout)
-        finally:
-            await release()
+        saved: Any = None
 
-    def _adopted(self, url: str, saved: Any) -> SitemapDocument:
-        self.stats.inc_value("walsh/sitemaps/adopted")
-        return _document(url, saved, "adopted")
+        async def stored() -> SitemapDocument | None:
+            nonlocal saved
+            saved = await self.store.get(DOCUMENTS, key)
+            return _document(url, saved, "adopted") if self._fresh(saved) else None
+
+        doc, adopted = await fetched_once(
+            self.store, f"sitemap:{key}", host=url_host(url), ttl=self.fetch_ttl,
+            max_wait=max_wait, stored=stored,
+            fetch=lambda: self._fetch(origin, url, key, saved, max_wait, timeout),
+        )  # fmt: skip
+        if adopted:
+            self.stats.inc_value("walsh/sitemaps/adopted")
+        return doc
 
     async def _fetch(
         self,

@@ -53,6 +53,7 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
+from scrapy_walsh_research.gates.origin_documents import SHORT_WAIT
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
@@ -81,9 +82,6 @@ PROBE_PARK = 1.0
 PROBE_TRIES = 3
 #: claims of change answered before "every one was a 304" means anything
 STALE_MIN_CLAIMS = 3
-#: how long a fetch may wait in place for its host when the target can go
-#: back to the frontier instead (as for robots.txt)
-SHORT_WAIT = 2.0
 
 
 @dataclass
