@@ -31,6 +31,10 @@ whose robots.txt declares sitemaps (``Sitemap:`` lines, read by the R2 gate):
 A sitemap that cannot be fetched or read is ignored with one log line, and
 its targets are revalidated as usual; a target never waits on a sitemap
 longer than :data:`LOAD_LIMIT`. ``WALSH_SITEMAPS=False`` turns all of it off.
+
+The rules themselves (what a target meets, what a probe's answer means) are
+a pure state machine, :mod:`~scrapy_walsh_research.core.sitemap_trust`; this
+gate reads and keeps state, fetches, logs and denies by what it says.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
+from scrapy_walsh_research.core import sitemap_trust as rules
+from scrapy_walsh_research.core.sitemap_trust import Claim, ProbeAnswer, Reading, Step
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
@@ -77,38 +83,33 @@ LOAD_LIMIT = 120.0
 #: (or while another target fetches a sitemap): the R4 floor, so a slow
 #: probe costs each waiting target at most one pass of the chain per second
 PROBE_PARK = 1.0
-#: a probe that answers nothing conclusive (a 404, a failure) is tried again
-#: on another target at most this many times in a run
-PROBE_TRIES = 3
-#: claims of change answered before "every one was a 304" means anything
-STALE_MIN_CLAIMS = 3
+
+
+@dataclass
+class SitemapLoad:
+    """The reading of one origin's sitemaps while it is under way."""
+
+    #: the documents still to read, and how many more may be fetched
+    pending: list[str]
+    budget: int
+    started: float = field(default_factory=time.monotonic)
+    #: a target fetching one of them (the origin's other targets wait aside)
+    busy: Deferred[None] | None = None
 
 
 @dataclass
 class OriginSitemaps:
-    """What this run knows of one origin's sitemaps."""
+    """What this run knows of one origin's sitemaps: the two machines of
+    :mod:`~scrapy_walsh_research.core.sitemap_trust` and what they act on."""
 
-    #: "loading", "ready" or "off"
-    state: str
+    reading: Reading
     why: str = ""
-    started: float = field(default_factory=time.monotonic)
-    pending: list[str] = field(default_factory=list)
-    budget: int = 0
-    busy: Deferred[None] | None = None
-    #: canonical target URL -> (lastmod, its end, the sitemap's URL)
-    claims: dict[str, tuple[str, float, str]] = field(default_factory=dict)
+    load: SitemapLoad | None = None
+    claims: dict[str, Claim] = field(default_factory=dict)
     #: past answers of the targets waiting when it was decided (for the frontier)
     answered: dict[str, float] = field(default_factory=dict)
-    #: "untested", "probing", "trusted" or "dropped"
-    trust: str = "untested"
-    probe: str | None = None
-    probe_validators: Any = None
-    probe_since: float = 0.0
-    probe_tries: int = 0
-    #: targets the sitemap says changed, sent; and what their answers said
-    changes: set[str] = field(default_factory=set)
-    change_304: int = 0
-    change_200: int = 0
+    trust: rules.TrustState = field(default_factory=rules.TrustState)
+    changes: rules.ClaimsOfChange = field(default_factory=rules.ClaimsOfChange)
 
 
 class SitemapsMiddleware:
@@ -147,49 +148,71 @@ class SitemapsMiddleware:
     # -- on the way out -------------------------------------------------------------
 
     async def process_request(self, request: Request) -> Request | None:
-        if not self.enabled or not self.marks.is_target(request):
+        key = self._looked_at(request)
+        if key is None:
             return None
-        if request.meta.get("redirect_times") or request.meta.get("retry_times"):
-            return None  # a hop or a retry: its target was not skipped
-        key = target_key(request)
-        origin = origin_of(key)
-        site = self._origins.get(origin)
-        if site is not None and site.state == "off":
-            return None  # decided for this run: no state read on the hot path
         answered = await self.store.get(ANSWERED, key)
         if not isinstance(answered, (int, float)):
             return None  # never answered: nothing to compare a lastmod with
+        site = await self._site(origin_of(key), request)
+        if isinstance(site, Request):
+            return site  # aside while the origin's sitemaps are read
+        return await self._take_step(site, request, key, float(answered))
+
+    async def _take_step(
+        self, site: OriginSitemaps, request: Request, key: str, answered: float
+    ) -> Request | None:
+        """Do what the trust rules say of the due target *key*
+        (:func:`~scrapy_walsh_research.core.sitemap_trust.step_for`)."""
+        origin = origin_of(key)
+        step = self._step(site, key, answered)
+        if step is Step.OVERDUE:
+            self._inconclusive(origin, site, "no answer in time")
+            step = self._step(site, key, answered)
+        if step is Step.CHANGE:
+            site.changes.sent(key)  # a claim of change: checked by the answer
+        elif step is Step.SKIP and not await self._contradicted_elsewhere(origin, site):
+            self._skip(request, site.claims[key], answered)
+        elif step is Step.PARK:
+            return self._aside(request, PROBE_PARK)
+        elif step is Step.PROBE:
+            # this target is the probe, sent as usual (a conditional GET); one
+            # without stored validators could not tell "unchanged" from a 200
+            validators = await self.store.get(VALIDATORS, key)
+            if isinstance(validators, dict):
+                site.trust = rules.probe_sent(site.trust, key, validators, time.monotonic())
+        return None
+
+    def _looked_at(self, request: Request) -> str | None:
+        """The target key of a request this gate may skip; None for the
+        rest: not a target, a hop or a retry (its target was not skipped),
+        or an origin decided for this run (no state read on the hot path)."""
+        if not self.enabled or not self.marks.is_target(request):
+            return None
+        if request.meta.get("redirect_times") or request.meta.get("retry_times"):
+            return None
+        key = target_key(request)
+        site = self._origins.get(origin_of(key))
+        return None if site is not None and site.reading is Reading.OFF else key
+
+    async def _site(self, origin: str, request: Request) -> OriginSitemaps | Request:
+        """What this run knows of *origin*'s sitemaps, decided and read on its
+        first due target; or *request* set aside while they are read."""
         site = self._origins.get(origin)
         if site is None:
             decided = await self._decide(origin, request)
             site = self._origins.setdefault(origin, decided)
-        if site.state == "loading":
+        if site.reading is Reading.LOADING:
             waiting = await self._load(origin, site, request)
             if waiting is not None:
                 return waiting
-        if site.state != "ready" or site.trust == "dropped" or key not in site.claims:
-            return None
-        lastmod, end, sitemap = site.claims[key]
-        if end > answered:
-            site.changes.add(key)  # a claim of change: checked by the answer
-            return None
-        if site.trust == "trusted" and not await self._contradicted_elsewhere(origin, site):
-            self._skip(request, lastmod, sitemap, float(answered))
-        if site.trust == "probing":
-            if site.probe == key:
-                return None  # the probe itself, back from the frontier
-            if time.monotonic() - site.probe_since < LOAD_LIMIT:
-                return self._aside(request, PROBE_PARK)
-            self._inconclusive(origin, site, "no answer in time")
-            if site.trust == "dropped":
-                return None
-        # untested: this target is the probe, sent as usual (a conditional GET);
-        # one without stored validators could not tell "unchanged" from a 200
-        validators = await self.store.get(VALIDATORS, key)
-        if isinstance(validators, dict) and site.trust == "untested":
-            site.trust, site.probe, site.probe_since = "probing", key, time.monotonic()
-            site.probe_validators = validators
-        return None
+        return site
+
+    def _step(self, site: OriginSitemaps, key: str, answered: float) -> Step:
+        claim = site.claims.get(key)
+        now = time.monotonic()
+        return rules.step_for(site.reading, site.trust, key, claim, answered, now=now,
+                              limit=LOAD_LIMIT)  # fmt: skip
 
     async def _contradicted_elsewhere(self, origin: str, site: OriginSitemaps) -> bool:
         """In a fleet, whether another worker's probe has contradicted the
@@ -203,7 +226,7 @@ class SitemapsMiddleware:
             return False
         if float(saved.get("until") or 0) <= self.store.time():
             return False
-        site.trust = "dropped"
+        site.trust = rules.contradicted_elsewhere(site.trust)
         logger.warning(
             "Sitemaps of %(origin)s contradicted by another worker's probe (%(probe)s): not "
             "used from now on, its targets revalidated as usual",
@@ -214,14 +237,15 @@ class SitemapsMiddleware:
     def _aside(self, request: Request, seconds: float) -> Request:
         return self.pacer.requeue(request, until=time.monotonic() + seconds)
 
-    def _skip(self, request: Request, lastmod: str, sitemap: str, answered: float) -> None:
+    def _skip(self, request: Request, claim: Claim, answered: float) -> None:
         self.stats.inc_value("walsh/sitemaps/requests_saved")
         reason = (
-            f"not requested: {sitemap} gives <lastmod> {lastmod}, no later than this bundle's "
-            f"last answer from it ({utc_iso(answered)}); the sitemap's claims checked out on "
-            "this origin in this run"
+            f"not requested: {claim.sitemap} gives <lastmod> {claim.lastmod}, no later than "
+            f"this bundle's last answer from it ({utc_iso(answered)}); the sitemap's claims "
+            "checked out on this origin in this run"
         )
-        record = {"sitemap": {"url": sitemap, "lastmod": lastmod, "answered_at": utc_iso(answered)}}
+        record = {"sitemap": {"url": claim.sitemap, "lastmod": claim.lastmod,
+                              "answered_at": utc_iso(answered)}}  # fmt: skip
         deny(self.crawler, logger, request, "R7", reason, outcome="not_modified", record=record)
 
     def _would_skip(self, request: Request) -> bool:
@@ -230,26 +254,29 @@ class SitemapsMiddleware:
         if not self.marks.is_target(request):
             return False
         site = self._origins.get(origin_of(request.url))
-        if site is None or site.state != "ready" or site.trust != "trusted":
+        if site is None:
             return False
         key = target_key(request)
-        claim, answered = site.claims.get(key), site.answered.get(key)
-        return claim is not None and answered is not None and claim[1] <= answered
+        answered = site.answered.get(key)
+        if answered is None:
+            return False
+        return self._step(site, key, answered) is Step.SKIP
 
     async def _decide(self, origin: str, request: Request) -> OriginSitemaps:
         """Whether this origin's sitemaps are worth reading in this run."""
         saved = await self.store.get(TRUST, origin)
         if isinstance(saved, dict) and float(saved.get("until") or 0) > self.store.time():
             self.stats.inc_value(f"walsh/sitemaps/{saved.get('why')}")
-            return OriginSitemaps("off", f"{saved.get('why')} until {utc_iso(saved['until'])}")
+            why = f"{saved.get('why')} until {utc_iso(saved['until'])}"
+            return OriginSitemaps(Reading.OFF, why)
         robots = self.context.robots
         policy = robots.cached_policy(request.url) if robots is not None else None
         urls = policy.sitemap_urls(origin + "/robots.txt") if policy is not None else ()
         if not urls:
-            return OriginSitemaps("off", "robots.txt declares no sitemap")
+            return OriginSitemaps(Reading.OFF, "robots.txt declares no sitemap")
         waiting = self.context.waiting
         if waiting is None or not self.requeue:
-            return OriginSitemaps("off", "needs the frontier scheduler")
+            return OriginSitemaps(Reading.OFF, "needs the frontier scheduler")
         keys = {target_key(request)}
         for queued in waiting.queued(url_host(request.url)):
             if origin_of(queued.url) == origin and self.marks.is_target(queued):
@@ -276,63 +303,76 @@ class SitemapsMiddleware:
                 "sitemap requests to pay; its targets are revalidated as usual",
                 {"origin": origin, "due": due, "min": self.min_targets},
             )
-            return OriginSitemaps("off", why)
-        site = OriginSitemaps("loading", pending=list(urls), budget=max(1, due // 2))
-        site.answered = {k: float(v) for k, v in answered.items()}
-        return site
+            return OriginSitemaps(Reading.OFF, why)
+        load = SitemapLoad(pending=list(urls), budget=max(1, due // 2))
+        return OriginSitemaps(Reading.LOADING, load=load,
+                              answered={k: float(v) for k, v in answered.items()})  # fmt: skip
 
     async def _load(self, origin: str, site: OriginSitemaps, request: Request) -> Request | None:
         """Fetch the origin's next sitemap document, in this target's chain
         while its host is ready; else the target goes back to the frontier
         (it is not held waiting). None once every document is read."""
-        while site.pending and site.state == "loading":
-            left = LOAD_LIMIT - (time.monotonic() - site.started)
+        load = site.load
+        while load is not None and load.pending and site.reading is Reading.LOADING:
+            left = LOAD_LIMIT - (time.monotonic() - load.started)
             if left <= 0:
                 self._off(site, f"not read within {LOAD_LIMIT:g} s")
                 break
-            if site.busy is not None:
+            if load.busy is not None:
                 return self._aside(request, PROBE_PARK)
-            if site.budget <= 0:  # robots.txt may declare dozens: the budget is for all
-                self.stats.inc_value("walsh/sitemaps/over_budget", len(site.pending))
-                site.pending.clear()
+            if load.budget <= 0:  # robots.txt may declare dozens: the budget is for all
+                self.stats.inc_value("walsh/sitemaps/over_budget", len(load.pending))
+                load.pending.clear()
                 break
-            url = site.pending[0]
-            host = url_host(url)
-            ready = self.pacer.ready_at(host)
-            if ready > time.monotonic():
-                if host == url_host(request.url):
-                    return self.pacer.requeue(request)  # back when its host is ready
-                # aside no longer than the limit: a sitemap host's Crawl-delay
-                # (or hold) may be far longer, and nothing else would end the wait
-                return self.pacer.requeue(request, until=min(ready, site.started + LOAD_LIMIT))
-            site.busy = Deferred()
+            aside = self._not_ready(load, request)
+            if aside is not None:
+                return aside
+            load.busy = Deferred()
             try:
                 # the target fetching it waits no longer than the limit either
                 # (nor do its host's other targets, which wait for it)
-                doc = await self.documents.get(origin, url, max_wait=SHORT_WAIT, timeout=left)
+                await self._read_next(site, load, origin, left)
             except HostBusy as exc:
-                self.pacer.defer(host, exc.ready_in)
+                self.pacer.defer(url_host(load.pending[0]), exc.ready_in)
                 return self.pacer.requeue(request)
             finally:
-                busy, site.busy = site.busy, None
+                busy, load.busy = load.busy, None
                 busy.callback(None)
-            site.pending.pop(0)
-            site.budget -= doc.how != "adopted"  # a request, whatever it answered
-            if doc.error is None:
-                room = max(0, site.budget - len(site.pending))
-                site.pending += [c for c in doc.children if c != url][:room]
-                for key, (lastmod, end) in doc.claims.items():
-                    known = site.claims.get(key)
-                    if known is None or end > known[1]:
-                        site.claims[key] = (lastmod, end, url)
-        if site.state == "loading":
-            site.state = "ready" if site.claims else "off"
+        if site.reading is Reading.LOADING:
+            site.reading, site.load = rules.reading_done(site.claims), None
             site.why = f"{len(site.claims)} targets claimed"
             logger.info("Sitemaps of %(origin)s: %(why)s", {"origin": origin, "why": site.why})
         return None
 
+    def _not_ready(self, load: SitemapLoad, request: Request) -> Request | None:
+        """*request* back to the frontier while the next document's host is
+        not ready; None when it is."""
+        host = url_host(load.pending[0])
+        ready = self.pacer.ready_at(host)
+        if ready <= time.monotonic():
+            return None
+        if host == url_host(request.url):
+            return self.pacer.requeue(request)  # back when its host is ready
+        # aside no longer than the limit: a sitemap host's Crawl-delay (or
+        # hold) may be far longer, and nothing else would end the wait
+        return self.pacer.requeue(request, until=min(ready, load.started + LOAD_LIMIT))
+
+    async def _read_next(
+        self, site: OriginSitemaps, load: SitemapLoad, origin: str, left: float
+    ) -> None:
+        """Read the next pending document into *site*'s claims; an index's
+        sitemaps join the pending ones, as far as the budget goes."""
+        url = load.pending[0]
+        doc = await self.documents.get(origin, url, max_wait=SHORT_WAIT, timeout=left)
+        load.pending.pop(0)
+        load.budget -= doc.how != "adopted"  # a request, whatever it answered
+        if doc.error is None:
+            room = max(0, load.budget - len(load.pending))
+            load.pending += [c for c in doc.children if c != url][:room]
+            site.claims = rules.claims_read(site.claims, url, doc.claims)
+
     def _off(self, site: OriginSitemaps, why: str) -> None:
-        site.state, site.why = "off", why
+        site.reading, site.why, site.load = Reading.OFF, why, None
         logger.warning("Sitemaps not used: %(why)s; targets revalidated as usual", {"why": why})
 
     # -- on the way back ------------------------------------------------------------
@@ -355,19 +395,10 @@ class SitemapsMiddleware:
         else:
             await self.store.delete(ANSWERED, key)
         site = self._origins.get(origin)
-        if site is None:
-            return response
-        if site.trust == "probing" and site.probe == key and not own:
-            self._inconclusive(origin, site, f"redirected, then answered {status}")
-        elif site.trust == "probing" and site.probe == key:
-            await self._probed(origin, site, response)
-        elif key in site.changes and (200 <= status < 300 or status == 304):
-            site.changes.discard(key)
+        if site is not None and site.trust.probing(key):
+            await self._probed(origin, site, response, redirected=not own)
+        elif site is not None and site.changes.answered(key, status):
             self.stats.inc_value("walsh/sitemaps/claims_checked")
-            if status == 304:
-                site.change_304 += 1
-            else:
-                site.change_200 += 1
         return response
 
     def _answered_at(self, request: Request, response: Response) -> float:
@@ -395,55 +426,53 @@ class SitemapsMiddleware:
         if self.enabled and self.marks.is_target(request):
             key = target_key(request)
             site = self._origins.get(origin_of(key))
-            if site is not None and site.trust == "probing" and site.probe == key:
+            if site is not None and site.trust.probing(key):
                 self._inconclusive(origin_of(key), site, f"{type(exception).__name__}")
 
-    async def _probed(self, origin: str, site: OriginSitemaps, response: Response) -> None:
+    async def _probed(
+        self, origin: str, site: OriginSitemaps, response: Response, *, redirected: bool
+    ) -> None:
         """The probe's answer: the sitemap's claim that it is unchanged, checked."""
         status = response.status
-        if not (200 <= status < 300 or status == 304):
-            self._inconclusive(origin, site, f"answered {status}")
-            return
-        self.stats.inc_value("walsh/sitemaps/claims_checked")
-        saved = site.probe_validators if isinstance(site.probe_validators, dict) else {}
         etag = response.headers.get(b"ETag")
         modified = response.headers.get(b"Last-Modified")
-        same = status == 304 or (
-            bool(saved.get("etag")) and etag is not None
-            and etag.decode("latin-1") == saved["etag"]
-        ) or (
-            not saved.get("etag") and bool(saved.get("last_modified")) and modified is not None
-            and modified.decode("latin-1") == saved["last_modified"]
+        answer = rules.probe_answer(
+            status, redirected=redirected, stored=site.trust.validators,
+            etag=etag.decode("latin-1") if etag is not None else None,
+            last_modified=modified.decode("latin-1") if modified is not None else None,
         )  # fmt: skip
-        sitemaps = sorted({claim[2] for claim in site.claims.values()})
-        if same:
-            site.trust = "trusted"
-            await self.audit.sitemap(str(site.probe), state="trusted", sitemaps=sitemaps)
-            logger.info("Sitemaps of %(origin)s checked out on %(probe)s: trusted in this run",
-                        {"origin": origin, "probe": site.probe})  # fmt: skip
+        if answer is ProbeAnswer.INCONCLUSIVE:
+            why = f"redirected, then answered {status}" if redirected else f"answered {status}"
+            self._inconclusive(origin, site, why)
             return
-        site.trust = "dropped"
+        self.stats.inc_value("walsh/sitemaps/claims_checked")
+        probe = str(site.trust.probe)
+        site.trust = rules.probe_answered(site.trust, answer)
+        sitemaps = sorted({claim.sitemap for claim in site.claims.values()})
+        if answer is ProbeAnswer.UNCHANGED:
+            await self.audit.sitemap(probe, state="trusted", sitemaps=sitemaps)
+            logger.info("Sitemaps of %(origin)s checked out on %(probe)s: trusted in this run",
+                        {"origin": origin, "probe": probe})  # fmt: skip
+            return
         self.stats.inc_value("walsh/sitemaps/contradicted")
         until = self.store.time() + self.distrust
-        verdict = {"until": until, "why": "contradicted", "probe": site.probe}
+        verdict = {"until": until, "why": "contradicted", "probe": probe}
         await self.store.put(TRUST, origin, {**verdict, "at": self.store.time()})
-        await self.audit.sitemap(str(site.probe), state="contradicted", sitemaps=sitemaps,
+        await self.audit.sitemap(probe, state="contradicted", sitemaps=sitemaps,
                                  why=f"answered {status} with new validators")  # fmt: skip
         logger.warning(
             "Sitemaps of %(origin)s contradicted: %(probe)s, claimed unchanged, answered %(s)d "
             "with new validators; not used until %(until)s (WALSH_SITEMAP_DISTRUST), its "
             "targets revalidated as usual",
-            {"origin": origin, "probe": site.probe, "s": status, "until": utc_iso(until)},
+            {"origin": origin, "probe": probe, "s": status, "until": utc_iso(until)},
         )
 
     def _inconclusive(self, origin: str, site: OriginSitemaps, why: str) -> None:
-        site.probe_tries += 1
-        site.trust, site.probe = "untested", None
-        if site.probe_tries >= PROBE_TRIES:
-            site.trust = "dropped"
+        site.trust = rules.probe_answered(site.trust, ProbeAnswer.INCONCLUSIVE)
+        if site.trust.trust is rules.Trust.DROPPED:
             logger.warning(
                 "Sitemaps of %(origin)s not checked (%(why)s, %(n)d tries): not used in this run",
-                {"origin": origin, "why": why, "n": PROBE_TRIES},
+                {"origin": origin, "why": why, "n": rules.PROBE_TRIES},
             )
 
     async def _closed(self, spider: Any) -> None:
@@ -457,15 +486,15 @@ class SitemapsMiddleware:
                 n = max(n, int(saved.get("targets") or 0))  # another worker of this run
             await self.store.put(HISTORY, origin, {"targets": n, "at": self.store.time()})
         for origin, site in self._origins.items():
-            if site.change_304 >= STALE_MIN_CLAIMS and not site.change_200:
+            if site.changes.stale:
                 self.stats.inc_value("walsh/sitemaps/stale")
                 until = self.store.time() + self.stale
                 verdict = {"until": until, "why": "stale", "at": self.store.time()}
                 await self.store.put(TRUST, origin, verdict)
-                why = f"{site.change_304} claims of change, each answered 304"
+                why = f"{site.changes.unchanged} claims of change, each answered 304"
                 await self.audit.sitemap(origin + "/", state="stale", why=why)
                 logger.warning(
                     "Sitemaps of %(origin)s claimed %(n)d changes and every one answered 304: "
                     "not fetched until %(until)s (WALSH_SITEMAP_STALE)",
-                    {"origin": origin, "n": site.change_304, "until": utc_iso(until)},
+                    {"origin": origin, "n": site.changes.unchanged, "until": utc_iso(until)},
                 )
