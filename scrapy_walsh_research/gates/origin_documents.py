@@ -97,7 +97,7 @@ async def fetched_once(
     fetch: Callable[[], Awaitable[T]],
 ) -> tuple[T, bool]:
     """A stored document, or one fetch of it per fleet: the one stored
-    single-flight fetch every document the bundle reads goes through
+    single-flight fetch of the documents read before their targets
     (robots.txt, tdmrep.json, each sitemap). *stored* is the copy still in
     force (None: none); with shared state one worker holds the fleet's lock
     *lock* while it fetches, and the others wait for it and adopt what it
