@@ -102,6 +102,12 @@ def uses_frontier(settings: BaseSettings) -> bool:
     return is_subclass(loaded(settings["SCHEDULER"]), FRONTIER)
 
 
+def retries(settings: BaseSettings) -> bool:
+    """Whether the R5 gate (or a subclass) is in the downloader chain: only
+    then is an answer's backoff planned (a ``Retry-After`` holds regardless)."""
+    return any(is_subclass(cls, RETRY_MW) for cls in enabled_downloader_middlewares(settings))
+
+
 def url_length_limit(settings: BaseSettings) -> int:
     """The longest URL the crawl sends: ``URLLENGTH_LIMIT`` while Scrapy's
     ``UrlLengthMiddleware`` (or a subclass) is enabled, else 0 (no limit)."""

@@ -146,7 +146,7 @@ def test_components_ask_each_other_through_declared_interfaces():
 def test_retry_after_is_parsed_in_one_place_and_a_hold_written_by_one_gate():
     parse = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "parse_retry_after(" in p.read_text()]  # fmt: skip
-    assert sorted(map(str, parse)) == ["core/retry_after.py", "gates/retry.py"]
+    assert sorted(map(str, parse)) == ["core/retry_after.py", "scheduling/backoff.py"]
     holds = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "pacer.hold(" in p.read_text()]  # fmt: skip
     assert [str(p) for p in holds] == ["gates/pacing.py"]
