@@ -179,6 +179,80 @@ def test_every_component_path_the_docs_give_is_importable(path):
     assert hasattr(importlib.import_module(module), name), path
 
 
+def _between(path: Path, start: str, end: str) -> str:
+    text = path.read_text()
+    begin = text.index(start)
+    return text[begin : text.index(end, begin)]
+
+
+#: where the gate chain is described, and how each description names a gate:
+#: the prose by the labels of ``components.GATE_LABELS``, the diagrams by class
+CHAIN_DESCRIPTIONS = {
+    "the package's docstring": (
+        lambda: ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text())) or "",
+        "label",
+    ),
+    "the gates' docstring": (
+        lambda: ast.get_docstring(ast.parse((PACKAGE / "gates" / "__init__.py").read_text()))
+        or "",
+        "label",
+    ),
+    "README.md": (
+        lambda: _between(ROOT / "README.md", "Before every request", "\n```\n\n"),
+        "label",
+    ),
+    "docs/gates.rst": (
+        lambda: _between(ROOT / "docs" / "gates.rst", "targets spider", "The scheduler is"),
+        "class",
+    ),
+    "docs/architecture.rst": (
+        lambda: _between(
+            ROOT / "docs" / "architecture.rst", "Out, a declared target", "A gate that denies"
+        ),
+        "class",
+    ),
+}
+
+
+def _chain_faults(text: str, naming: str) -> list[str]:
+    """What a description of the chain gets wrong against the component
+    table: a gate it leaves out, or one named before a gate that precedes it."""
+    from scrapy_walsh_research import components
+
+    chain = sorted(components.DOWNLOADER_MIDDLEWARES, key=components.DOWNLOADER_MIDDLEWARES.get)
+    assert set(components.GATE_LABELS) == set(chain)  # every gate has its label
+    flat = " ".join(text.split())
+    names = [
+        components.GATE_LABELS[path] if naming == "label" else path.rpartition(".")[2]
+        for path in chain
+    ]
+    at = {name: m.start() for name in names if (m := re.search(rf"\b{re.escape(name)}\b", flat))}
+    faults = [f"leaves out {name!r}" for name in names if name not in at]
+    said = sorted(at, key=at.__getitem__)
+    expected = [name for name in names if name in said]
+    if said != expected:
+        faults.append(f"names {said}, the chain is {expected}")
+    return faults
+
+
+@pytest.mark.parametrize("where", sorted(CHAIN_DESCRIPTIONS))
+def test_every_description_of_the_chain_names_every_gate_in_the_chain_order(where):
+    describe, naming = CHAIN_DESCRIPTIONS[where]
+    assert _chain_faults(describe(), naming) == []
+
+
+def test_a_description_leaving_a_gate_out_or_misordering_one_is_caught():
+    from scrapy_walsh_research.components import GATE_LABELS, SITEMAPS_MW, VALIDATORS_MW
+
+    chain = " -> ".join(GATE_LABELS.values())
+    assert _chain_faults(chain, "label") == []
+    sitemaps, validators = GATE_LABELS[SITEMAPS_MW], GATE_LABELS[VALIDATORS_MW]
+    left_out = chain.replace(f"{sitemaps} -> ", "")
+    assert _chain_faults(left_out, "label") == [f"leaves out {sitemaps!r}"]
+    swapped = chain.replace(sitemaps, "@").replace(validators, sitemaps).replace("@", validators)
+    assert len(_chain_faults(swapped, "label")) == 1
+
+
 def test_the_pure_core_loads_neither_scrapy_nor_twisted():
     modules = sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts)
