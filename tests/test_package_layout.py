@@ -34,7 +34,7 @@ PUBLIC_PATHS = sorted(
 TOP_LEVEL = {
     "__init__.py", "_moved.py", "addon.py", "components.py", "errors.py", "per_crawler.py",
     "records.py", "py.typed",
-    "_runtime", "commands", "conformance", "core", "evidence", "extensions", "gates",
+    "_runtime", "commands", "conformance", "core", "documents", "evidence", "extensions", "gates",
     "identity", "sandbox", "scheduling", "settings", "spiders", "state",
 }  # fmt: skip
 
@@ -58,6 +58,25 @@ def test_every_gate_is_a_module_of_gates_and_the_scheduling_side_imports_none():
             n.module or "" for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)
         }
         assert not {m for m in imported if m.startswith("scrapy_walsh_research.gates")}, path
+
+
+def test_gates_holds_gates_and_what_the_document_gates_share_is_in_documents():
+    from scrapy.utils.misc import load_object
+
+    from scrapy_walsh_research import components
+
+    gates = {
+        load_object(path).__module__
+        for path in [*components.DOWNLOADER_MIDDLEWARES, *components.SPIDER_MIDDLEWARES]
+    }
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (PACKAGE / "gates").rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    # the bases of the document gates, still beside the gates that use them
+    bases = {"origin_documents", "sitemap_documents"}
+    assert modules - gates == {f"scrapy_walsh_research.gates.{m}" for m in bases}
 
 
 def test_the_root_exports_every_component_path_users_write():

@@ -8,8 +8,9 @@ own ``downloadermiddlewares/`` are::
       -> R5 retry (550) -> R4 pacing (950) -> R1 exact User-Agent (1000)
 
 with the base of the two gates that read an origin's documents
-(:mod:`.origin_documents`) and what their targets do while one is unknown
-(:mod:`.waits`). A gate that refuses raises
+(:mod:`.origin_documents`); what the document gates share (what their
+targets do while a document is unknown, the operator's blocklist kept in
+force) is :mod:`scrapy_walsh_research.documents`. A gate that refuses raises
 :class:`~scrapy_walsh_research.errors.WalshDenied` through
 :func:`~scrapy_walsh_research.errors.deny`. Users name the gates by the paths
 the package root exports (``scrapy_walsh_research.RobotsTxtMiddleware``).
