@@ -1,7 +1,12 @@
 """scrapy-walsh-research: a Scrapy add-on for the Walsh-Research bot contract.
 
-Gate chain before every request (spec §5): operator blocklist (R3) ->
-robots.txt (R2) -> pacing (R4) -> the exact User-Agent (R1) -> backoff (R5).
+Gate chain before every request, in the order the add-on installs it (the
+spec's order, §5, with the bundle's other gates between)::
+
+    R6 scope -> R8 cadence -> R3 operator blocklist -> R2 robots.txt (RFC 9309)
+      -> PREF usage preferences -> R7 sitemaps -> R7 validators -> R9 negotiation
+      -> R5 retry (backoff on 429/503, on the way back) -> R4 pacing
+      -> R1 exact User-Agent
 
 The paths users write in settings are the names exported here::
 

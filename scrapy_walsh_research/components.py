@@ -46,6 +46,22 @@ DOWNLOADER_MIDDLEWARES: dict[str, int] = {
     PACING_MW: 950,  # R4, after every component that can issue or alter a request
     USERAGENT_MW: 1000,  # R1 last, nearest the wire: nothing can change it after
 }
+#: How the descriptions of the chain (README, the package's and the gates'
+#: docstrings) name each gate: every gate, in the order above
+#: (``tests/test_package_layout.py`` checks them).
+GATE_LABELS: dict[str, str] = {
+    SCOPE_MW: "R6 scope",
+    CADENCE_MW: "R8 cadence",
+    BLOCKLIST_MW: "R3 operator blocklist",
+    ROBOTS_MW: "R2 robots.txt",
+    PREFERENCES_MW: "PREF usage preferences",
+    SITEMAPS_MW: "R7 sitemaps",
+    VALIDATORS_MW: "R7 validators",
+    NEGOTIATION_MW: "R9 negotiation",
+    RETRY_MW: "R5 retry",
+    PACING_MW: "R4 pacing",
+    USERAGENT_MW: "R1 exact User-Agent",
+}
 #: R6: closest to the engine, so requests any spider middleware adds are seen too.
 SPIDER_MIDDLEWARES: dict[str, int] = {SCOPE_SPIDER_MW: 5}
 SCRAPY_ROBOTS_MW = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
@@ -100,6 +116,12 @@ def is_subclass(cls: Any, path: str) -> bool:
 def uses_frontier(settings: BaseSettings) -> bool:
     """Whether the scheduler is the per-host frontier (it can take a paced request back)."""
     return is_subclass(loaded(settings["SCHEDULER"]), FRONTIER)
+
+
+def retries(settings: BaseSettings) -> bool:
+    """Whether the R5 gate (or a subclass) is in the downloader chain: only
+    then is an answer's backoff planned (a ``Retry-After`` holds regardless)."""
+    return any(is_subclass(cls, RETRY_MW) for cls in enabled_downloader_middlewares(settings))
 
 
 def url_length_limit(settings: BaseSettings) -> int:

@@ -445,7 +445,7 @@ def blocklist_lines(caplog: Any, level: int) -> list[str]:
         r.getMessage()
         for r in caplog.records
         if r.levelno == level and r.name.startswith(("scrapy_walsh_research.gates.blocklist",
-                                                     "scrapy_walsh_research.gates.waits"))
+                                                     "scrapy_walsh_research.documents"))
     ]  # fmt: skip
 
 

@@ -34,7 +34,7 @@ PUBLIC_PATHS = sorted(
 TOP_LEVEL = {
     "__init__.py", "_moved.py", "addon.py", "components.py", "errors.py", "per_crawler.py",
     "records.py", "py.typed",
-    "_runtime", "commands", "conformance", "core", "evidence", "extensions", "gates",
+    "_runtime", "commands", "conformance", "core", "documents", "evidence", "extensions", "gates",
     "identity", "sandbox", "scheduling", "settings", "spiders", "state",
 }  # fmt: skip
 
@@ -58,6 +58,25 @@ def test_every_gate_is_a_module_of_gates_and_the_scheduling_side_imports_none():
             n.module or "" for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ImportFrom)
         }
         assert not {m for m in imported if m.startswith("scrapy_walsh_research.gates")}, path
+
+
+def test_gates_holds_gates_and_what_the_document_gates_share_is_in_documents():
+    from scrapy.utils.misc import load_object
+
+    from scrapy_walsh_research import components
+
+    gates = {
+        load_object(path).__module__
+        for path in [*components.DOWNLOADER_MIDDLEWARES, *components.SPIDER_MIDDLEWARES]
+    }
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (PACKAGE / "gates").rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    # the bases of the document gates, still beside the gates that use them
+    bases = {"origin_documents", "sitemap_documents"}
+    assert modules - gates == {f"scrapy_walsh_research.gates.{m}" for m in bases}
 
 
 def test_the_root_exports_every_component_path_users_write():
@@ -146,7 +165,7 @@ def test_components_ask_each_other_through_declared_interfaces():
 def test_retry_after_is_parsed_in_one_place_and_a_hold_written_by_one_gate():
     parse = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "parse_retry_after(" in p.read_text()]  # fmt: skip
-    assert sorted(map(str, parse)) == ["core/retry_after.py", "gates/retry.py"]
+    assert sorted(map(str, parse)) == ["core/retry_after.py", "scheduling/backoff.py"]
     holds = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "pacer.hold(" in p.read_text()]  # fmt: skip
     assert [str(p) for p in holds] == ["gates/pacing.py"]
@@ -177,6 +196,80 @@ def test_the_docs_name_the_component_paths_users_write():
 def test_every_component_path_the_docs_give_is_importable(path):
     module, _, name = path.rpartition(".")
     assert hasattr(importlib.import_module(module), name), path
+
+
+def _between(path: Path, start: str, end: str) -> str:
+    text = path.read_text()
+    begin = text.index(start)
+    return text[begin : text.index(end, begin)]
+
+
+#: where the gate chain is described, and how each description names a gate:
+#: the prose by the labels of ``components.GATE_LABELS``, the diagrams by class
+CHAIN_DESCRIPTIONS = {
+    "the package's docstring": (
+        lambda: ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text())) or "",
+        "label",
+    ),
+    "the gates' docstring": (
+        lambda: ast.get_docstring(ast.parse((PACKAGE / "gates" / "__init__.py").read_text()))
+        or "",
+        "label",
+    ),
+    "README.md": (
+        lambda: _between(ROOT / "README.md", "Before every request", "\n```\n\n"),
+        "label",
+    ),
+    "docs/gates.rst": (
+        lambda: _between(ROOT / "docs" / "gates.rst", "targets spider", "The scheduler is"),
+        "class",
+    ),
+    "docs/architecture.rst": (
+        lambda: _between(
+            ROOT / "docs" / "architecture.rst", "Out, a declared target", "A gate that denies"
+        ),
+        "class",
+    ),
+}
+
+
+def _chain_faults(text: str, naming: str) -> list[str]:
+    """What a description of the chain gets wrong against the component
+    table: a gate it leaves out, or one named before a gate that precedes it."""
+    from scrapy_walsh_research import components
+
+    chain = sorted(components.DOWNLOADER_MIDDLEWARES, key=components.DOWNLOADER_MIDDLEWARES.get)
+    assert set(components.GATE_LABELS) == set(chain)  # every gate has its label
+    flat = " ".join(text.split())
+    names = [
+        components.GATE_LABELS[path] if naming == "label" else path.rpartition(".")[2]
+        for path in chain
+    ]
+    at = {name: m.start() for name in names if (m := re.search(rf"\b{re.escape(name)}\b", flat))}
+    faults = [f"leaves out {name!r}" for name in names if name not in at]
+    said = sorted(at, key=at.__getitem__)
+    expected = [name for name in names if name in said]
+    if said != expected:
+        faults.append(f"names {said}, the chain is {expected}")
+    return faults
+
+
+@pytest.mark.parametrize("where", sorted(CHAIN_DESCRIPTIONS))
+def test_every_description_of_the_chain_names_every_gate_in_the_chain_order(where):
+    describe, naming = CHAIN_DESCRIPTIONS[where]
+    assert _chain_faults(describe(), naming) == []
+
+
+def test_a_description_leaving_a_gate_out_or_misordering_one_is_caught():
+    from scrapy_walsh_research.components import GATE_LABELS, SITEMAPS_MW, VALIDATORS_MW
+
+    chain = " -> ".join(GATE_LABELS.values())
+    assert _chain_faults(chain, "label") == []
+    sitemaps, validators = GATE_LABELS[SITEMAPS_MW], GATE_LABELS[VALIDATORS_MW]
+    left_out = chain.replace(f"{sitemaps} -> ", "")
+    assert _chain_faults(left_out, "label") == [f"leaves out {sitemaps!r}"]
+    swapped = chain.replace(sitemaps, "@").replace(validators, sitemaps).replace("@", validators)
+    assert len(_chain_faults(swapped, "label")) == 1
 
 
 def test_the_pure_core_loads_neither_scrapy_nor_twisted():

@@ -229,7 +229,7 @@ async def test_a_large_list_with_one_bad_entry_is_rejected_and_the_list_in_force
 async def test_a_child_process_that_dies_does_not_cost_the_list(server, tmp_path, monkeypatch):
     """A child without an answer (killed, cannot start) is no verdict on the
     list: it is read in a thread instead, and still blocks."""
-    from scrapy_walsh_research.gates.blocklist import build
+    from scrapy_walsh_research.documents.blocklist import build
 
     monkeypatch.setattr(build, "CHILD_CODE", "raise SystemExit(3)")
     serve_list(server, large("gone.test"))
@@ -248,7 +248,7 @@ def test_the_child_process_imports_only_the_pure_core():
     import subprocess
     import sys
 
-    from scrapy_walsh_research.gates.blocklist.build import CHILD_MODULE
+    from scrapy_walsh_research.documents.blocklist.build import CHILD_MODULE
 
     code = f"import json, sys; import {CHILD_MODULE}; print(json.dumps(sorted(sys.modules)))"
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from scrapy_walsh_research.components import RETRY_MW
 from scrapy_walsh_research.core.retry_after import MAX_RETRY_AFTER
-from scrapy_walsh_research.gates import retry as retry_gate
 from scrapy_walsh_research.gates.retry import parse_retry_after
 from scrapy_walsh_research.sandbox import Reply
+from scrapy_walsh_research.scheduling import backoff as r5_backoff
 from tests.support.crawling import TDMREP, base_settings, crawl
 
 NOW = datetime(2026, 11, 21, 12, 0, 0, tzinfo=timezone.utc)
@@ -194,7 +194,12 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
 
     crawler = get_crawler(
         TargetsSpider,
-        {"WALSH_RETRY_BASE_DELAY": 1.0, "WALSH_RETRY_TIMES": 10, "WALSH_STATE_DIR": str(tmp_path)},
+        {
+            "WALSH_RETRY_BASE_DELAY": 1.0,
+            "WALSH_RETRY_TIMES": 10,
+            "WALSH_STATE_DIR": str(tmp_path),
+            "DOWNLOADER_MIDDLEWARES": {RETRY_MW: 550},  # the R5 gate in the chain: it retries
+        },
     )
     (tmp_path / "urls.txt").write_text("http://j.test/x\n")
     crawler.spider = TargetsSpider.from_crawler(crawler, list=str(tmp_path / "urls.txt"))
@@ -216,12 +221,37 @@ async def test_backoff_has_full_jitter_and_grows_exponentially(tmp_path):
     assert sum(third) / 40 > sum(first) / 40  # and they grow with the attempt
 
 
+@pytest.mark.parametrize("in_chain", [True, False])
+def test_a_backoff_is_planned_only_while_the_r5_gate_is_in_the_chain(tmp_path, in_chain):
+    """Whether R5 retries is read from the chain Scrapy builds, before any
+    gate is built: the pacing gate (built after the retry gate, or without
+    it) asks the same decision either way."""
+    import scrapy
+    from scrapy.http import Response
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_walsh_research.scheduling.backoff import Backoff
+
+    crawler = get_crawler(
+        settings_dict={
+            "WALSH_STATE_DIR": str(tmp_path),
+            "DOWNLOADER_MIDDLEWARES": {RETRY_MW: 550 if in_chain else None},
+        }
+    )
+    request = scrapy.Request("http://p.test/x")
+    hold = Backoff.for_crawler(crawler).after(
+        request, response=Response(request.url, status=503, request=request)
+    )
+    assert (hold.backoff is not None) is in_chain
+    assert hold.retry_after is None
+
+
 @pytest_twisted.ensureDeferred
 async def test_a_backoff_holds_the_host_for_the_step_drawn(server, tmp_path, monkeypatch):
     """A 503 without Retry-After holds its host for the drawn backoff step, at
     the origin: the retry and the host's next target wait it out. (The step is
     drawn at its top, 6 s, so the wait is longer than the 1 s interval.)"""
-    monkeypatch.setattr(retry_gate.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(r5_backoff.random, "uniform", lambda low, high: high)
     url = target(server, "bo.test", "/x", once_then_ok(503, {}))
     other = target(server, "bo.test", "/y", Reply(200, "ok"))
     settings = base_settings(server, tmp_path / "s", WALSH_RETRY_BASE_DELAY=6.0)

@@ -45,10 +45,10 @@ from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.robots_policy import RobotsPolicy
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.documents.blocklist.store import STATE_NAMESPACE as BLOCKLIST
+from scrapy_walsh_research.documents.blocklist.store import carry_adopted, purge_again
 from scrapy_walsh_research.evidence.purge import stored_host
 from scrapy_walsh_research.gates import preferences, robots
-from scrapy_walsh_research.gates.blocklist.store import STATE_NAMESPACE as BLOCKLIST
-from scrapy_walsh_research.gates.blocklist.store import carry_adopted, purge_again
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
 from scrapy_walsh_research.state.namespaces import (
     ANSWERED,

@@ -238,7 +238,7 @@ def preload(settings: Settings) -> type:
                     load(component)
                     load(value)
         from scrapy_walsh_research.core.blocklist.schema import bundled_schema
-        from scrapy_walsh_research.gates.blocklist.schema import load_validator
+        from scrapy_walsh_research.documents.blocklist.schema import load_validator
 
         load_validator(bundled_schema())  # jsonschema's meta-schemas and format checkers
     finally:

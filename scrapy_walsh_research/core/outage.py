@@ -5,7 +5,7 @@ lookup says nothing about what a site allows; it says the document could
 not be read *this time*. An :class:`Outage` is that state of one document
 (robots.txt, tdmrep.json, the operator's blocklist): since when, how many
 tries, the latest answer, and when it is tried next. The gates make the
-targets that need it wait (:mod:`scrapy_walsh_research.gates.waits`); only the
+targets that need it wait (:mod:`scrapy_walsh_research.documents.waits`); only the
 bound on that wait turns it into a record, and the record says what
 happened, never what the site did not say.
 """

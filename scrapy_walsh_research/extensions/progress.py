@@ -9,7 +9,7 @@ one, times the interval in force for it now: a slow or distressed host's
 adapted one, named in the line; a host being skipped has none): no schedule
 can beat either at today's pace, so it is an honest "at least". A host
 whose robots.txt or tdmrep.json is unknown for now waits for the document's
-next try (:mod:`scrapy_walsh_research.gates.waits`): the line names those hosts
+next try (:mod:`scrapy_walsh_research.documents.waits`): the line names those hosts
 (the first few, soonest first) with the document each waits for, and their
 chains start at that try.
 """
@@ -25,7 +25,7 @@ from scrapy.exceptions import NotConfigured
 
 from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research.core.timestamps import duration_text
-from scrapy_walsh_research.gates.waits import DocumentWaits
+from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 
 if TYPE_CHECKING:

@@ -2,14 +2,15 @@
 reaches the network, one per module, in the spec's order (§5), as Scrapy's
 own ``downloadermiddlewares/`` are::
 
-    scope (R6, 55) -> cadence (R8, 60) -> blocklist (R3, 80)
-      -> robots (R2, 100) -> preferences (PREF, 110)
-      -> validators (R7, 520) -> negotiation (R9, 530) -> retry (R5, 550)
-      -> pacing (R4, 950) -> useragent (R1, 1000)
+    R6 scope (55) -> R8 cadence (60) -> R3 operator blocklist (80)
+      -> R2 robots.txt (100) -> PREF usage preferences (110)
+      -> R7 sitemaps (510) -> R7 validators (520) -> R9 negotiation (530)
+      -> R5 retry (550) -> R4 pacing (950) -> R1 exact User-Agent (1000)
 
 with the base of the two gates that read an origin's documents
-(:mod:`.origin_documents`) and what their targets do while one is unknown
-(:mod:`.waits`). A gate that refuses raises
+(:mod:`.origin_documents`); what the document gates share (what their
+targets do while a document is unknown, the operator's blocklist kept in
+force) is :mod:`scrapy_walsh_research.documents`. A gate that refuses raises
 :class:`~scrapy_walsh_research.errors.WalshDenied` through
 :func:`~scrapy_walsh_research.errors.deny`. Users name the gates by the paths
 the package root exports (``scrapy_walsh_research.RobotsTxtMiddleware``).

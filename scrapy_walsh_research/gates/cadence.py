@@ -1,14 +1,14 @@
 """R8: run infrequently. A target fetched (or answered 304) less than
 ``WALSH_RUN_INTERVAL`` seconds ago is skipped with no request at all.
 
-Cadence has one home, here: the gate, each target's last fetch (persisted
-in the state store, by canonical URL, so the rule holds across runs, which
-is where it matters), and with a fleet the claim a worker holds on a target
-while it fetches it, and its release. The claim's Lua is
-:data:`~scrapy_walsh_research.state.redis.layout_scripts.CADENCE_CLAIM`, beside the
-Redis backend's other scripts, on the per-host hashes of
-:mod:`scrapy_walsh_research.state.redis.layout`; the namespaces are named
-once in :mod:`scrapy_walsh_research.state.namespaces`. The record pipeline stamps a
+The gate asks a cadence store
+(:class:`~scrapy_walsh_research.state.protocols.CadenceStore`, one per
+crawler: :func:`~scrapy_walsh_research.state.cadence_for`) for each target's
+last fetch (persisted by canonical URL, so the rule holds across runs, which
+is where it matters) and, with a fleet, for the claim a worker holds on a
+target while it fetches it, and its release; the store's backends are in
+:mod:`scrapy_walsh_research.state.cadence` and
+:mod:`scrapy_walsh_research.state.redis.cadence`. The record pipeline stamps a
 target's fetch with its record (:meth:`CadenceMiddleware.stamp`,
 :meth:`CadenceMiddleware.release`): the gate is the crawler's
 :class:`~scrapy_walsh_research._runtime.context.CadenceStamps`.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import Marks, target_key
@@ -27,9 +27,7 @@ from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
-from scrapy_walsh_research.state import redis_url, state_for
-from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
-from scrapy_walsh_research.state.redis import layout  # no redis import: the keys' layout
+from scrapy_walsh_research.state import cadence_for
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -55,7 +53,7 @@ class CadenceMiddleware:
         self.context = context
         self.stats = crawler.stats
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
-        self.store = state_for(crawler)
+        self.store = cadence_for(crawler)
         self.marks = Marks.for_crawler(crawler)
         # Last fetch per target, read once from the store: the frontier asks
         # on every scheduling decision (from this cache only, no I/O), and
@@ -69,18 +67,6 @@ class CadenceMiddleware:
         pacer = Pacer.for_crawler(crawler)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
         pacer.add_warmer(self._load)
-        self._redis: Any = None
-        if redis_url(crawler):
-            # redis is the optional [redis] extra: imported only when in use
-            from scrapy_walsh_research.state.redis.connection import RedisConnection
-            from scrapy_walsh_research.state.redis.layout_scripts import (
-                CADENCE_CLAIM,
-                RELEASE_CLAIM,
-            )
-
-            self._redis = RedisConnection.for_crawler(crawler)
-            self._claim = self._redis.client.register_script(CADENCE_CLAIM)
-            self._release = self._redis.client.register_script(RELEASE_CLAIM)
         context.cadence = self  # the record pipeline stamps with it
 
     @classmethod
@@ -106,9 +92,9 @@ class CadenceMiddleware:
         if self.interval > 0 and self.marks.is_target(request):
             key = target_key(request)
             if key not in self._last:
-                last = await self.store.get(CADENCE, key)
+                last = await self.store.last_fetch(key)
                 if key not in self._last:
-                    self._remember(key, float(last) if isinstance(last, (int, float)) else None)
+                    self._remember(key, last)
 
     def _remember(self, key: str, last: float | None) -> None:
         self._last[key] = last
@@ -121,7 +107,7 @@ class CadenceMiddleware:
         due = self._due_at(request)
         if due is None:
             if (
-                self._redis is not None
+                self.store.claims
                 and self.interval > 0
                 and self.marks.is_target(request)
                 and self._commits_with_records()
@@ -145,20 +131,7 @@ class CadenceMiddleware:
         """Claim *request*'s target for this worker (its hops and retries claim
         it again: a claim this worker holds is granted again)."""
         key = target_key(request)
-        conn = self._redis
-        await conn.announce()
-        host = layout.bucket_host(key)
-        keys = [
-            layout.bucket(conn, CADENCE, host),
-            layout.bucket(conn, CADENCE_CLAIMS, host),
-            layout.legacy(conn, CADENCE),
-            layout.legacy(conn, CADENCE_CLAIMS),
-        ]
-        args = [layout.field(key, host), self.interval, conn.worker, conn.key("alive", ""), key,
-                layout.retention_of(conn)[CADENCE_CLAIMS]]  # fmt: skip
-        status, value = await self._redis.call(
-            "claim cadence", lambda r: self._claim(keys=keys, args=args, client=r)
-        )
+        status, value = await self.store.claim(key, self.interval)
         if status == "recent":
             self._remember(key, float(value))
             await self.process_request(request)  # denies, with the reason
@@ -177,7 +150,7 @@ class CadenceMiddleware:
         if at is None:
             at = self.store.time()
         if not written:
-            await self.store.put(CADENCE, key, at)
+            await self.store.note_fetch(key, at)
         self._remember(key, at)
 
     async def process_response(self, request: Request, response: Response) -> Response:
@@ -192,12 +165,4 @@ class CadenceMiddleware:
     async def release(self, key: str) -> None:
         """This worker no longer fetches the target *key* (its record is
         written): with a fleet, its claim goes, if it is still this worker's."""
-        if self._redis is None:
-            return
-        conn = self._redis
-        host = layout.bucket_host(key)
-        keys = [layout.bucket(conn, CADENCE_CLAIMS, host)]
-        args = [layout.field(key, host), conn.worker]
-        await conn.call(
-            "release claim", lambda r: self._release(keys=keys, args=args, client=r)
-        )
+        await self.store.release(key)

@@ -13,7 +13,7 @@ other:
   the TTL) across evictions, restarts and workers;
 * a document a transient failure left unknown (with no last good copy) is
   a wait, not a verdict: its targets go back to the frontier until its next
-  try, within ``WALSH_POLICY_WAIT`` (:mod:`scrapy_walsh_research.gates.waits`);
+  try, within ``WALSH_POLICY_WAIT`` (:mod:`scrapy_walsh_research.documents.waits`);
   only the bound gives them a record (``skipped``, no request);
 * fetching is itself a request to the host: never sent to a host that is
   skipped, and a target whose host is not ready goes back to the frontier
@@ -46,9 +46,9 @@ from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, Marks, intern
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.documents.names import NameLookups
+from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
-from scrapy_walsh_research.gates.names import NameLookups
-from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay

@@ -12,7 +12,7 @@ stopping nothing is sent: a target is ended (:class:`WalshStopped`), the
 bundle's own request is refused as :class:`HostBusy`. A host that must
 not be contacted at all (skipped: R4 or R5) denies the target. On the way
 back it puts the hold R5 decided for the answer on the host
-(:class:`~scrapy_walsh_research.gates.retry.Backoff`), folds the answer into
+(:class:`~scrapy_walsh_research.scheduling.backoff.Backoff`), folds the answer into
 the host's load and distress, commits when the request left, and writes the
 audit entry. Correctness lives here; the frontier only makes it fast.
 """
@@ -33,7 +33,7 @@ from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.gates.retry import Backoff
+from scrapy_walsh_research.scheduling.backoff import Backoff
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.settings.check import check_configuration
 

@@ -10,33 +10,21 @@ Replaces Scrapy's ``RetryMiddleware``, which retries 429/503 at once. Here:
 * the wait holds back the whole host (no request to it before the retry
   time) while other hosts go on; the retry passes every gate again.
 
-One decision per answer, one writer of the hold. :class:`Backoff` decides
-what an answer holds its host for: the ``Retry-After`` it carries (parsed
-here, once), else the backoff step of a request this gate will retry (drawn
-once), or, giving up on an overloaded host that named no time, one more
-step. The pacing gate asks first, while the request still holds its host's
-slot (a hold written after the slot is free could let another worker in),
-and writes the hold to the host's clock (:meth:`Pacer.hold
-<scrapy_walsh_research.scheduling.pacer.Pacer.hold>`); :class:`RetryMiddleware`
-then retries with the same decision, or gives up. A ``Retry-After`` binds
-the host on every 429/503, retried or not, given up or not, whichever
-middleware retries.
+What an answer holds its host for is decided once, by
+:class:`~scrapy_walsh_research.scheduling.backoff.Backoff` (``Retry-After``
+parsed there); the pacing gate puts it on the host's clock, and this gate
+retries with the same decision, or gives up.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scrapy_walsh_research._runtime.meta import GAVE_UP_META
-from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.scheduling.backoff import TRANSIENT_CODES, Backoff
 from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
@@ -45,93 +33,11 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from typing_extensions import Self
 
+    from scrapy_walsh_research.scheduling.backoff import Hold
+
 logger = logging.getLogger(__name__)
 
-TRANSIENT_CODES = frozenset({500, 502, 504, 408})
-__all__ = ["RATE_LIMIT_CODES", "Backoff", "Hold", "RetryMiddleware", "parse_retry_after"]
-
-
-@dataclass(frozen=True)
-class Hold:
-    """What one answer holds its host for (R5), decided once."""
-
-    #: seconds the host is held after the answer (None: not held)
-    seconds: float | None
-    #: what set it: ``Retry-After`` or ``backoff``
-    by: str
-    #: the valid Retry-After the answer carried (429/503 only; 0 included)
-    retry_after: float | None = None
-    #: the backoff step drawn for this answer (None: none planned)
-    backoff: float | None = None
-
-
-class Backoff:
-    """R5's decision for each answer, one per crawler: what it holds its host for."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        settings = crawler.settings
-        self.max_times = settings.getint("WALSH_RETRY_TIMES", defaults.WALSH_RETRY_TIMES)
-        self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", defaults.WALSH_RETRY_BASE_DELAY)
-        self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY)
-        self.exceptions = tuple(loaded(x) for x in settings.getlist("RETRY_EXCEPTIONS"))
-        #: whether the R5 gate is in the chain (it says so when built): only
-        #: then does an answer plan a backoff; a Retry-After holds regardless
-        self.retrying = False
-        self._decided: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> Backoff:
-        return per_crawler(crawler, Backoff, lambda: cls(crawler))
-
-    def step(self, attempt: int) -> float:
-        """The longest wait before retry *attempt*: the base delay doubled per
-        attempt, at most ``WALSH_RETRY_MAX_DELAY``."""
-        return min(self.max_delay, self.base * 2.0**attempt)
-
-    def after(
-        self,
-        request: Request,
-        *,
-        response: Response | None = None,
-        exception: Exception | None = None,
-    ) -> Hold:
-        """What the answer to *request* (its *response*, or the *exception*
-        instead) holds its host for: decided when first asked, the same after."""
-        decided = self._decided.get(request)
-        if decided is None:
-            decided = self._decided[request] = self._decide(request, response, exception)
-        return decided
-
-    def _decide(
-        self, request: Request, response: Response | None, exception: Exception | None
-    ) -> Hold:
-        status = response.status if response is not None else None
-        retry_after = None
-        if response is not None and status in RATE_LIMIT_CODES:
-            retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
-        if retry_after:  # "Retry-After: 0" names no wait: the backoff still applies
-            return Hold(retry_after, "Retry-After", retry_after=retry_after)
-        planned = self._plan(request, status, exception)
-        return Hold(planned, "backoff", retry_after=retry_after, backoff=planned)
-
-    def _plan(
-        self, request: Request, status: int | None, exception: Exception | None
-    ) -> float | None:
-        """The backoff this answer holds its host for, when the R5 gate will
-        retry the request (or gives up on an overloaded host), else None."""
-        if not self.retrying or request.meta.get("dont_retry"):
-            return None
-        if exception is not None:
-            if not isinstance(exception, self.exceptions):
-                return None
-        elif status not in RATE_LIMIT_CODES | TRANSIENT_CODES:
-            return None
-        attempt: int = request.meta.get("retry_times", 0)
-        if attempt >= self.max_times:
-            # giving up on a host still overloaded that named no time: one
-            # more backoff step for the whole host before anything else
-            return self.step(attempt) if status in RATE_LIMIT_CODES else None
-        return random.uniform(0, self.step(attempt))
+__all__ = ["RATE_LIMIT_CODES", "RetryMiddleware", "parse_retry_after"]
 
 
 class RetryMiddleware:
@@ -139,7 +45,6 @@ class RetryMiddleware:
         self.crawler = crawler
         self.stats = crawler.stats
         self.backoff = Backoff.for_crawler(crawler)
-        self.backoff.retrying = True
         self.max_times = self.backoff.max_times
         self.priority_adjust = crawler.settings.getint("RETRY_PRIORITY_ADJUST")
 

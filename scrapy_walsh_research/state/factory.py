@@ -1,5 +1,5 @@
-"""One store and one host clock per crawler: the one place that picks a
-backend (SQLite and in-process clocks, or Redis when ``WALSH_REDIS_URL`` is
+"""One store, one host clock and one cadence store per crawler: the one
+place that picks a backend (SQLite and in-process clocks, or Redis when ``WALSH_REDIS_URL`` is
 set). Both backends are imported from here and neither imports this module.
 """
 
@@ -12,6 +12,7 @@ from scrapy import signals
 from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
+from scrapy_walsh_research.state.cadence import StoredCadence
 from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
 from scrapy_walsh_research.state.namespaces import retention
@@ -20,7 +21,7 @@ from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from scrapy_walsh_research.state.protocols import HostClock, StateStore
+    from scrapy_walsh_research.state.protocols import CadenceStore, HostClock, StateStore
 
 def redis_url(crawler: Crawler) -> str | None:
     """``WALSH_REDIS_URL``: when set, all politeness state is shared in Redis."""
@@ -80,3 +81,18 @@ def clock_for(crawler: Crawler) -> HostClock:
         crawler.settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
     )
     return PersistentHostClock(state_for(crawler), cache_size=size, stats=crawler.stats)
+
+
+def cadence_for(crawler: Crawler) -> CadenceStore:
+    """The crawler's cadence store (R8): each target's last fetch in the
+    crawler's store, and with ``WALSH_REDIS_URL`` the fleet's claims."""
+    return per_crawler(crawler, cadence_for, lambda: _open_cadence(crawler))
+
+
+def _open_cadence(crawler: Crawler) -> CadenceStore:
+    if redis_url(crawler):
+        from scrapy_walsh_research.state.redis.cadence import RedisCadence
+        from scrapy_walsh_research.state.redis.connection import RedisConnection
+
+        return RedisCadence(state_for(crawler), RedisConnection.for_crawler(crawler))
+    return StoredCadence(state_for(crawler))

@@ -22,9 +22,9 @@ from scrapy_walsh_research.settings import defaults
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-#: R8: each target's last fetch (gates.cadence)
+#: R8: each target's last fetch (state.cadence)
 CADENCE = "cadence"
-#: R8 with a fleet: which worker is fetching a target now (gates.cadence)
+#: R8 with a fleet: which worker is fetching a target now (state.redis.cadence)
 CADENCE_CLAIMS = "cadence_claims"
 #: R7: each target's ETag and Last-Modified (gates.validators)
 VALIDATORS = "validators"

@@ -145,6 +145,47 @@ class StateStore(Protocol):
     async def close(self) -> None: ...
 
 
+class CadenceStore(Protocol):
+    """R8's state: each target's last fetch, by its key (wall time on the
+    clock every user of the store shares), and, with a fleet, the claim a
+    worker holds on a target while it fetches it.
+
+    The embedded backend keeps the fetch times in the state store and claims
+    nothing (one process fetches each target once); the shared backend
+    (:mod:`scrapy_walsh_research.state.redis.cadence`) also claims, so two
+    workers never fetch one target at once.
+    """
+
+    @property
+    def claims(self) -> bool:
+        """Whether a target is claimed while it is fetched (a fleet)."""
+        ...
+
+    def time(self) -> float:
+        """Wall-clock now, on the clock the fetch times are written in."""
+        ...
+
+    async def last_fetch(self, key: str) -> float | None:
+        """When the target *key* was last fetched (or answered 304), if known."""
+        ...
+
+    async def note_fetch(self, key: str, at: float) -> None:
+        """The target *key* was fetched at *at* (durable when it returns)."""
+        ...
+
+    async def claim(self, key: str, interval: float) -> tuple[str, Any]:
+        """Claim the target *key* for this worker: ``("granted", None)``;
+        ``("recent", fetched_at)`` when it was fetched less than *interval*
+        seconds ago; ``("taken", worker)`` when another live worker holds it.
+        A claim this worker holds is granted again."""
+        ...
+
+    async def release(self, key: str) -> None:
+        """This worker no longer fetches *key*: its claim goes, if it is still
+        this worker's."""
+        ...
+
+
 class HostClock(Protocol):
     """Per-host timing state (R4, R5): when each host may next receive a
     request, the interval its robots.txt files ask for, and what its answers

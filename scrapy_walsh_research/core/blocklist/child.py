@@ -3,7 +3,7 @@
 In the crawl process, the pure-Python work of a 10^6-entry list held the GIL
 long enough to stall the reactor for 0.1-0.4 s at a time, even from a
 thread, and its entries cost hundreds of MB. The crawl process
-(:mod:`scrapy_walsh_research.gates.blocklist.build`) runs :func:`main` in a child
+(:mod:`scrapy_walsh_research.documents.blocklist.build`) runs :func:`main` in a child
 instead and maps the index file it writes.
 
 The child imports only the pure core (no Scrapy, no Twisted, not the gate):

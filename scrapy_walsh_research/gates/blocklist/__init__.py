@@ -11,13 +11,10 @@ opt-out.
 
 - :mod:`.middleware`: the gate, :class:`BlocklistMiddleware` (exported here
   and, as users write it in settings, from the package root:
-  ``scrapy_walsh_research.BlocklistMiddleware``);
-- :mod:`.refresh`: when the list is fetched again, and by which worker of a fleet;
-- :mod:`.store`: the list in force, adopted in one step, persisted, restored,
-  and the purge of what was stored about the hosts it opts out;
-- :mod:`.build`: one version built from a document, inline, in a thread or
-  in a child process;
-- :mod:`.schema`: the bundled schema (the contract) and the published one.
+  ``scrapy_walsh_research.BlocklistMiddleware``).
+
+The list in force, its build, its refresh and its schemas are
+:mod:`scrapy_walsh_research.documents.blocklist`.
 
 What needs no Scrapy is the pure core's :mod:`scrapy_walsh_research.core.blocklist`:
 the document (JSON, the contract, ``refresh``), the entries and the domain

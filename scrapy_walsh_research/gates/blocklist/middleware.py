@@ -2,8 +2,8 @@
 names, before anything else.
 
 The gate owns correctness: a request goes on only once the list is fresh
-(:mod:`~scrapy_walsh_research.gates.blocklist.refresh`) and its host is under no
-entry of the list in force (:mod:`~scrapy_walsh_research.gates.blocklist.store`).
+(:mod:`~scrapy_walsh_research.documents.blocklist.refresh`) and its host is under no
+entry of the list in force (:mod:`~scrapy_walsh_research.documents.blocklist.store`).
 While no list is in force because fetches failed (none adopted yet, or the
 one adopted lost), the list is unknown: nothing is sent, and targets wait
 for its next try, within ``WALSH_POLICY_WAIT``. At that bound a lost list's
@@ -25,12 +25,12 @@ from urllib.parse import urlsplit
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
+from scrapy_walsh_research.documents.blocklist.build import ListBuilder
+from scrapy_walsh_research.documents.blocklist.refresh import Refresher
+from scrapy_walsh_research.documents.blocklist.schema import BlocklistSchema
+from scrapy_walsh_research.documents.blocklist.store import HeldList
+from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
-from scrapy_walsh_research.gates.blocklist.build import ListBuilder
-from scrapy_walsh_research.gates.blocklist.refresh import Refresher
-from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
-from scrapy_walsh_research.gates.blocklist.store import HeldList
-from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration

@@ -1,8 +1,9 @@
 """The Lua of the state store's per-host hashes (:mod:`.layout`): how a
 write stamps a value, refreshes its hash's expiry and compacts it
 (``BUCKETS``, which a line's FINISH in :mod:`.scripts` runs too), the
-store's own writes, and R8's claim on a target and its release (the R8
-gate, :mod:`scrapy_walsh_research.gates.cadence`, calls them). Kept apart from
+store's own writes, and R8's claim on a target and its release (the
+fleet's cadence store, :mod:`scrapy_walsh_research.state.redis.cadence`,
+calls them). Kept apart from
 :mod:`.scripts` as the guard's are (:mod:`.guard_scripts`), for the same
 reasons: plain strings, no Redis client needed to import them.
 """
@@ -119,7 +120,7 @@ return moved
 """
 
 
-# -- R8 cadence (gates.cadence) ------------------------------------------------------
+# -- R8 cadence (state.redis.cadence) ------------------------------------------------
 
 #: only one worker of a fleet fetches a target at a time: same URL, other batch
 CADENCE_CLAIM = NOW + BUCKETS + """

@@ -7,7 +7,7 @@ change within the run, so the targets that need the host are decided at
 once (a record, no request, tried again next run). Or it could not answer
 for now (``EAI_AGAIN``, a timeout, a server failure): that passes, and the
 targets wait for the document's next try as for any transient failure
-(:mod:`scrapy_walsh_research.gates.waits`).
+(:mod:`scrapy_walsh_research.documents.waits`).
 
 Twisted does not pass that difference on: both of its resolvers drop the
 ``socket.gaierror`` and its ``errno``, and the connection fails with a bare

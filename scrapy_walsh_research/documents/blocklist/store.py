@@ -24,9 +24,9 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.core.blocklist.document import BlocklistError
+from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import purge
-from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.state import local_state_for, state_for
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from scrapy_walsh_research.core.blocklist.entries import DomainSet
     from scrapy_walsh_research.core.outage import Outage
-    from scrapy_walsh_research.gates.blocklist.build import Adopted, ListBuilder
+    from scrapy_walsh_research.documents.blocklist.build import Adopted, ListBuilder
     from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ class HeldList:
         self.next_check = 0.0
         #: why no list is in force for now (failed fetches while none was
         #: adopted, or while the one adopted is lost): targets wait for the
-        #: next try (:class:`~scrapy_walsh_research.gates.waits.DocumentWaits`)
+        #: next try (:class:`~scrapy_walsh_research.documents.waits.DocumentWaits`)
         self.outage: Outage | None = None
         self.store = state_for(crawler)
         AuditTrail.for_crawler(crawler).blocklist = self.version

@@ -38,7 +38,7 @@ from scrapy_walsh_research.core.contract import BLOCKLIST_CONTRACT
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
-    from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
+    from scrapy_walsh_research.documents.blocklist.schema import BlocklistSchema
 
 logger = logging.getLogger(__name__)
 

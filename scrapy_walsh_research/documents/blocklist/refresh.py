@@ -37,17 +37,17 @@ from scrapy_walsh_research.core.blocklist.document import INLINE_PARSE_BYTES, Bl
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.gates.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
-from scrapy_walsh_research.gates.names import NameLookups
-from scrapy_walsh_research.gates.waits import DocumentWaits
+from scrapy_walsh_research.documents.blocklist.store import CLOCK_TOLERANCE, STATE_NAMESPACE
+from scrapy_walsh_research.documents.names import NameLookups
+from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from scrapy_walsh_research.gates.blocklist.build import Adopted, ListBuilder
-    from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
-    from scrapy_walsh_research.gates.blocklist.store import HeldList
+    from scrapy_walsh_research.documents.blocklist.build import Adopted, ListBuilder
+    from scrapy_walsh_research.documents.blocklist.schema import BlocklistSchema
+    from scrapy_walsh_research.documents.blocklist.store import HeldList
     from scrapy_walsh_research.scheduling.pacer import Pacer
 
 logger = logging.getLogger(__name__)
