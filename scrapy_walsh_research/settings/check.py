@@ -284,6 +284,12 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
             f"from 0 (no wait) to {MAX_FRESHNESS_S:g} seconds "
             f"(default {defaults.WALSH_POLICY_WAIT:g})."
         )
+    if not 0 <= seconds("WALSH_VISIT_TIME_WAIT") <= MAX_FRESHNESS_S:
+        found.append(
+            f"WALSH_VISIT_TIME_WAIT={seconds('WALSH_VISIT_TIME_WAIT'):g}: how long targets wait "
+            "for their host's Visit-time window to open. Set it from 0 (no wait) to "
+            f"{MAX_FRESHNESS_S:g} seconds (default {defaults.WALSH_VISIT_TIME_WAIT:g})."
+        )
     if not 0 < seconds("WALSH_BLOCKLIST_MIN_REFRESH") <= seconds("WALSH_BLOCKLIST_MAX_REFRESH"):
         found.append(
             f"WALSH_BLOCKLIST_MIN_REFRESH={seconds('WALSH_BLOCKLIST_MIN_REFRESH'):g}: it must be "
