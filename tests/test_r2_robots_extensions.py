@@ -17,13 +17,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet import defer
 
 from scrapy_walsh_research.core.robots_policy import RobotsPolicy
 from scrapy_walsh_research.core.visit_time import VisitWindow, next_opening, open_at
 from scrapy_walsh_research.evidence.host_evidence import collect
 from scrapy_walsh_research.evidence.pages import host_page
 from scrapy_walsh_research.sandbox import Reply
-from tests.support.crawling import TDMREP, base_settings, crawl, gaps
+from scrapy_walsh_research.state.redis.target_queue import enqueue
+from tests.support.crawling import TDMREP, base_settings, crawl, gaps, write_list
+from tests.support.fleet import crawl_feed, redis_settings
 
 TOKEN = "Walsh-Research"
 DATA = Path(__file__).parent / "data"
@@ -286,6 +290,34 @@ async def test_a_restarted_run_keeps_the_window_from_the_stored_robots_txt(serve
     assert paths(server, "kept.test") == ["/robots.txt"]  # the first run's, only
     assert res.stats.get("walsh/robots/stored_copy", 0) >= 1
     assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R2")]
+
+
+@pytest_twisted.ensureDeferred
+async def test_every_worker_of_a_fleet_keeps_the_window(server, redis_server, tmp_path):
+    """Two workers on one Redis feed: one fetches robots.txt, both keep its
+    window, and the host receives nothing else."""
+    w = closed_window(time.time())
+    urls = site(server, "fleet-vt.test", f"User-agent: *\nVisit-time: {w}\n", "/a", "/b", "/c")
+    open_urls = site(server, "fleet-open.test", "User-agent: *\nAllow: /\n", "/x", "/y")
+    shared = redis_settings(redis_server)
+    path = write_list(tmp_path, urls + open_urls)
+    enqueue(redis_server.url, "targets", path, prefix=shared["WALSH_REDIS_PREFIX"])
+    workers = await defer.gatherResults(
+        [
+            deferred_from_coro(
+                crawl_feed(base_settings(server, tmp_path / f"w{i}", **shared), "targets")
+            )
+            for i in range(2)
+        ],
+        consumeErrors=True,
+    )
+    assert paths(server, "fleet-vt.test") == ["/robots.txt"]
+    records = {r["url"]: r for w_ in workers for r in w_.items}
+    assert {u: (records[u]["outcome"], records[u]["rule"]) for u in urls} == dict.fromkeys(
+        urls, ("skipped", "R2")
+    )
+    assert all(records[u]["outcome"] == "fetched" for u in open_urls)
+    assert all(w_.items for w_ in workers)  # both took lines
 
 
 # -- Request-rate, Comment, ACAP at the origin ------------------------------------------
