@@ -20,7 +20,7 @@ import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
 
-from scrapy_walsh_research.core.robots_policy import RobotsPolicy
+from scrapy_walsh_research.core.robots_policy import MAX_COMMENT_CHARS, MAX_COMMENTS, RobotsPolicy
 from scrapy_walsh_research.core.visit_time import VisitWindow, next_opening, open_at
 from scrapy_walsh_research.evidence.host_evidence import collect
 from scrapy_walsh_research.evidence.pages import host_page
@@ -122,6 +122,13 @@ def test_only_the_selected_groups_visit_time_and_comments_apply():
     policy = RobotsPolicy.parse(text, TOKEN)
     assert [str(w) for w in policy.visit_windows] == ["0400-0845"]
     assert policy.comments == ("hello bot",)
+
+
+def test_comments_relayed_are_bounded_in_number_and_length():
+    text = "User-agent: *\n" + "".join(f"Comment: {i} {'x' * 1000}\n" for i in range(100))
+    comments = RobotsPolicy.parse(text, TOKEN).comments
+    assert len(comments) == MAX_COMMENTS and comments[0].startswith("0 x")
+    assert all(len(c) == MAX_COMMENT_CHARS for c in comments)
 
 
 def test_several_request_rate_lines_the_slowest_wins_and_a_windowed_rate_holds_at_all_times():

@@ -65,6 +65,10 @@ _SELF = "walsh-research-selected-group"
 #: Protego's spellings of the Request-rate line
 _REQUEST_RATE_FIELDS = frozenset({"request-rate", "request rate"})
 _COMMENT_FIELD = "comment"
+#: the Comment lines relayed to the operator, and how much of each (a file
+#: is the site's to write: 500 KiB of comments must not flood the log)
+MAX_COMMENTS = 20
+MAX_COMMENT_CHARS = 300
 _ACAP_CRAWLER = "acap-crawler"
 #: ACAP's crawl permissions, as the RFC 9309 rule each stands for
 _ACAP_RULES = {"acap-disallow-crawl": "Disallow", "acap-allow-crawl": "Allow"}
@@ -236,14 +240,16 @@ class RobotsPolicy:
             if key in VISIT_TIME_FIELDS:
                 window = VisitWindow.read(value)
                 if window is None:
-                    malformed.append(value)
+                    malformed.append(value[:MAX_COMMENT_CHARS])
                 elif window not in windows:
                     windows.append(window)
         acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
         extensions: dict[str, Any] = {
             "visit_windows": tuple(windows),
             "malformed_visit_times": tuple(malformed),
-            "comments": tuple(v for k, v in fields if k == _COMMENT_FIELD and v),
+            "comments": tuple(
+                v[:MAX_COMMENT_CHARS] for k, v in fields if k == _COMMENT_FIELD and v
+            )[:MAX_COMMENTS],
             "_rate_interval": _slowest_rate(v for k, v in fields if k in _REQUEST_RATE_FIELDS),
             "acap_group": acap_group if acap_lines else "",
             "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
