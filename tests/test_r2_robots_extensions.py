@@ -289,14 +289,21 @@ async def test_a_malformed_visit_time_is_ignored_with_a_warning_naming_the_host(
 @pytest_twisted.ensureDeferred
 async def test_a_restarted_run_keeps_the_window_from_the_stored_robots_txt(server, tmp_path):
     """The stored copy is what a restart and every worker of a fleet adopt:
-    parsed again, it keeps the window, and the host receives nothing."""
+    parsed again, it keeps the window, and the host receives nothing. The
+    first run's records are not stamped for R8: the next run tries again
+    (a page fetched in the first run is inside its cadence)."""
     w = closed_window(time.time())
     urls = site(server, "kept.test", f"User-agent: *\nVisit-time: {w}\n", "/a")
-    await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path / "1")
-    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path / "2")
+    fetched = site(server, "fresh.test", "User-agent: *\nAllow: /\n", "/x")
+    settings = base_settings(server, tmp_path / "s", WALSH_RUN_INTERVAL=86400)
+    await crawl(settings, urls + fetched, tmp_path / "1")
+    res = await crawl(settings, urls + fetched, tmp_path / "2")
     assert paths(server, "kept.test") == ["/robots.txt"]  # the first run's, only
     assert res.stats.get("walsh/robots/stored_copy", 0) >= 1
-    assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R2")]
+    by_url = res.by_url()
+    assert (by_url[urls[0]]["outcome"], by_url[urls[0]]["rule"]) == ("skipped", "R2")
+    assert "Visit-time" in by_url[urls[0]]["reason"]
+    assert (by_url[fetched[0]]["outcome"], by_url[fetched[0]]["rule"]) == ("skipped", "R8")
 
 
 @pytest_twisted.ensureDeferred
