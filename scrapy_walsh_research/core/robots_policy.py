@@ -236,13 +236,14 @@ class RobotsPolicy:
         )
         fields = [_split(line) or ("", "") for line in lines]
         windows, malformed = [], []
-        for key, value in fields:
-            if key in VISIT_TIME_FIELDS:
-                window = VisitWindow.read(value)
-                if window is None:
-                    malformed.append(value[:MAX_COMMENT_CHARS])
-                elif window not in windows:
-                    windows.append(window)
+        # each distinct value read once (Protego per line: a file of 1,600
+        # distinct lines takes 30 ms)
+        for value in dict.fromkeys(v for k, v in fields if k in VISIT_TIME_FIELDS):
+            window = VisitWindow.read(value)
+            if window is None:
+                malformed.append(value[:MAX_COMMENT_CHARS])
+            elif window not in windows:
+                windows.append(window)
         acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
         extensions: dict[str, Any] = {
             "visit_windows": tuple(windows),
@@ -250,7 +251,9 @@ class RobotsPolicy:
             "comments": tuple(
                 v[:MAX_COMMENT_CHARS] for k, v in fields if k == _COMMENT_FIELD and v
             )[:MAX_COMMENTS],
-            "_rate_interval": _slowest_rate(v for k, v in fields if k in _REQUEST_RATE_FIELDS),
+            "_rate_interval": _slowest_rate(
+                dict.fromkeys(v for k, v in fields if k in _REQUEST_RATE_FIELDS)
+            ),
             "acap_group": acap_group if acap_lines else "",
             "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
             if acap_lines
