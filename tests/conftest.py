@@ -82,6 +82,7 @@ SLOW_FIRST = (
     "test_fleet_workers",
     "test_scale_soak",
     "test_fleet_shared_budget",
+    "test_r2_robots_extensions",
 )
 
 

@@ -116,6 +116,10 @@ REFUSALS = {
         {"WALSH_BLOCKLIST_RETRY_DELAY": 3e9},
         "WALSH_BLOCKLIST_RETRY_DELAY",
     ),
+    "a Visit-time window waited for beyond a day": (
+        {"WALSH_VISIT_TIME_WAIT": 2e5},
+        "WALSH_VISIT_TIME_WAIT=200000",
+    ),
     "record pipeline missing": ({"ITEM_PIPELINES": {RECORD_PIPELINE: None}}, "RecordPipeline"),
     "blocklist after robots": ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: 150}}, "blocklist gate"),
     "blocklist gate missing": ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: None}}, "R3 gate"),

@@ -15,6 +15,7 @@ between crawls (:class:`Phase`).
 from __future__ import annotations
 
 import json
+import time
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,18 @@ SITEMAP_PAGES = ("/a", "/b", "/c")
 #: the first restart reads the sitemap when this many targets are due (the
 #: project's own bound is for real hosts: the sandbox keeps the run short)
 SITEMAP_MIN_TARGETS = len(SITEMAP_PAGES)
+
+
+#: the host whose robots.txt asks for visits only in a window that is closed
+VISIT_HOST = "visit.test"
+
+
+def closed_visit_window(now: float | None = None) -> str:
+    """A ``Visit-time`` window (UTC) that opened two hours ago and closed an
+    hour ago: the whole run is outside it."""
+    minute = int((time.time() if now is None else now) // 60)
+    start, end = (minute - 120) % 1440, (minute - 60) % 1440
+    return f"{start // 60:02d}{start % 60:02d}-{end // 60:02d}{end % 60:02d}"
 
 
 def blocklist_document(refresh: str = "PT1S", *, opted_out: bool = False) -> dict[str, Any]:
@@ -150,6 +163,8 @@ class Scenario:
             "starbot.test": "User-agent: *SomeBot*\nDisallow: /\n\nUser-agent: *\nAllow: /\n",
             # usage preferences about purposes the bot never declares (R6)
             "signal.test": "User-agent: *\nContent-Signal: search=no, ai-train=no\nAllow: /\n",
+            # a Visit-time window that closed an hour ago (UTC, from the clock)
+            VISIT_HOST: f"User-agent: *\nAllow: /\nVisit-time: {closed_visit_window()}\n",
         }
         for host, text in robots.items():
             o.route(host, "/robots.txt", Reply(200, text))
@@ -175,7 +190,7 @@ class Scenario:
                  ("www.blocked.test", "/page"), ("xblocked.test", "/page"),
                  ("down.test", "/page"), ("missing.test", "/page"), ("heals.test", "/page"),
                  ("giveup.test", "/after"), ("starbot.test", "/page"), ("signal.test", "/page"),
-                 ("reserved.test", "/page")]  # fmt: skip
+                 ("reserved.test", "/page"), (VISIT_HOST, "/page")]  # fmt: skip
         for host, path in pages:
             o.route(host, path, page)
         reservation = json.dumps([{"location": "/", "tdm-reservation": 1}])
@@ -287,7 +302,7 @@ class Scenario:
             u("etag.test", "/doc"), u("feed.test", "/feed.xml"), u("feed.test", "/guide.md"),
             u("named.test", "/page#again"), "not-a-url", "ftp://feed.test/file",
             u("moved.test", "/old"), u("starbot.test", "/page"), u("signal.test", "/page"),
-            u("reserved.test", "/page"), u("withheld.test", "/doc"),
+            u("reserved.test", "/page"), u("withheld.test", "/doc"), u(VISIT_HOST, "/page"),
             *(u("slow.test", p) for p in SLOW_PAGES),
             *(u("strained.test", p) for p in STRAINED_PAGES),
             *self.sitemap_lines(),

@@ -9,6 +9,23 @@ allow/disallow lines end a group. No library does that selection, so it is
 written here, over raw lines; the selected group's own lines are then handed
 to Protego's public API, which does the path matching (longest match,
 wildcards, ``$``, percent-encoding), Crawl-delay and Request-rate.
+
+The 1996 extension proposal's lines are read from the selected group too,
+and where they and RFC 9309 differ the reading that protects the site wins:
+
+* ``Visit-time``: every window the group states, each read by Protego
+  (:mod:`scrapy_walsh_research.core.visit_time`); one Protego cannot read is
+  kept apart, for the gate to name in a warning;
+* ``Request-rate``: each line read by Protego on its own (Protego keeps the
+  last one), the slowest wins, and a rate stated for a window holds at all
+  times;
+* ``Comment``: relayed to the operator as written (Protego drops the line);
+* ACAP (the publishers' access protocol): ``ACAP-crawler`` groups, selected
+  as user-agent groups are (exact token, else ``*``), whose
+  ``ACAP-disallow-crawl``/``ACAP-allow-crawl`` paths are decided by longest
+  match (Protego, over those lines alone) and *added* to the group's rules:
+  a URL is fetched only when both allow it. Protego knows no ACAP line, so
+  the groups are found here.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ from scrapy_walsh_research.core.preferences.statements import (
     robots_statement,
 )
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url
+from scrapy_walsh_research.core.visit_time import VISIT_TIME_FIELDS, VisitWindow
 
 #: RFC 9309 §2.5: parse at least 500 KiB; we parse exactly that much.
 MAX_ROBOTS_BYTES = 500 * 1024
@@ -44,6 +62,16 @@ _SITE_WIDE_FIELDS = _SITEMAP_FIELDS | {"host"}
 _TOKEN_RE = re.compile(r"[A-Za-z_-]+")
 # Inside the synthetic single-group file handed to Protego.
 _SELF = "walsh-research-selected-group"
+#: Protego's spellings of the Request-rate line
+_REQUEST_RATE_FIELDS = frozenset({"request-rate", "request rate"})
+_COMMENT_FIELD = "comment"
+#: the Comment lines relayed to the operator, and how much of each (a file
+#: is the site's to write: 500 KiB of comments must not flood the log)
+MAX_COMMENTS = 20
+MAX_COMMENT_CHARS = 300
+_ACAP_CRAWLER = "acap-crawler"
+#: ACAP's crawl permissions, as the RFC 9309 rule each stands for
+_ACAP_RULES = {"acap-disallow-crawl": "Disallow", "acap-allow-crawl": "Allow"}
 
 
 def _split(line: str) -> tuple[str, str] | None:
@@ -112,6 +140,41 @@ def _groups(text: str) -> list[_Group]:
     return groups
 
 
+def _acap_rules(text: str, token: str) -> tuple[str, list[str]]:
+    """The ``ACAP-crawler`` group selected for *token* (``"named"``, ``"*"``,
+    or ``""`` for none) and its crawl permissions as Allow/Disallow lines.
+
+    Groups are made as RFC 9309 makes user-agent groups (consecutive
+    ``ACAP-crawler`` lines name one group; a permission after them ends the
+    run), and selected the same way: the groups naming the token exactly,
+    merged, else the ``*`` groups. ACAP lines before any ``ACAP-crawler``
+    line belong to no group and are not read; user-agent lines neither end
+    nor start an ACAP group (the two are separate records)."""
+    groups: list[_Group] = []
+    current: _Group | None = None
+    seen_rule = False
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line.lower().startswith("acap-"):
+            continue
+        key, value = _split(line) or ("", "")
+        if key == _ACAP_CRAWLER:
+            if current is None or seen_rule:
+                current = _Group()
+                groups.append(current)
+                seen_rule = False
+            found = product_token(value)
+            if found:
+                current.tokens.append(found)
+        elif key in _ACAP_RULES and current is not None:
+            seen_rule = True
+            current.lines.append(f"{_ACAP_RULES[key]}: {value}")
+    named = [g for g in groups if token in g.tokens]
+    chosen = named or [g for g in groups if "*" in g.tokens]
+    label = "named" if named else "*" if chosen else ""
+    return label, [line for g in chosen for line in g.lines]
+
+
 #: answers remembered per policy (one origin's robots.txt)
 MEMO_SIZE = 4096
 
@@ -142,6 +205,18 @@ class RobotsPolicy:
     #: every group: the same whichever group was selected);
     #: :meth:`sitemap_urls` resolves them
     sitemaps: tuple[str, ...] = ()
+    #: the selected group's Visit-time windows (UTC; a visit is inside all)
+    visit_windows: tuple[VisitWindow, ...] = ()
+    #: its Visit-time values that could not be read (ignored, and named)
+    malformed_visit_times: tuple[str, ...] = ()
+    #: its Comment lines, for the operator
+    comments: tuple[str, ...] = ()
+    #: the slowest of its Request-rate lines, as seconds per request
+    _rate_interval: float | None = None
+    #: the selected ACAP-crawler group (``"named"``, ``"*"``; ``""``: none)
+    #: and its crawl permissions, read by Protego
+    acap_group: str = ""
+    _acap: Protego | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def parse(cls, text: str, token: str) -> RobotsPolicy:
@@ -159,6 +234,31 @@ class RobotsPolicy:
             for key, value in (_split(line) or ("", "") for line in lines)
             if key in ROBOTS_FIELDS
         )
+        fields = [_split(line) or ("", "") for line in lines]
+        windows, malformed = [], []
+        # each distinct value read once (Protego per line: a file of 1,600
+        # distinct lines takes 30 ms)
+        for value in dict.fromkeys(v for k, v in fields if k in VISIT_TIME_FIELDS):
+            window = VisitWindow.read(value)
+            if window is None:
+                malformed.append(value[:MAX_COMMENT_CHARS])
+            elif window not in windows:
+                windows.append(window)
+        acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
+        extensions: dict[str, Any] = {
+            "visit_windows": tuple(windows),
+            "malformed_visit_times": tuple(malformed),
+            "comments": tuple(
+                v[:MAX_COMMENT_CHARS] for k, v in fields if k == _COMMENT_FIELD and v
+            )[:MAX_COMMENTS],
+            "_rate_interval": _slowest_rate(
+                dict.fromkeys(v for k, v in fields if k in _REQUEST_RATE_FIELDS)
+            ),
+            "acap_group": acap_group if acap_lines else "",
+            "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
+            if acap_lines
+            else None,
+        }
         parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(lines) + "\n")
         rules = _Rules.of(parser)
         if rules is not None:
@@ -170,8 +270,9 @@ class RobotsPolicy:
             rest = [line for line in lines if (_split(line) or ("",))[0] not in _RULE_FIELDS]
             parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(rest) + "\n")
         return cls(
-            "named" if named else "*", parser, _rules=rules, stated=stated, sitemaps=sitemaps
-        )
+            "named" if named else "*", parser, _rules=rules, stated=stated, sitemaps=sitemaps,
+            **extensions,
+        )  # fmt: skip
 
     @classmethod
     def allow_all(cls, reason: str) -> RobotsPolicy:
@@ -218,14 +319,36 @@ class RobotsPolicy:
         return self._parser.can_fetch(url, _SELF)
 
     def _decide(self, url: str) -> bool:
-        if not self._can_fetch(url):
+        return self._decide_by(self._can_fetch, url) and not self.acap_denies(url)
+
+    @staticmethod
+    def _decide_by(can_fetch: Any, url: str) -> bool:
+        if not can_fetch(url):
             return False
         # A server resolves dot segments (and %2e spellings of them) before
         # it serves a path: /open/../private/x is /private/x to it. Matching
         # only the raw path would let such a URL past a Disallow; both
         # spellings must be allowed (the stricter reading protects the site).
         resolved = _resolved(url)
-        return resolved == url or self._can_fetch(resolved)
+        return resolved == url or bool(can_fetch(resolved))
+
+    def acap_denies(self, url: str) -> bool:
+        """Whether the selected ACAP-crawler group's permissions deny *url*."""
+        acap = self._acap
+        if acap is None:
+            return False
+        return not self._decide_by(lambda u: acap.can_fetch(u, _SELF), url)
+
+    def denial_reason(self, url: str) -> str:
+        """Why *url* is not allowed (the record's reason)."""
+        if self.reason:
+            return self.reason
+        if self._parser is not None and self._decide_by(self._can_fetch, url):
+            return (
+                f"robots.txt ACAP-disallow-crawl ({self.acap_group} ACAP-crawler group) "
+                "disallows this path"
+            )
+        return f"robots.txt ({self.group} group) disallows this path"
 
     def sitemap_urls(self, robots_url: str) -> tuple[str, ...]:
         """The sitemaps this robots.txt declares, as absolute http(s) URLs
@@ -251,13 +374,23 @@ class RobotsPolicy:
 
     @property
     def request_rate_interval(self) -> float | None:
-        """Seconds per request implied by the selected group's Request-rate."""
-        if not self._parser:
-            return None
-        rate = self._parser.request_rate(_SELF)
-        if rate is None or not rate.requests:
-            return None
-        return rate.seconds / rate.requests
+        """Seconds per request implied by the selected group's Request-rate:
+        the slowest of its lines, at all times (a window is not read: the
+        rate it states is kept outside it too, the stricter reading)."""
+        return self._rate_interval
+
+
+def _slowest_rate(values: Any) -> float | None:
+    """The slowest of the Request-rate *values* as seconds per request,
+    each read by Protego (which keeps only the last line of a group)."""
+    slowest = None
+    for value in values:
+        parser = Protego.parse(f"User-agent: {_SELF}\nRequest-rate: {value}\n")
+        rate = parser.request_rate(_SELF)
+        if rate is not None and rate.requests:
+            interval = rate.seconds / rate.requests
+            slowest = interval if slowest is None else max(slowest, interval)
+    return slowest
 
 
 class _Rules:

@@ -151,6 +151,18 @@ class DocumentWaits:
         self._waiting[host] = Waiting(outage.document, outage.url, until)
         self.stats.inc_value("walsh/wait/requeued")
         self.stats.max_value("walsh/wait/max_hosts", len(self._waiting))
+        return await self.keep_aside(request, next_try)
+
+    async def keep_aside(
+        self, request: Request, until: float, *, monotonic_until: float | None = None
+    ) -> Request:
+        """*request* given back, kept aside until *until* (state-store time;
+        *monotonic_until*: the same instant as ``time.monotonic()``, so that
+        targets kept aside for one instant come back in their order): for a
+        document's next try, or for its host's Visit-time window to open.
+        Other hosts go on meanwhile."""
+        now = self.store.time()
+        next_try = until
         if not self.requeue:
             # Another scheduler (scrapy-redis's) hands a request back at
             # once: it waits here a little, then goes back behind others.
@@ -168,7 +180,9 @@ class DocumentWaits:
             requeued.priority = request.priority - 1
             return requeued
         # kept aside until the next try: the host's other origins go on
-        return self.pacer.requeue(request, until=until)
+        if monotonic_until is None:
+            monotonic_until = time.monotonic() + (until - now)
+        return self.pacer.requeue(request, until=monotonic_until)
 
     def reason(self, outage: Outage, consequence: str) -> str:
         """The record's reason once the wait ended: what happened, what it

@@ -324,6 +324,16 @@ class AuditTrail:
         if done is not None:
             await done
 
+    async def robots_said(self, url: str, **fields: Any) -> None:
+        """What the robots.txt at *url* says to the robot's operator: its
+        selected group's ``Comment`` lines and ``Visit-time`` windows (UTC),
+        and the Visit-time values it could not read."""
+        entry = self._base("robots_said", url)
+        entry.update(fields)
+        done = self.store.append(entry)
+        if done is not None:
+            await done
+
     async def sitemap(self, url: str, *, state: str, **fields: Any) -> None:
         """What the bot made of a host's sitemap (the sitemaps gate): *url* is
         the target that checked it or the sitemap itself; *state* is

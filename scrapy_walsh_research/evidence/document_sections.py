@@ -59,8 +59,34 @@ def _robots(ev: HostEvidence) -> str:
         "by its fingerprint (sha256 of the file: a new fingerprint, a changed file), with the "
         "first and last request it applied to.</p>"
         + table(ROBOTS_HEADS, rows, "none recorded", n_cols=1)
+        + _robots_said(ev)
         + (f"<p>Requests for robots.txt:</p><ul>{fetches}</ul>" if fetches else "")
     )
+
+
+def _robots_said(ev: HostEvidence) -> str:
+    """What robots.txt said to the bot's operator: the windows it asked for
+    (Visit-time, UTC), the lines it could not read, its Comment lines."""
+    items = []
+    for said in ev.robots_said.values():
+        where = f'<span class="mono">{esc(str(said.get("url")))}</span>'
+        windows = said.get("visit_time") or []
+        if windows:
+            items.append(
+                f"<li>{where} asks for visits only within Visit-time "
+                f"{esc(' and '.join(map(str, windows)))} UTC: the bot sent nothing but "
+                "robots.txt outside it</li>"
+            )
+        for value in said.get("visit_time_unread") or []:
+            items.append(
+                f"<li>{where}: Visit-time {esc(str(value))} could not be read (HHMM-HHMM, "
+                "UTC) and was ignored</li>"
+            )
+        for comment in said.get("comments") or []:
+            items.append(f"<li>{where} Comment, relayed to the operator: {esc(str(comment))}</li>")
+    if not items:
+        return ""
+    return f'<p>What it said to the bot\'s operator:</p><ul id="robots-said">{"".join(items)}</ul>'
 
 
 def _waits(ev: HostEvidence) -> str:

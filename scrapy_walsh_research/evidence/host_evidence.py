@@ -3,7 +3,8 @@
 Every request sent to a host and its subdomains with its time, path, status,
 User-Agent and keyid; every target not fetched (denied, skipped, failed) and
 why; each robots.txt version in
-force and when; the blocklist versions and the R3 decisions; purges; and, per
+force and when, and what it said to the operator (Comment lines, Visit-time
+windows); the blocklist versions and the R3 decisions; purges; and, per
 exact host (pacing is per host), the gap between consecutive requests against
 the interval that applied then and what set it: the floor (1 s), the
 Crawl-delay in force, the host's load (a multiple of its response time) or
@@ -144,6 +145,9 @@ class HostEvidence:
     keyids: dict[str, int] = field(default_factory=dict)
     robots: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     robots_fetch_rows: list[Sent] = field(default_factory=list)
+    #: what each robots.txt version said to the operator (Comment lines, the
+    #: Visit-time windows, the values that could not be read), latest first seen
+    robots_said: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     blocklists: dict[str, dict[str, Any]] = field(default_factory=dict)
     preferences: dict[tuple[str, ...], dict[str, Any]] = field(default_factory=dict)
     declared: list[str] | None = None
@@ -233,6 +237,7 @@ class HostEvidence:
             "keyids": self.keyids,
             "decisions": self.decision_count,
             "robots_versions": self.robots_versions(),
+            "robots_said": list(self.robots_said.values()),
             "blocklist_versions": self.blocklist_versions(),
             "blocklist_entries": self.blocklist_entries(),
             "purposes": self.purposes(),
@@ -319,6 +324,14 @@ class Collector:
             self._lists["waits"].append(e)
         elif event == "sitemap":
             self._sitemap(e)
+        elif event == "robots_said":
+            key = (str(e.get("url")), str(e.get("sha256")))
+            said = self.evidence.robots_said
+            said.pop(key, None)
+            said[key] = {k: e.get(k) for k in ("ts", "url", "sha256", "comments", "visit_time",
+                                               "visit_time_unread")}  # fmt: skip
+            while len(said) > ROWS:
+                said.pop(next(iter(said)))
 
     def _kept(self, e: dict[str, Any]) -> bool:
         return self.since is None or e.get("t", 0.0) >= self.since

@@ -17,6 +17,24 @@ open" where the RFC says "MUST disallow":
 
 There is no ``dont_obey_robotstxt`` bypass.
 
+What the 1996 extension proposal adds to the selected group
+(:mod:`scrapy_walsh_research.core.robots_policy` reads it), the reading that
+protects the site where it and RFC 9309 differ:
+
+* ``Visit-time`` (UTC): outside the window nothing but robots.txt reaches
+  the host. A window opening within ``WALSH_VISIT_TIME_WAIT`` is waited
+  for, the targets kept aside (:meth:`DocumentWaits.keep_aside`) while
+  other hosts go on, then fetched inside it at the host's pace; one further
+  away gives each target its record at once (``skipped``, the window and
+  when it next opens; the next run tries again). The policy is parsed from
+  the stored text, so every worker of a fleet keeps the window;
+* ``Comment`` lines, which windows a host sets, and a ``Visit-time`` that
+  cannot be read are told to the operator once per robots.txt version
+  (INFO; WARNING for the unreadable line, which is ignored), and written to
+  the audit log for the host's report;
+* ``ACAP-disallow-crawl`` paths of the selected ``ACAP-crawler`` group deny
+  as a ``Disallow`` does, their records naming ACAP.
+
 Fetching robots.txt is itself a request to the host: it is never sent to a
 host that is skipped (an interval beyond ``WALSH_MAX_CRAWL_DELAY``, a
 Retry-After hold beyond ``WALSH_RETRY_MAX_DELAY``), and when the host is not
@@ -29,6 +47,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -40,15 +59,18 @@ from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research._runtime.context import CrawlContext
-from scrapy_walsh_research._runtime.marks import BLOCKLIST, ROBOTS, SCHEMA
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, DIRECT, ROBOTS, SCHEMA
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
+from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.core.visit_time import describe, next_opening
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
+from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import operator_hosts
 from scrapy_walsh_research.state import namespaces
@@ -107,6 +129,13 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         super().__init__(crawler)
         AuditTrail.for_crawler(crawler).robots = self.sha256_for
         self._operator_hosts = operator_hosts(settings)
+        #: how long targets wait for their host's Visit-time window to open
+        self.visit_wait = settings.getfloat("WALSH_VISIT_TIME_WAIT", defaults.WALSH_VISIT_TIME_WAIT)
+        #: (origin, sha256) of the robots.txt versions already told to the operator
+        self._told: set[tuple[str, str | None]] = set()
+        #: (host, opening) of the Visit-time waits already logged -> that
+        #: opening as time.monotonic(): its targets come back in their order
+        self._waits_told: dict[tuple[str, float], float] = {}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -155,11 +184,54 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         if isinstance(entry, Request):
             return entry  # back to the frontier until its host is ready
         policy = entry.policy
-        if policy.allows(request.url):
+        if not policy.allows(request.url):
+            reason = policy.denial_reason(request.url)
+            # "disallow-all" is robots.txt unreachable: it passes when it answers
+            deny(self.crawler, logger, request, "R2", reason,
+                 lasting=policy.group != "disallow-all")  # fmt: skip
+        if policy.visit_windows:
+            return await self._in_visit_time(request, policy)
+        return None
+
+    def _opening(self, policy: RobotsPolicy) -> tuple[float, float | None]:
+        """Now (state-store time, the fleet's) and when *policy*'s Visit-time
+        windows next open (now while they are open; None: never)."""
+        now = self.store.time()
+        return now, next_opening(policy.visit_windows, now)
+
+    async def _in_visit_time(self, request: Request, policy: RobotsPolicy) -> Request | None:
+        """None inside the host's Visit-time window; a target kept aside
+        until it opens when that is within ``WALSH_VISIT_TIME_WAIT``; else
+        denied (``skipped``, not requested this run), nothing having been sent."""
+        now, opens = self._opening(policy)
+        if opens == now:
             return None
-        reason = policy.reason or f"robots.txt ({policy.group} group) disallows this path"
-        # "disallow-all" is robots.txt unreachable: it passes when it answers
-        deny(self.crawler, logger, request, "R2", reason, lasting=policy.group != "disallow-all")
+        host, windows = url_host(request.url), describe(policy.visit_windows)
+        direct = self.marks.purpose(request, quiet=True) in DIRECT
+        if opens is not None and opens - now <= self.visit_wait and not direct:
+            self.stats.inc_value("walsh/visit_time/kept_aside")
+            back = self._waits_told.get((host, opens))
+            if back is None:
+                back = self._waits_told[host, opens] = time.monotonic() + (opens - now)
+                logger.info(
+                    "%(host)s asks for visits only within Visit-time %(w)s (robots.txt): its "
+                    "targets wait %(in)s for the window to open at %(at)s",
+                    {"host": host, "w": windows, "in": duration_text(opens - now),
+                     "at": utc_iso(opens)},
+                )  # fmt: skip
+            return await self.waits.keep_aside(request, opens, monotonic_until=back)
+        when = (
+            "it never opens (no time of day is inside all of them)"
+            if opens is None
+            else f"it next opens at {utc_iso(opens)} (in {duration_text(opens - now)})"
+        )
+        beyond = "" if direct else f", beyond WALSH_VISIT_TIME_WAIT ({self.visit_wait:g} s)"
+        reason = (
+            f"robots.txt of {origin_of(request.url)} asks for visits only within Visit-time "
+            f"{windows}: outside it now, and {when}{beyond}: not requested this run "
+            "(tried again next run)"
+        )
+        deny(self.crawler, logger, request, "R2", reason, outcome="skipped", lasting=False)
 
     def sha256_for(self, url: str) -> str | None:
         """The sha256 of the robots.txt in force for *url*'s origin."""
@@ -172,13 +244,60 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         entry = self._fresh(origin_of(request.url))
         if entry is None or (entry.outage is not None and not self._waited_out(entry)):
             return False  # not known yet, or waiting for it: not decided
-        return not entry.policy.allows(request.url)
+        policy = entry.policy
+        if not policy.allows(request.url):
+            return True
+        if not policy.visit_windows:
+            return False
+        now, opens = self._opening(policy)  # a window too far away to wait for
+        return opens is None or opens - now > self.visit_wait
 
     def _read(self, entry: RobotsEntry) -> bool:
         return entry.policy.group != "disallow-all"
 
     async def _noted(self, origin: str, entry: RobotsEntry) -> None:
         await self.pacer.note_robots(origin, entry.policy, entry.expires)
+        await self._tell_operator(origin, entry)
+
+    async def _tell_operator(self, origin: str, entry: RobotsEntry) -> None:
+        """What a robots.txt says to the robot's operator (Comment lines, the
+        Visit-time windows and any it could not read): logged once per
+        version of the file this run, and written to the audit log, where the
+        host's report reads it."""
+        policy = entry.policy
+        if not (policy.comments or policy.visit_windows or policy.malformed_visit_times):
+            return
+        key = (origin, entry.sha256)
+        if key in self._told:
+            return
+        self._told.add(key)
+        host = url_host(origin)
+        if policy.visit_windows:
+            self.stats.inc_value("walsh/visit_time/hosts")
+            logger.info(
+                "%(host)s restricts visits to Visit-time %(w)s (%(origin)s/robots.txt): "
+                "nothing but robots.txt is sent to it outside that window",
+                {"host": host, "w": describe(policy.visit_windows), "origin": origin},
+            )
+        for value in policy.malformed_visit_times:
+            self.stats.inc_value("walsh/visit_time/malformed")
+            logger.warning(
+                "%(host)s: robots.txt line Visit-time: %(v)r cannot be read (HHMM-HHMM, "
+                "UTC): ignored (%(origin)s/robots.txt)",
+                {"host": host, "v": value, "origin": origin},
+            )
+        for comment in policy.comments:
+            logger.info(
+                "%(host)s says to robot operators (robots.txt Comment): %(c)s",
+                {"host": host, "c": comment},
+            )
+        await AuditTrail.for_crawler(self.crawler).robots_said(
+            f"{origin}/robots.txt",
+            sha256=entry.sha256,
+            comments=list(policy.comments),
+            visit_time=[str(w) for w in policy.visit_windows],
+            visit_time_unread=list(policy.malformed_visit_times),
+        )
 
     async def _from_saved(self, saved: dict[str, Any], expires: float) -> RobotsEntry:
         status = saved.get("status")

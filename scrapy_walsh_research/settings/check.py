@@ -277,13 +277,12 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
                 f"{name}={value:g}: {why}. Set it above 0 and at most "
                 f"{MAX_FRESHNESS_S:g} seconds (default {default:g})."
             )
-    if not 0 <= seconds("WALSH_POLICY_WAIT") <= MAX_FRESHNESS_S:
-        found.append(
-            f"WALSH_POLICY_WAIT={seconds('WALSH_POLICY_WAIT'):g}: how long a target waits for a "
-            "robots.txt, tdmrep.json or blocklist a transient failure left unknown. Set it "
-            f"from 0 (no wait) to {MAX_FRESHNESS_S:g} seconds "
-            f"(default {defaults.WALSH_POLICY_WAIT:g})."
-        )
+    left = "a target waits for a robots.txt, tdmrep.json or blocklist a transient failure left"
+    for name, wait in (("WALSH_POLICY_WAIT", f"{left} unknown"),
+                       ("WALSH_VISIT_TIME_WAIT", "targets wait for a host's Visit-time window")):
+        if not 0 <= seconds(name) <= MAX_FRESHNESS_S:
+            found.append(f"{name}={seconds(name):g}: how long {wait}. Set it from 0 (no wait) to "
+                         f"{MAX_FRESHNESS_S:g} seconds (default {getattr(defaults, name):g}).")
     if not 0 < seconds("WALSH_BLOCKLIST_MIN_REFRESH") <= seconds("WALSH_BLOCKLIST_MAX_REFRESH"):
         found.append(
             f"WALSH_BLOCKLIST_MIN_REFRESH={seconds('WALSH_BLOCKLIST_MIN_REFRESH'):g}: it must be "

@@ -98,6 +98,11 @@ WALSH_POLICY_RETRY_DELAY = 60.0
 #: (tries at about 0, 1, 3 and 5 min), one that never answers costs the run
 #: about 5 min once nothing else is left to do
 WALSH_POLICY_WAIT = 300.0
+#: how long targets wait for a host's Visit-time window (robots.txt) to open:
+#: a window opening within it is waited for (the targets kept aside, other
+#: hosts going on); one further away gives each target its record at once
+#: (``skipped``, tried again next run)
+WALSH_VISIT_TIME_WAIT = 300.0
 
 # -- R4 pacing and R5 backoff -----------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.conformance.checks.base import host_gaps
-from scrapy_walsh_research.conformance.scenario import OPERATOR
+from scrapy_walsh_research.conformance.scenario import OPERATOR, VISIT_HOST
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.conformance.checks.base import Judgement, Observed
@@ -67,6 +67,18 @@ def robots(j: Judgement, seen: Observed) -> None:
         "robots.txt 404: no rules apply",
         lambda: (o(r1, "missing.test", "/page") == "fetched/-", o(r1, "missing.test", "/page")),
     )
+    j.check(
+        "R2",
+        "MUST",
+        "outside its Visit-time window a host receives nothing but robots.txt; the record says so",
+        lambda: (
+            [h.path for h in r1.hits_for(VISIT_HOST)] == ["/robots.txt"]
+            and o(r1, VISIT_HOST, "/page") == "skipped/R2",
+            f"{VISIT_HOST} received {[h.path for h in r1.hits_for(VISIT_HOST)]}; "
+            f"record {o(r1, VISIT_HOST, '/page')}",
+        ),
+    )
+
     def named_gap() -> tuple[bool, str]:
         gaps = host_gaps(r1.hits).get("named.test", [])
         ok = bool(gaps) and min(gaps) >= 2.0
