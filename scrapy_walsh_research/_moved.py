@@ -1,4 +1,5 @@
-"""The module paths of 0.2.0, importable until 0.4.0.
+"""The module paths of 0.2.0 (and the few 0.3.0 ones that moved since),
+importable until 0.4.0.
 
 A project's settings name components by path, and its code may import from
 a 0.2.0 module. Each 0.2.0 module that no longer exists is made when first
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
 
 _P = "scrapy_walsh_research"
-#: 0.2.0 module -> the modules its names live in now, searched in order
+#: old module -> the modules its names live in now, searched in order
 MOVED: dict[str, tuple[str, ...]] = {
     f"{_P}.scope": (f"{_P}.gates.scope",),
     f"{_P}.cadence": (f"{_P}.gates.cadence",),
@@ -65,6 +66,13 @@ MOVED: dict[str, tuple[str, ...]] = {
     f"{_P}.core.blocklist_child": (f"{_P}.core.blocklist.child",),
     f"{_P}.core.tdmrep": (f"{_P}.core.preferences.tdmrep",),
     f"{_P}.core.usage_statements": (f"{_P}.core.preferences.statements",),
+    # 0.3.0 module paths of what the document gates share (gates/ holds gates)
+    f"{_P}.gates.waits": (f"{_P}.documents.waits",),
+    f"{_P}.gates.names": (f"{_P}.documents.names",),
+    f"{_P}.gates.blocklist.refresh": (f"{_P}.documents.blocklist.refresh",),
+    f"{_P}.gates.blocklist.store": (f"{_P}.documents.blocklist.store",),
+    f"{_P}.gates.blocklist.build": (f"{_P}.documents.blocklist.build",),
+    f"{_P}.gates.blocklist.schema": (f"{_P}.documents.blocklist.schema",),
 }
 #: names renamed with their module: (0.2.0 module, 0.2.0 name) -> the name now
 RENAMED: dict[tuple[str, str], str] = {
@@ -126,8 +134,10 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         homes = MOVED[module.__name__]
+        # gates/ came in 0.3.0: a moved path under it is a 0.3.0 one
+        version = "0.3.0" if module.__name__.startswith(f"{_P}.gates.") else "0.2.0"
         warn(
-            f"{module.__name__} is the 0.2.0 path of {' and '.join(homes)}: import from "
+            f"{module.__name__} is the {version} path of {' and '.join(homes)}: import from "
             "there, and name components by the paths the package root exports "
             f"({_P}.RobotsTxtMiddleware, ...). The old path goes in 0.4.0.",
             stacklevel=3,

@@ -95,7 +95,7 @@ def test_a_0_2_0_component_path_is_the_same_component_as_its_public_path(old):
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
-def test_a_0_2_0_module_imports_warns_and_hands_on_what_lives_elsewhere_now(old, monkeypatch):
+def test_an_old_module_path_imports_warns_and_hands_on_what_lives_elsewhere_now(old, monkeypatch):
     for name in [m for m in sys.modules if m == old or m.startswith(f"{old}.")]:
         monkeypatch.delitem(sys.modules, name)
     with pytest.warns(WalshDeprecationWarning, match=old.replace(".", r"\.")):
