@@ -5,7 +5,6 @@ the retention; one log for a Redis fleet."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 import time
@@ -77,12 +76,6 @@ async def test_every_request_the_origin_saw_is_logged_and_nothing_else(server, t
     answered = {e["id"]: e for e in log if e["event"] == "response"}
     assert {e["id"] for e in sent} == set(answered)
     assert sorted(e["status"] for e in answered.values()).count(503) == 1
-    # an answer's entry, stored once the next request has left (or as the
-    # crawl closes), has the time the answer came: after its request's,
-    # before the next request's (one request is out at a time)
-    in_order = sorted(sent, key=lambda e: e["t"])
-    for request, after in itertools.pairwise(in_order):
-        assert request["t"] <= answered[request["id"]]["t"] <= after["t"]
     # what was in force when it left
     target = next(e for e in sent if e["url"].endswith("/ok"))
     assert target["keyid"] == Signer(load_key(key)).keyid

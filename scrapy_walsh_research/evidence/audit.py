@@ -30,7 +30,6 @@ import logging
 import time
 import uuid
 import weakref
-from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
@@ -289,31 +288,16 @@ class AuditTrail:
         """The answer to a request sent; *hold* is the R5 hold it started
         (*hold_by*: Retry-After, or the planned backoff): the host is not
         contacted again before ``hold_until`` (wall time)."""
-        write = self.answer(request, status=status, error=error, hold=hold, hold_by=hold_by)
-        done = write() if write is not None else None
-        if done is not None:
-            await done
-
-    def answer(
-        self,
-        request: Request,
-        status: int | None = None,
-        error: str | None = None,
-        hold: float | None = None,
-        hold_by: str | None = None,
-    ) -> Callable[[], Awaitable[None] | None] | None:
-        """:meth:`answered`'s entry, stamped now, and the write that stores
-        it, to be called now or later (the pacing gate has it done once the
-        next request has left); None for a request never sent (its gate's
-        decision is the record's entry)."""
         audit_id = self._sent.pop(request, None)
         if audit_id is None:
-            return None
+            return  # never sent: its gate's decision is the record's entry
         entry = self._base("response", request.url)
         entry.update(id=audit_id, status=status, error=error)
         if hold:
             entry.update(hold=hold, hold_until=entry["t"] + hold, hold_by=hold_by or "backoff")
-        return partial(self.store.append, entry)
+        done = self.store.append(entry)
+        if done is not None:
+            await done
 
     async def decision(self, record: dict[str, Any]) -> None:
         entry = self._base("decision", str(record.get("url") or ""))

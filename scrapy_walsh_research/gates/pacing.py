@@ -34,13 +34,10 @@ from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.retry import Backoff
-from scrapy_walsh_research.scheduling.after_send import AfterSend
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -60,7 +57,6 @@ class PacingMiddleware:
         self.backoff = Backoff.for_crawler(crawler)
         self.marks = Marks.for_crawler(crawler)
         self.audit = AuditTrail.for_crawler(crawler)
-        self.after_send = AfterSend.for_crawler(crawler)
         self.audit.interval = self.pacer.interval_for
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
@@ -158,10 +154,8 @@ class PacingMiddleware:
                 host, response_time=answered - sent_at, status=response.status
             )
         await self._commit(request, answered=True)
-        # the answer's entry (stamped now) is stored once the next request has
-        # left: the serial crawl does not wait for it (scheduling/after_send.py)
-        self._audit_later(
-            self.audit.answer(request, status=response.status, hold=hold.seconds, hold_by=hold.by)
+        await self.audit.answered(
+            request, status=response.status, hold=hold.seconds, hold_by=hold.by
         )
         if hold.by == "Retry-After":
             self.stats.inc_value("walsh/pacing/retry_after_hold")
@@ -181,13 +175,7 @@ class PacingMiddleware:
         if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
             await self.pacer.note_answer(host, exception=exception)
         await self._commit(request, answered=False)
-        self._audit_later(
-            self.audit.answer(request, error=failure_reason(exception), hold=hold.seconds)
-        )
-
-    def _audit_later(self, write: Callable[[], Awaitable[None] | None] | None) -> None:
-        if write is not None:
-            self.after_send.defer(write)
+        await self.audit.answered(request, error=failure_reason(exception), hold=hold.seconds)
 
     def _sent_at(self, request: Request) -> float | None:
         """When *request* left (its wire stamp, else its reservation), or None

@@ -40,7 +40,6 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
@@ -55,7 +54,6 @@ from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
-from scrapy_walsh_research.scheduling.after_send import AfterSend
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
@@ -135,7 +133,6 @@ class SitemapsMiddleware:
         self.pacer = Pacer.for_crawler(crawler)
         self.documents = SitemapDocuments(crawler)
         self.audit = AuditTrail.for_crawler(crawler)
-        self.after_send = AfterSend.for_crawler(crawler)
         self.requeue = uses_frontier(settings)
         self._origins: dict[str, OriginSitemaps] = {}
         #: targets that answered in this run, per origin (HISTORY, at the end)
@@ -354,14 +351,11 @@ class SitemapsMiddleware:
         # copy (the sitemap dates that URL, not the target). Either way the
         # target has no past answer, so a later run revalidates it.
         own = not request.meta.get("redirect_urls")
-        # Written once the next request has left (scheduling/after_send.py):
-        # only a later run reads it (this run's hops and retries do not).
         if own and (200 <= status < 300 or status == 304):
-            at = self._answered_at(request, response)
-            self.after_send.defer(partial(self.store.put, ANSWERED, key, at))
+            await self.store.put(ANSWERED, key, self._answered_at(request, response))
             self._answered[origin] += 1
         else:
-            self.after_send.defer(partial(self.store.delete, ANSWERED, key))
+            await self.store.delete(ANSWERED, key)
         site = self._origins.get(origin)
         if site is None:
             return response

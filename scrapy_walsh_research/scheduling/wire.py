@@ -52,13 +52,10 @@ from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
-from scrapy_walsh_research.scheduling.after_send import AfterSend
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings.signing import request_signer
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -96,7 +93,6 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         self._audit = AuditTrail.for_crawler(crawler)
         self._audit.keyid = self._signer.keyid if self._signer is not None else None
         self._marks = Marks.for_crawler(crawler)
-        after_send = AfterSend.for_crawler(crawler)
         original = pool.getConnection
 
         def get_connection(key: Any, endpoint: Any) -> Any:
@@ -121,7 +117,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
                     self._sign_on(connection, request)
                 _send_once_written(connection)
                 request.meta[WIRE_TIME_META] = time.monotonic()
-                _stamp_sends(connection, request, after_send.request_left)
+                _stamp_sends(connection, request)
                 return connection
 
             def stamp(connection: Any) -> Any:
@@ -235,9 +231,8 @@ def _send_now(connection: Any) -> None:
     transport.doWrite()
 
 
-def _stamp_sends(connection: Any, request: Request, left: Callable[[], None]) -> None:
-    """Stamp *request* each time the socket under *connection* accepts bytes,
-    and call *left* then (the writes an answer deferred go ahead).
+def _stamp_sends(connection: Any, request: Request) -> None:
+    """Stamp *request* each time the socket under *connection* accepts bytes.
 
     The socket is the innermost transport with ``writeSomeData`` (under TLS,
     the TCP connection below the TLS protocol). Its ``writeSomeData`` is
@@ -256,10 +251,8 @@ def _stamp_sends(connection: Any, request: Request, left: Callable[[], None]) ->
             holder = ref() if ref is not None else None
             if holder is not None and isinstance(sent, int) and sent > 0:
                 holder.meta[WIRE_TIME_META] = time.monotonic()
-                transport._walsh_left()
             return sent
 
         transport.writeSomeData = write_some_data
         transport._walsh_stamps_sends = True
     transport._walsh_request = weakref.ref(request)
-    transport._walsh_left = left
