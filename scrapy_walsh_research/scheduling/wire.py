@@ -23,13 +23,6 @@ is wrapped for that one call, so the signature's ``created`` is when the
 request goes onto the connection, after any pacing wait, and every hop and
 retry gets its own. A request that cannot be signed is not sent.
 
-The request's bytes are handed to the socket as soon as the connection has
-written them (:func:`_send_now`), not on the reactor's next turn: the crawl
-is serial, so whatever else was ready on that turn (the last answer's item
-processing, its record's writes) held the request back by as much (0.5 to
-1.2 ms a page in a traced crawl of ``bench/cost_bench.py --shape 120x3``);
-now it runs while the request is out.
-
 It reaches into ``HTTP11DownloadHandler._pool`` (private; no public hook
 exists). That use is confined to this module, checked when the handler is
 built, and covered by ``tests/test_r4_pacing.py``; without the stamp, pacing
@@ -115,7 +108,6 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
                 check_grant(connection)
                 if self._signer is not None:
                     self._sign_on(connection, request)
-                _send_once_written(connection)
                 request.meta[WIRE_TIME_META] = time.monotonic()
                 _stamp_sends(connection, request)
                 return connection
@@ -181,56 +173,6 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         return await super().download_request(request)
 
 
-def _socket_of(connection: Any) -> Any:
-    """The innermost transport under *connection* (the one with
-    ``writeSomeData``: under TLS, the TCP connection), or None."""
-    transport = getattr(connection, "transport", None)
-    while transport is not None and not hasattr(transport, "writeSomeData"):
-        transport = getattr(transport, "transport", None)
-    return transport
-
-
-def _send_once_written(connection: Any) -> None:
-    """Have the request the connection writes next (its next ``request``
-    call, after the signer's if signing is on) handed to the socket at once.
-
-    Twisted buffers a write and sends it when the reactor next finds the
-    socket writable, after every callback already due on that turn; those
-    are the previous answer's item processing and record writes, which the
-    serial crawl would otherwise wait for. A request with a body producer
-    (its body follows in later writes) is left to the reactor, as is a
-    connection closing; a write that fails here leaves the data buffered
-    for the reactor, which meets the same failure and closes the connection.
-    """
-    inner = vars(connection).get("request")  # the signer's one-call wrapper, if any
-
-    def request_then_send(tx_request: Any) -> Any:
-        if inner is None:
-            del connection.request  # back to the class's method
-            result = connection.request(tx_request)
-        else:
-            connection.request = inner  # it puts the class's method back itself
-            result = inner(tx_request)
-        _send_now(connection)
-        return result
-
-    connection.request = request_then_send
-
-
-def _send_now(connection: Any) -> None:
-    """Write what *connection*'s socket holds buffered now, if it can."""
-    transport = _socket_of(connection)
-    if (
-        transport is None
-        or not hasattr(transport, "doWrite")
-        or getattr(transport, "producer", None) is not None
-        or getattr(transport, "disconnecting", True)
-        or not getattr(transport, "connected", False)
-    ):
-        return
-    transport.doWrite()
-
-
 def _stamp_sends(connection: Any, request: Request) -> None:
     """Stamp *request* each time the socket under *connection* accepts bytes.
 
@@ -239,7 +181,9 @@ def _stamp_sends(connection: Any, request: Request) -> None:
     wrapped once per connection; the wrapper stamps whichever request holds
     the connection now. Without such a transport the handover stamp stands.
     """
-    transport = _socket_of(connection)
+    transport = getattr(connection, "transport", None)
+    while transport is not None and not hasattr(transport, "writeSomeData"):
+        transport = getattr(transport, "transport", None)
     if transport is None:
         return
     if not getattr(transport, "_walsh_stamps_sends", False):
