@@ -143,6 +143,34 @@ def test_components_ask_each_other_through_declared_interfaces():
     assert found == []
 
 
+#: the calls that find a crawler's shared service from the crawler itself
+LOOKUPS = {"per_crawler", "state_for", "local_state_for", "redis_for", "for_crawler"}
+
+
+def _lookup_modules() -> dict[str, list[int]]:
+    """Each module that looks a per-crawler service up itself, with the lines."""
+    found: dict[str, list[int]] = {}
+    for path, tree in _modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if name in LOOKUPS:
+                found.setdefault(str(path.relative_to(PACKAGE)), []).append(node.lineno)
+    return found
+
+
+def test_per_crawler_services_are_looked_up_in_a_few_modules_only():
+    """The crawler's context owns its shared services (the stores, the marks,
+    the audit trail, the Pacer, ...): a component asks ``self.context``
+    (``_runtime/context.py: InContext``) and never looks one up itself, so
+    the lookups stay in the few modules that build them."""
+    found = _lookup_modules()
+    assert "_runtime/context.py" in found  # the measure still sees the lookups
+    assert len(found) <= 6, found
+
+
 def test_retry_after_is_parsed_in_one_place_and_a_hold_written_by_one_gate():
     parse = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "parse_retry_after(" in p.read_text()]  # fmt: skip

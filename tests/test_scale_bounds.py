@@ -78,7 +78,7 @@ async def test_an_evicted_host_clock_still_keeps_the_hosts_crawl_delay(server, t
     assert [i["outcome"] for i in res.items] == ["fetched"] * 11
     assert res.stats["walsh/hostclock/cache_evicted"] >= 3
     assert res.stats["walsh/hostclock/cache_max"] <= 3
-    assert Pacer.for_crawler(res.crawler).clock.cached_hosts() <= 3
+    assert CrawlContext.for_crawler(res.crawler).service(Pacer).clock.cached_hosts() <= 3
     assert min(gaps(server.origin.hits_for("c0.test"))) >= 2.0
     assert_polite(server, hosts)
 

@@ -39,9 +39,7 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
@@ -49,6 +47,8 @@ if TYPE_CHECKING:
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
 
@@ -92,20 +92,22 @@ async def read_all(
     return [entry async for entry in store.entries(host, since)]
 
 
-def fleet_clock(crawler: Crawler) -> Callable[[], float]:
+def fleet_clock(redis: RedisConnection | None) -> Callable[[], float]:
     """The clock an entry is stamped with: Redis's, as the worker last
     measured it, in a fleet (pacing's clock); else this machine's."""
-    if redis_url(crawler):
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
-
-        return RedisConnection.for_crawler(crawler).time
-    return time.time
+    return redis.time if redis is not None else time.time
 
 
-def open_store(crawler: Crawler, retention: float, patience: float | None = None) -> AuditStore:
+def open_store(
+    crawler: Crawler,
+    retention: float,
+    patience: float | None = None,
+    redis: RedisConnection | None = None,
+) -> AuditStore:
     """The crawler's audit store: PostgreSQL when ``WALSH_AUDIT_URL`` is set;
-    else, with ``WALSH_REDIS_URL``, per-host Redis streams kept
-    ``WALSH_AUDIT_REDIS_WINDOW``; else ``audit.sqlite3`` in the state dir."""
+    else, with ``WALSH_REDIS_URL`` (the crawler's connection: *redis*),
+    per-host Redis streams kept ``WALSH_AUDIT_REDIS_WINDOW``; else
+    ``audit.sqlite3`` in the state dir."""
     settings = crawler.settings
     url = settings.get("WALSH_AUDIT_URL") or None
     if url:
@@ -134,13 +136,12 @@ def open_store(crawler: Crawler, retention: float, patience: float | None = None
                 "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
             ),
         )
-    if redis_url(crawler):
+    if redis is not None:
         # redis is the optional [redis] extra: imported only when in use
         from scrapy_walsh_research.evidence.audit_redis import RedisAudit
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
 
         window = min(retention, redis_window(crawler))
-        return RedisAudit(RedisConnection.for_crawler(crawler), window)
+        return RedisAudit(redis, window)
     return SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
 
 
@@ -194,13 +195,12 @@ class AuditTrail:
         self._sent: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
 
     @classmethod
-    def for_crawler(cls, crawler: Crawler, *, prune: bool = True) -> AuditTrail:
-        """The crawler's trail; *prune*: drop entries past the retention
-        (a crawl does; the commands that read the log do not)."""
-        return per_crawler(crawler, AuditTrail, lambda: cls._open(crawler, prune))
-
-    @classmethod
-    def _open(cls, crawler: Crawler, prune: bool) -> AuditTrail:
+    def open(
+        cls, crawler: Crawler, redis: RedisConnection | None, *, prune: bool = True
+    ) -> AuditTrail:
+        """The crawler's trail (its context builds it once: ``context.audit``),
+        over *redis* in a fleet; *prune*: drop entries past the retention (a
+        crawl does; the commands that read the log do not)."""
         retention = _positive(
             crawler, "WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION,
             "delete it. Give how long to keep entries, in seconds "
@@ -208,9 +208,10 @@ class AuditTrail:
         )  # fmt: skip
         # a command waits a bounded time for its store; a crawl, as long as
         # it takes (nothing is sent meanwhile)
-        store = open_store(crawler, retention, patience=None if prune else COMMAND_PATIENCE_S)
+        patience = None if prune else COMMAND_PATIENCE_S
+        store = open_store(crawler, retention, patience, redis)
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
-        trail = cls(store, retention, fleet_clock(crawler))
+        trail = cls(store, retention, fleet_clock(redis))
         if prune:
             # a crawl opens the store once its engine runs (a server that
             # refuses it stops the crawl, exit code 1, before anything is

@@ -20,14 +20,13 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research._runtime.context import CrawlContext
-from scrapy_walsh_research._runtime.marks import Marks, target_key
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size
-from scrapy_walsh_research.state import redis_url, state_for
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
 from scrapy_walsh_research.state.redis import layout  # no redis import: the keys' layout
 
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class CadenceMiddleware:
+class CadenceMiddleware(InContext):
     """R8. With the ``targets`` spider, a target's fetch time is written with
     its record (:class:`~scrapy_walsh_research.records.RecordPipeline`), so
     a crash between the two never leaves a line skipped without a record;
@@ -49,14 +48,13 @@ class CadenceMiddleware:
     fetched, so two workers never fetch one URL at once (the same list
     enqueued twice)."""
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        self.context = context
+        context = self.context
         self.stats = crawler.stats
         self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
+        self.store = context.store
+        self.marks = context.marks
         # Last fetch per target, read once from the store: the frontier asks
         # on every scheduling decision (from this cache only, no I/O), and
         # this middleware is the only writer. Bounded: oldest first out, and
@@ -66,26 +64,26 @@ class CadenceMiddleware:
         self.cache_size = cache_size(
             crawler.settings, "WALSH_CADENCE_CACHE_SIZE", defaults.WALSH_CADENCE_CACHE_SIZE
         )
-        pacer = Pacer.for_crawler(crawler)
+        pacer = context.service(Pacer)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
         pacer.add_warmer(self._load)
         self._redis: Any = None
-        if redis_url(crawler):
+        redis = context.redis
+        if redis is not None:
             # redis is the optional [redis] extra: imported only when in use
-            from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.layout_scripts import (
                 CADENCE_CLAIM,
                 RELEASE_CLAIM,
             )
 
-            self._redis = RedisConnection.for_crawler(crawler)
+            self._redis = redis
             self._claim = self._redis.client.register_script(CADENCE_CLAIM)
             self._release = self._redis.client.register_script(RELEASE_CLAIM)
         context.cadence = self  # the record pipeline stamps with it
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     def _due_at(self, request: Request) -> tuple[float, float] | None:
         """(last fetch, due time) when the target is not due yet, else None.

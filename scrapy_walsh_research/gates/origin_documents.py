@@ -37,7 +37,8 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, internal_fetch
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
@@ -47,7 +48,7 @@ from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay
-from scrapy_walsh_research.state import FlightBusy, state_for
+from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -80,7 +81,7 @@ class OriginEntry(Protocol):
 E = TypeVar("E", bound=OriginEntry)
 
 
-class OriginDocuments(Generic[E]):
+class OriginDocuments(InContext, Generic[E]):
     """Base of the gates that read a per-origin document before a target."""
 
     #: ``walsh/<kind>/...`` stats, and the fleet's fetch lock ``<kind>:<origin>``
@@ -111,12 +112,13 @@ class OriginDocuments(Generic[E]):
         self.retry_delay = policy_retry_delay(settings)
         #: how long other workers wait for one worker's fetch of an origin's document
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
+        context = self.context
+        self.store = context.store
+        self.marks = context.marks
+        self.pacer = context.service(Pacer)
         self.pacer.add_denial_check(self._cached_denial)
-        self.waits = DocumentWaits.for_crawler(crawler)
-        self.names = NameLookups.for_crawler(crawler)
+        self.waits = context.service(DocumentWaits)
+        self.names = context.service(NameLookups)
         #: origins whose name this run was told does not exist: a stored
         #: "no such name" from an earlier run or another worker is looked up
         #: again (the record promised it), not taken as this run's answer
@@ -343,7 +345,7 @@ class OriginDocuments(Generic[E]):
         one stands for. :class:`HostBusy` when nothing was sent."""
         try:
             response = await internal_fetch(
-                self.crawler,
+                self.marks,
                 origin + self.path,
                 self.purpose,
                 max_bytes=self.max_bytes + 1,

@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.http import Response
 
-from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import DIRECT, TDMREP
 from scrapy_walsh_research._runtime.meta import PREFERENCES_META
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
@@ -77,7 +76,6 @@ from scrapy_walsh_research.core.records import response_validators
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import declared_purposes
@@ -139,12 +137,10 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     purpose = TDMREP
     max_bytes = MAX_TDMREP_BYTES
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
-        self.context = context
         self.purposes = declared_purposes(crawler.settings)
-        AuditTrail.for_crawler(crawler).purposes = self.purposes
+        self.context.audit.purposes = self.purposes
         #: what applied before each request went out, for its response
         self._before: weakref.WeakKeyDictionary[Request, tuple[Preference, ...]] = (
             weakref.WeakKeyDictionary()
@@ -157,7 +153,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     # -- the gate ---------------------------------------------------------------
 

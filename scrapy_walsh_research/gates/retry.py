@@ -31,11 +31,11 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from scrapy_walsh_research._runtime.context import CrawlContext, InContext
 from scrapy_walsh_research._runtime.meta import GAVE_UP_META
 from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 
@@ -68,8 +68,8 @@ class Hold:
 class Backoff:
     """R5's decision for each answer, one per crawler: what it holds its host for."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        settings = crawler.settings
+    def __init__(self, context: CrawlContext) -> None:
+        settings = context.crawler.settings
         self.max_times = settings.getint("WALSH_RETRY_TIMES", defaults.WALSH_RETRY_TIMES)
         self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", defaults.WALSH_RETRY_BASE_DELAY)
         self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY)
@@ -78,10 +78,6 @@ class Backoff:
         #: then does an answer plan a backoff; a Retry-After holds regardless
         self.retrying = False
         self._decided: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> Backoff:
-        return per_crawler(crawler, Backoff, lambda: cls(crawler))
 
     def step(self, attempt: int) -> float:
         """The longest wait before retry *attempt*: the base delay doubled per
@@ -134,11 +130,11 @@ class Backoff:
         return random.uniform(0, self.step(attempt))
 
 
-class RetryMiddleware:
+class RetryMiddleware(InContext):
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.backoff = Backoff.for_crawler(crawler)
+        self.backoff = self.context.service(Backoff)
         self.backoff.retrying = True
         self.max_times = self.backoff.max_times
         self.priority_adjust = crawler.settings.getint("RETRY_PRIORITY_ADJUST")

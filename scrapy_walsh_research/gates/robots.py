@@ -39,14 +39,12 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, ROBOTS, SCHEMA
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.settings.check import check_configuration
@@ -100,18 +98,17 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     purpose = ROBOTS
     max_bytes = MAX_ROBOTS_BYTES
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        context.robots = self
         super().__init__(crawler)
-        AuditTrail.for_crawler(crawler).robots = self.sha256_for
+        self.context.robots = self
+        self.context.audit.robots = self.sha256_for
         self._operator_hosts = operator_hosts(settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     def cached_policy(self, url: str) -> RobotsPolicy | None:
         """The policy in force for *url*'s origin, when one is cached."""
@@ -230,7 +227,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             self.store, is_host(host), only=host,
             cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
             f"(sha256 {digest[:12]})",
-            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
+            audit=self.context.audit, stats=self.stats,
         )  # fmt: skip
 
     async def _failed_entry(self, origin: str, outage: Outage) -> RobotsEntry:

@@ -45,19 +45,17 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, signals
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research._runtime.context import CrawlContext
-from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import HostBusy, target_key
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
-from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED, VALIDATORS
 from scrapy_walsh_research.state.namespaces import SITEMAP_HISTORY as HISTORY
 from scrapy_walsh_research.state.namespaces import SITEMAP_TRUST as TRUST
@@ -113,14 +111,13 @@ class OriginSitemaps:
     change_200: int = 0
 
 
-class SitemapsMiddleware:
+class SitemapsMiddleware(InContext):
     """Downloader middleware: skip what a checked sitemap says has not changed."""
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         self.crawler = crawler
-        self.context = context
+        context = self.context
         self.stats = crawler.stats
         self.enabled = settings.getbool("WALSH_SITEMAPS", defaults.WALSH_SITEMAPS)
         self.min_targets = settings.getint(
@@ -128,11 +125,11 @@ class SitemapsMiddleware:
         )
         self.distrust = settings.getfloat("WALSH_SITEMAP_DISTRUST", defaults.WALSH_SITEMAP_DISTRUST)
         self.stale = settings.getfloat("WALSH_SITEMAP_STALE", defaults.WALSH_SITEMAP_STALE)
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
-        self.documents = SitemapDocuments(crawler)
-        self.audit = AuditTrail.for_crawler(crawler)
+        self.store = context.store
+        self.marks = context.marks
+        self.pacer = context.service(Pacer)
+        self.documents = SitemapDocuments(context)
+        self.audit = context.audit
         self.requeue = uses_frontier(settings)
         self._origins: dict[str, OriginSitemaps] = {}
         #: targets that answered in this run, per origin (HISTORY, at the end)
@@ -144,7 +141,7 @@ class SitemapsMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     # -- on the way out -------------------------------------------------------------
 

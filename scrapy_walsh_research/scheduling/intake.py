@@ -32,6 +32,8 @@ from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
+
 #: how often a waiting reader looks again whether there is room for a line
 FEED_POLL_S = 0.02
 #: lines a worker may hold waiting for their hosts (the frontier serves other
@@ -53,15 +55,16 @@ async def wait_for_list_room(crawler: Crawler, lookahead: int) -> None:
         await asyncio.sleep(FEED_POLL_S)
 
 
-async def wait_for_feed_room(crawler: Crawler) -> None:
+async def wait_for_feed_room(context: CrawlContext) -> None:
     """Return once this worker is about to send its next request: nothing in
     flight and nothing ready in its queue (see the module's docstring)."""
+    crawler = context.crawler
     while True:
         scheduler = scheduler_of(crawler)
         engine = engine_of(crawler)
         if scheduler is None or engine is None:
             return
-        pacer = Pacer.for_crawler(crawler)
+        pacer = context.service(Pacer)
         if isinstance(scheduler, FrontierScheduler):
             # The frontier knows which hosts are ready: take the next line
             # while the current request is out, so it can follow at once,

@@ -51,7 +51,6 @@ from scrapy_walsh_research._runtime.meta import (
 )
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.scheduling.adaptive import distress_signal, fold_answer
 from scrapy_walsh_research.scheduling.stop import RunStop
 from scrapy_walsh_research.settings import defaults
@@ -64,8 +63,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from scrapy import Request
-    from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.core.robots_policy import RobotsPolicy
     from scrapy_walsh_research.state.protocols import HostClock
 
@@ -79,7 +78,8 @@ IN_PLACE_LIMIT = 1.0
 class Pacer:
     """Per-host intervals and the host clock: the one owner of R4/R5 timing."""
 
-    def __init__(self, crawler: Crawler, clock: HostClock | None = None) -> None:
+    def __init__(self, context: CrawlContext, clock: HostClock | None = None) -> None:
+        crawler = context.crawler
         settings = crawler.settings
         self.stats = crawler.stats
         self.min_delay = settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY)
@@ -106,7 +106,7 @@ class Pacer:
         except ValueError as exc:
             raise WalshConfigurationError(f"{exc}.") from None
         self.clock: HostClock = clock or clock_for(crawler)
-        self.stop = RunStop.for_crawler(crawler)
+        self.stop = context.service(RunStop)
         #: host -> (the gap an R5 hold imposes after the request it answered,
         #: Retry-After or backoff), until the host's next request is granted
         self._hold_gaps: dict[str, tuple[float, str]] = {}
@@ -128,10 +128,6 @@ class Pacer:
         self._warmers: list[Callable[[Request], Awaitable[None]]] = [
             lambda r: self.clock.warm(url_host(r.url))
         ]
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> Pacer:
-        return per_crawler(crawler, Pacer, lambda: cls(crawler))
 
     def add_denial_check(self, check: Callable[[Request], bool]) -> None:
         """Register a gate's cheap, cached-state-only "would deny" test."""

@@ -40,10 +40,9 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.error import ConnectError
 
-from scrapy_walsh_research._runtime.marks import Marks
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings.signing import request_signer
@@ -65,7 +64,7 @@ class SigningFailed(IgnoreRequest):
     (fail closed) and its line is recorded ``failed`` with the reason."""
 
 
-class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
+class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         pool = getattr(self, "_pool", None)
@@ -83,9 +82,9 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         self._current: Request | None = None
         self._crawler = crawler
         self._signer = request_signer(crawler.settings)
-        self._audit = AuditTrail.for_crawler(crawler)
+        self._audit = self.context.audit
         self._audit.keyid = self._signer.keyid if self._signer is not None else None
-        self._marks = Marks.for_crawler(crawler)
+        self._marks = self.context.marks
         original = pool.getConnection
 
         def get_connection(key: Any, endpoint: Any) -> Any:
@@ -164,7 +163,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         connection.request = request_once
 
     def _grant_valid(self, request: Request) -> bool:
-        return Pacer.for_crawler(self._crawler).grant_valid(url_host(request.url))
+        return self.context.service(Pacer).grant_valid(url_host(request.url))
 
     async def download_request(self, request: Request) -> Response:
         # Requests are serial (start-up check), so the request being

@@ -17,7 +17,13 @@ SQLite one without touching the gates.
 
 from __future__ import annotations
 
-from scrapy_walsh_research.state.factory import clock_for, local_state_for, redis_url, state_for
+from scrapy_walsh_research.state.factory import (
+    clock_for,
+    local_state_for,
+    redis_for,
+    redis_url,
+    state_for,
+)
 from scrapy_walsh_research.state.protocols import FlightBusy, HostClock, StateStore
 from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
@@ -28,6 +34,7 @@ __all__ = [
     "StateStore",
     "clock_for",
     "local_state_for",
+    "redis_for",
     "redis_url",
     "state_for",
 ]

@@ -22,7 +22,8 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class BlocklistMiddleware:
+class BlocklistMiddleware(InContext):
     """Downloader middleware: deny every request to a blocked host (R3).
 
     It must sit before the robots.txt gate so that a blocked host receives no
@@ -63,7 +64,8 @@ class BlocklistMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         self.crawler = crawler
-        self.marks = Marks.for_crawler(crawler)
+        context = self.context
+        self.marks = context.marks
         self.url, self.schema_url = operator_urls(settings)
         retry_delay = settings.getfloat(
             "WALSH_BLOCKLIST_RETRY_DELAY", defaults.WALSH_BLOCKLIST_RETRY_DELAY
@@ -88,19 +90,19 @@ class BlocklistMiddleware:
                 )
         self._operator_hosts = operator_hosts(settings)
         extra = self._extra(settings)
-        schema = BlocklistSchema(crawler, self.schema_url)
+        schema = BlocklistSchema(context, self.schema_url)
         self.builder = ListBuilder(
             crawler.stats, schema, extra, min_refresh=min_refresh, max_refresh=max_refresh
         )
         #: the list in force: what this gate checks
-        self.held = HeldList(crawler, url=self.url, extra=extra, builder=self.builder)
-        pacer = Pacer.for_crawler(crawler)
+        self.held = HeldList(context, url=self.url, extra=extra, builder=self.builder)
+        pacer = context.service(Pacer)
         first_retry_delay = policy_retry_delay(settings)
         self.refresher = Refresher(
-            crawler, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
+            context, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
             retry_delay=retry_delay, first_retry_delay=first_retry_delay, max_bytes=max_bytes,
         )  # fmt: skip
-        self.waits = DocumentWaits.for_crawler(crawler)
+        self.waits = context.service(DocumentWaits)
         #: the first-ever outage whose wait ended in the spec's fail-open (logged once)
         self._failed_open: float | None = None
         pacer.add_denial_check(
