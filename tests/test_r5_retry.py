@@ -156,7 +156,7 @@ async def test_a_retry_passes_the_gates_again(server, tmp_path):
 
     server.origin.route("gate.test", "/robots.txt", robots)
     server.origin.route("gate.test", "/x", Reply(503, "busy", {"Retry-After": "5"}))
-    settings = base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=4)
+    settings = base_settings(server, tmp_path / "s", WALSH_POLICY_TTL=4)
     res = await crawl(settings, [server.url("gate.test", "/x")], tmp_path)
     assert (res.items[0]["outcome"], res.items[0]["rule"]) == ("denied", "R2")
     assert len(server.origin.hits_for("gate.test", "/x")) == 1

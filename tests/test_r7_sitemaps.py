@@ -799,7 +799,7 @@ async def test_a_host_skipped_for_its_crawl_delay_is_not_spun_through_the_sitema
     two minutes of LOAD_LIMIT."""
 
     site = Site(server, "spin.test", 4)
-    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_ROBOTS_TTL=1)
+    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_POLICY_TTL=1)
     await crawl(settings, site.urls, tmp_path)
     sitemap = server.url("spin.test", "/sitemap.xml")
     server.origin.route(

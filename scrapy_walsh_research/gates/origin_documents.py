@@ -46,8 +46,11 @@ from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.gates.names import NameLookups
 from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay
+from scrapy_walsh_research.settings.options import (
+    policy_cache_size,
+    policy_retry_delay,
+    policy_ttl,
+)
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
@@ -108,7 +111,7 @@ class OriginDocuments(InContext, Generic[E]):
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
+        self.ttl = policy_ttl(settings)
         self.retry_delay = policy_retry_delay(settings)
         #: how long other workers wait for one worker's fetch of an origin's document
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
@@ -127,9 +130,7 @@ class OriginDocuments(InContext, Generic[E]):
         #: answers, least recently used first: an evicted origin's answer is
         #: read back from the state store within its TTL
         self._cache: OrderedDict[str, E] = OrderedDict()
-        self.cache_size = cache_size(
-            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
-        )
+        self.cache_size = policy_cache_size(settings)
         self._pending: dict[str, Deferred[None]] = {}
 
     # -- what each gate says ------------------------------------------------------

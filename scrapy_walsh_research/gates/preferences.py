@@ -10,7 +10,7 @@ sent it reads what the host stated ahead of any request:
 * ``/.well-known/tdmrep.json`` (TDMRep), fetched once per origin before its
   first target, through every gate (blocklist, robots.txt, pacing, the
   User-Agent and the signature), at most 500 KiB, cached like robots.txt
-  (``WALSH_ROBOTS_TTL``, in the state store, so across runs and workers).
+  (``WALSH_POLICY_TTL``, in the state store, so across runs and workers).
 
 A statement that says no to a declared purpose denies the target: record
 ``denied``, rule ``PREF``, no request. With the response come the

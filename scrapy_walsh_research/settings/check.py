@@ -263,11 +263,11 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
 
     unread = "an opt-out would wait longer than a day to be read"
     untried = "a failed fetch would not be tried again within a day"
+    # a renamed setting is named as the project set it (its old name still counts)
     within_a_day = [
         ("WALSH_BLOCKLIST_MAX_REFRESH", seconds("WALSH_BLOCKLIST_MAX_REFRESH"), unread),
-        ("WALSH_ROBOTS_TTL", seconds("WALSH_ROBOTS_TTL"), unread),
+        (name_in_use(settings, "WALSH_POLICY_TTL"), options.policy_ttl(settings), unread),
         ("WALSH_BLOCKLIST_RETRY_DELAY", seconds("WALSH_BLOCKLIST_RETRY_DELAY"), untried),
-        # named as the project set it (0.2.0's name still counts)
         (name_in_use(settings, "WALSH_POLICY_RETRY_DELAY"), policy_retry_delay(settings), untried),
     ]
     for name, value, why in within_a_day:
