@@ -25,9 +25,9 @@ source, a project may use another scheduler; each asker then does what it
 does without one.
 
 The context also owns the crawler's shared services, each built once, on
-first ask: the state stores (:attr:`CrawlContext.store`,
-:attr:`~CrawlContext.local_store`, :attr:`~CrawlContext.redis`), the request
-marks (:attr:`~CrawlContext.marks`), the audit trail
+first ask: the typed settings (:attr:`CrawlContext.settings`), the state
+stores (:attr:`~CrawlContext.store`, :attr:`~CrawlContext.local_store`,
+:attr:`~CrawlContext.redis`), the request marks (:attr:`~CrawlContext.marks`), the audit trail
 (:attr:`~CrawlContext.audit`), and the services of the layers above this one
 (the Pacer, the run's stop, the document waits, ...), asked for by kind
 (:meth:`CrawlContext.service`) and built with the context. A component gets
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from scrapy_walsh_research._runtime.marks import Marks
 from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings.walsh import WalshSettings
 from scrapy_walsh_research.state import local_state_for, redis_for, redis_url, state_for
 
 if TYPE_CHECKING:
@@ -145,6 +146,13 @@ class CrawlContext:
         if kind not in self._services:
             self._services[kind] = kind(self)
         return cast("S", self._services[kind])
+
+    @property
+    def settings(self) -> WalshSettings:
+        """The ``WALSH_`` settings in force, typed, read once."""
+        if WalshSettings not in self._services:
+            self._services[WalshSettings] = WalshSettings.from_settings(self.crawler.settings)
+        return cast("WalshSettings", self._services[WalshSettings])
 
     @property
     def store(self) -> StateStore:

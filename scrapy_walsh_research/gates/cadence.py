@@ -25,8 +25,6 @@ from scrapy_walsh_research._runtime.marks import target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
 from scrapy_walsh_research.state.redis import layout  # no redis import: the keys' layout
 
@@ -52,7 +50,7 @@ class CadenceMiddleware(InContext):
         self.crawler = crawler
         context = self.context
         self.stats = crawler.stats
-        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
+        self.interval = context.settings.run_interval
         self.store = context.store
         self.marks = context.marks
         # Last fetch per target, read once from the store: the frontier asks
@@ -61,9 +59,7 @@ class CadenceMiddleware(InContext):
         # read back from the store by process_request (the gate never
         # answers from a missing entry).
         self._last: OrderedDict[str, float | None] = OrderedDict()
-        self.cache_size = cache_size(
-            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", defaults.WALSH_CADENCE_CACHE_SIZE
-        )
+        self.cache_size = context.settings.cadence_cache_size
         pacer = context.service(Pacer)
         pacer.add_denial_check(lambda r: self._due_at(r) is not None)
         pacer.add_warmer(self._load)

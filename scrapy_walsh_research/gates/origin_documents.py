@@ -46,11 +46,6 @@ from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.gates.names import NameLookups
 from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings.options import (
-    policy_cache_size,
-    policy_retry_delay,
-    policy_ttl,
-)
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
@@ -111,8 +106,8 @@ class OriginDocuments(InContext, Generic[E]):
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
-        self.ttl = policy_ttl(settings)
-        self.retry_delay = policy_retry_delay(settings)
+        self.ttl = self.context.settings.policy_ttl
+        self.retry_delay = self.context.settings.policy_retry_delay
         #: how long other workers wait for one worker's fetch of an origin's document
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
         context = self.context
@@ -130,7 +125,7 @@ class OriginDocuments(InContext, Generic[E]):
         #: answers, least recently used first: an evicted origin's answer is
         #: read back from the state store within its TTL
         self._cache: OrderedDict[str, E] = OrderedDict()
-        self.cache_size = policy_cache_size(settings)
+        self.cache_size = self.context.settings.policy_cache_size
         self._pending: dict[str, Deferred[None]] = {}
 
     # -- what each gate says ------------------------------------------------------

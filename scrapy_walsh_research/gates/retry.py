@@ -36,7 +36,6 @@ from scrapy_walsh_research._runtime.meta import GAVE_UP_META
 from scrapy_walsh_research.components import loaded
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
@@ -70,9 +69,10 @@ class Backoff:
 
     def __init__(self, context: CrawlContext) -> None:
         settings = context.crawler.settings
-        self.max_times = settings.getint("WALSH_RETRY_TIMES", defaults.WALSH_RETRY_TIMES)
-        self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", defaults.WALSH_RETRY_BASE_DELAY)
-        self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY)
+        walsh = context.settings
+        self.max_times = walsh.retry_times
+        self.base = walsh.retry_base_delay
+        self.max_delay = walsh.retry_max_delay
         self.exceptions = tuple(loaded(x) for x in settings.getlist("RETRY_EXCEPTIONS"))
         #: whether the R5 gate is in the chain (it says so when built): only
         #: then does an answer plan a backoff; a Retry-After holds regardless

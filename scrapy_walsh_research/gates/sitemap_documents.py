@@ -39,7 +39,6 @@ from scrapy_walsh_research.core.sitemaps import (
 )
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
 from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state import FlightBusy
 from scrapy_walsh_research.state.namespaces import ANSWERED
 from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
@@ -84,7 +83,7 @@ class SitemapDocuments:
         self.store = context.store
         self.marks = context.marks
         self.audit = context.audit
-        self.ttl = settings.getfloat("WALSH_SITEMAP_TTL", defaults.WALSH_SITEMAP_TTL)
+        self.ttl = context.settings.sitemap_ttl
         self.download_timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
         self.fetch_ttl = self.download_timeout + 30.0
         self.started = self.store.time()

@@ -54,7 +54,6 @@ from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.state.namespaces import ANSWERED, VALIDATORS
 from scrapy_walsh_research.state.namespaces import SITEMAP_HISTORY as HISTORY
@@ -119,12 +118,11 @@ class SitemapsMiddleware(InContext):
         self.crawler = crawler
         context = self.context
         self.stats = crawler.stats
-        self.enabled = settings.getbool("WALSH_SITEMAPS", defaults.WALSH_SITEMAPS)
-        self.min_targets = settings.getint(
-            "WALSH_SITEMAP_MIN_TARGETS", defaults.WALSH_SITEMAP_MIN_TARGETS
-        )
-        self.distrust = settings.getfloat("WALSH_SITEMAP_DISTRUST", defaults.WALSH_SITEMAP_DISTRUST)
-        self.stale = settings.getfloat("WALSH_SITEMAP_STALE", defaults.WALSH_SITEMAP_STALE)
+        walsh = context.settings
+        self.enabled = walsh.sitemaps
+        self.min_targets = walsh.sitemap_min_targets
+        self.distrust = walsh.sitemap_distrust
+        self.stale = walsh.sitemap_stale
         self.store = context.store
         self.marks = context.marks
         self.pacer = context.service(Pacer)

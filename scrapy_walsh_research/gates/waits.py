@@ -40,7 +40,6 @@ from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
-from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -70,7 +69,7 @@ class DocumentWaits:
     def __init__(self, context: CrawlContext) -> None:
         crawler = self.crawler = context.crawler
         self.stats = crawler.stats
-        self.bound = crawler.settings.getfloat("WALSH_POLICY_WAIT", defaults.WALSH_POLICY_WAIT)
+        self.bound = context.settings.policy_wait
         self.store = context.store
         self.pacer = context.service(Pacer)
         self.audit = context.audit

@@ -53,7 +53,6 @@ from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.scheduling.adaptive import distress_signal, fold_answer
 from scrapy_walsh_research.scheduling.stop import RunStop
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
 from scrapy_walsh_research.settings.check import min_delay_problem
 from scrapy_walsh_research.state import clock_for
@@ -82,25 +81,22 @@ class Pacer:
         crawler = context.crawler
         settings = crawler.settings
         self.stats = crawler.stats
-        self.min_delay = settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY)
+        walsh = context.settings
+        self.min_delay = walsh.min_delay
         too_short = min_delay_problem(self.min_delay)
         if too_short is not None:
             raise WalshConfigurationError(too_short)
-        self.max_crawl_delay = settings.getfloat(
-            "WALSH_MAX_CRAWL_DELAY", defaults.WALSH_MAX_CRAWL_DELAY
-        )
+        self.max_crawl_delay = walsh.max_crawl_delay
         #: added to every interval: spacing is counted from when the bytes left,
         #: but the origin stamps arrival after its own accept/parse, which can
         #: take longer for one request (a new connection) than for the next
-        self.margin = settings.getfloat("WALSH_PACING_MARGIN", defaults.WALSH_PACING_MARGIN)
+        self.margin = walsh.pacing_margin
         if self.margin < 0:
             raise WalshConfigurationError(
                 f"WALSH_PACING_MARGIN={self.margin}: it is added to every interval and "
                 "cannot be negative."
             )
-        self.retry_max_delay = settings.getfloat(
-            "WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY
-        )
+        self.retry_max_delay = walsh.retry_max_delay
         try:
             self.adaptive = AdaptivePolicy.from_settings(settings.get)
         except ValueError as exc:

@@ -49,7 +49,6 @@ from scrapy_walsh_research.errors import (
 )
 from scrapy_walsh_research.scheduling.intake import wait_for_feed_room, wait_for_list_room
 from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.spiders.llms_probes import LlmsProbes
 from scrapy_walsh_research.spiders.size_cap import SizeCap
 from scrapy_walsh_research.spiders.stopping import ListStop
@@ -169,17 +168,16 @@ class TargetsSpider(InContext, scrapy.Spider):
         spider.store = context.store
         spider.llms = LlmsProbes(crawler, spider.store)
         spider.stop = ListStop(spider, context)
-        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
-        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
-        spider.list_lookahead = cache_size(
-            crawler.settings, "WALSH_LIST_LOOKAHEAD", defaults.WALSH_LIST_LOOKAHEAD
-        )
+        walsh = context.settings
+        spider.probe_llms = walsh.llms_probe
+        spider.only_new = walsh.only_new
+        spider.list_lookahead = walsh.list_lookahead
         spider._url_length_limit = url_length_limit(crawler.settings)
         spider.size_cap = SizeCap(
             crawler, lambda r: TARGET_META in r.meta or LLMS_RECORD_META in r.meta
         )
         if spider.redis_key:
-            if not crawler.settings.get("WALSH_REDIS_URL"):
+            if not walsh.redis_url:
                 refuse_start(
                     logger,
                     f"-a redis_key={spider.redis_key} reads targets from Redis: "

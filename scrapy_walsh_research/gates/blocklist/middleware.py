@@ -33,10 +33,8 @@ from scrapy_walsh_research.gates.blocklist.schema import BlocklistSchema
 from scrapy_walsh_research.gates.blocklist.store import HeldList
 from scrapy_walsh_research.gates.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import (
-    list_setting,
     operator_hosts,
     operator_urls,
     policy_retry_delay,
@@ -45,7 +43,6 @@ from scrapy_walsh_research.settings.options import (
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
     from scrapy_walsh_research.core.outage import Outage
@@ -67,18 +64,13 @@ class BlocklistMiddleware(InContext):
         context = self.context
         self.marks = context.marks
         self.url, self.schema_url = operator_urls(settings)
-        retry_delay = settings.getfloat(
-            "WALSH_BLOCKLIST_RETRY_DELAY", defaults.WALSH_BLOCKLIST_RETRY_DELAY
-        )
-        min_refresh = settings.getfloat(
-            "WALSH_BLOCKLIST_MIN_REFRESH", defaults.WALSH_BLOCKLIST_MIN_REFRESH
-        )
-        max_refresh = settings.getfloat(
-            "WALSH_BLOCKLIST_MAX_REFRESH", defaults.WALSH_BLOCKLIST_MAX_REFRESH
-        )
+        walsh = context.settings
+        retry_delay = walsh.blocklist_retry_delay
+        min_refresh = walsh.blocklist_min_refresh
+        max_refresh = walsh.blocklist_max_refresh
         # 0 < MIN <= MAX <= a day: refused by the start-up check (from_crawler)
-        max_bytes = settings.getint("WALSH_BLOCKLIST_MAX_BYTES", defaults.WALSH_BLOCKLIST_MAX_BYTES)
-        self.allow_http = settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP")
+        max_bytes = walsh.blocklist_max_bytes
+        self.allow_http = walsh.blocklist_allow_http
         for name, value in (
             ("WALSH_BLOCKLIST_URL", self.url),
             ("WALSH_BLOCKLIST_SCHEMA_URL", self.schema_url),
@@ -89,7 +81,7 @@ class BlocklistMiddleware(InContext):
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
         self._operator_hosts = operator_hosts(settings)
-        extra = self._extra(settings)
+        extra = self._extra(walsh.blocklist_extra)
         schema = BlocklistSchema(context, self.schema_url)
         self.builder = ListBuilder(
             crawler.stats, schema, extra, min_refresh=min_refresh, max_refresh=max_refresh
@@ -113,10 +105,9 @@ class BlocklistMiddleware(InContext):
         )
 
     @staticmethod
-    def _extra(settings: BaseSettings) -> DomainSet:
+    def _extra(extra: tuple[str, ...]) -> DomainSet:
         """WALSH_BLOCKLIST_EXTRA, the project's own opt-out list: an entry
         that names no host is refused, not logged and dropped."""
-        extra = list_setting(settings, "WALSH_BLOCKLIST_EXTRA")
         unusable = [d for d in extra if not all(map(names_host, entry_hosts(d) or {""}))]
         if unusable:
             raise WalshConfigurationError(
