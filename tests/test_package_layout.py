@@ -227,6 +227,47 @@ def test_walsh_settings_are_read_raw_in_a_few_modules_only():
     assert not [m for m in found if m.split("/")[0] in ("gates", "scheduling", "spiders")], found
 
 
+def test_what_the_audit_trail_carries_is_declared_to_it_not_set_on_it():
+    """The components tell the audit trail what is in force through its
+    declared facts (``evidence/audit.py: AuditFacts``); none assigns an
+    attribute of the trail from outside."""
+    found = []
+    for path, tree in _modules():
+        where = path.relative_to(PACKAGE)
+        if where.parts[0] == "evidence":
+            continue
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            )
+            for target in targets:
+                if isinstance(target, ast.Attribute) and any(
+                    _names(target.value, name) for name in ("audit", "_audit", "trail")
+                ):
+                    found.append(f"{where}:{node.lineno} sets {ast.unparse(target)}")
+    assert found == []
+
+
+def test_the_scheduler_is_asked_through_its_declared_interface():
+    """What the frontier holds is asked through its ``WaitingTargets`` (the
+    crawler's context), not found by probing the engine's scheduler for a
+    method (``getattr(scheduler, ...)``); the gates offer what they would
+    deny (``WouldDeny``) instead of registering callbacks on the Pacer."""
+    found = []
+    for path, tree in _modules():
+        where = path.relative_to(PACKAGE)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in ("getattr", "hasattr") and node.args:
+                if _names(node.args[0], "scheduler"):
+                    found.append(f"{where}:{node.lineno} {func.id} on a scheduler")
+            if isinstance(func, ast.Attribute) and func.attr.startswith(("add_denial", "add_warmer")):
+                found.append(f"{where}:{node.lineno} registers a callback on the Pacer")
+    assert found == []
+
+
 def test_retry_after_is_parsed_in_one_place_and_a_hold_written_by_one_gate():
     parse = [p.relative_to(PACKAGE) for p in PACKAGE.rglob("*.py")
              if "parse_retry_after(" in p.read_text()]  # fmt: skip

@@ -15,7 +15,11 @@ only when the spider opens):
   force per origin (the PREF gate reads the selected group's usage
   preferences in it, the sitemaps gate its ``Sitemap:`` lines);
 * :class:`WaitingTargets`, offered by the frontier scheduler: the requests
-  queued for a host (the sitemaps gate counts an origin's targets);
+  it holds (the sitemaps gate counts an origin's targets, the list is read
+  no faster than they go, a stopped run ends them);
+* :class:`WouldDeny` (and :class:`LoadsAhead`), offered by the gates that
+  can tell from cached state that they will deny a request: the Pacer asks
+  them for the frontier, which lets such a request go without its turn;
 * :class:`CadenceStamps`, offered by the R8 gate: a target's fetch stamped
   with its record, and a fleet's claim on it let go (the record pipeline,
   and a stopped run's lines given back to a shared feed).
@@ -93,10 +97,43 @@ class RobotsPolicies(Protocol):
 
 
 class WaitingTargets(Protocol):
-    """The requests a scheduler holds for a host (the frontier's queues)."""
+    """The requests a scheduler holds (the frontier's queues): what the
+    sitemaps gate counts, what paces the reading of the list, what a stopped
+    run ends."""
 
     def queued(self, host: str) -> list[Request]:
         """The requests in *host*'s queue now."""
+
+    def __len__(self) -> int:
+        """The requests held."""
+
+    def parked(self) -> int:
+        """Those held until their document's next try (they hold no host's turn)."""
+
+    def hosts_waiting(self) -> int:
+        """Hosts whose next request waits for its turn."""
+
+    def has_ready_request(self) -> bool:
+        """Whether a request could be sent now."""
+
+    def drain(self) -> list[Request]:
+        """Every request held, taken out (a stopped run ends them)."""
+
+
+class WouldDeny(Protocol):
+    """What a gate would deny from its cached state alone (no I/O): the
+    frontier lets such a request go at once (a denial needs no host's turn),
+    asking the Pacer, which asks every gate that offers this."""
+
+    def would_deny(self, request: Request) -> bool:
+        """Whether what is cached already denies *request*."""
+
+
+class LoadsAhead(Protocol):
+    """A gate whose :class:`WouldDeny` answer needs stored state loaded."""
+
+    async def load_ahead(self, request: Request) -> None:
+        """Load what *request* will need, as it is queued (in the background)."""
 
 
 class CadenceStamps(Protocol):
@@ -129,6 +166,10 @@ class CrawlContext:
     waiting: WaitingTargets | None = None
     #: set by the R8 gate (``CadenceMiddleware``)
     cadence: CadenceStamps | None = None
+    #: offered by the R8, R3, R2, PREF and sitemaps gates (asked by the Pacer)
+    would_deny: list[WouldDeny] = field(default_factory=list)
+    #: offered by the R8 gate (asked by the Pacer as a request is queued)
+    loads_ahead: list[LoadsAhead] = field(default_factory=list)
     #: a command that only reads what crawls left (``scrapy walsh-report``,
     #: ``walsh-purge``): its audit trail neither prunes nor waits unbounded
     command: bool = False

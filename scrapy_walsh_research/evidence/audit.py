@@ -169,9 +169,31 @@ def _positive(crawler: Crawler, name: str, default: float, instead: str) -> floa
     return value
 
 
-class AuditTrail:
-    """Builds the entries; the gates register what is in force (the
-    blocklist version, each origin's robots.txt, the signing keyid)."""
+class AuditFacts(Protocol):
+    """What the components tell the audit trail, each declared once as the
+    crawl is built, for every entry to carry: what is in force, asked of its
+    owner when an entry is written."""
+
+    def blocklist_in_force(self, version: Callable[[], dict[str, Any] | None]) -> None:
+        """The R3 gate's list in force (its version), asked per entry."""
+
+    def robots_in_force(self, sha256_for: Callable[[str], str | None]) -> None:
+        """The R2 gate's robots.txt per URL (its sha256), asked per request."""
+
+    def pacing_intervals(self, interval_for: Callable[[Request], tuple[float, str]]) -> None:
+        """The interval pacing kept before a request went out, and what set it."""
+
+    def purposes_declared(self, purposes: tuple[str, ...]) -> None:
+        """The purposes the bot declares (``WALSH_PURPOSES``: the PREF gate)."""
+
+    def signing_keyid(self, keyid: str | None) -> None:
+        """The key requests are signed with (the download handler)."""
+
+
+class AuditTrail(AuditFacts):
+    """Builds the entries; the components declare what is in force (the
+    blocklist version, each origin's robots.txt, the interval kept, the
+    purposes, the signing keyid) through :class:`AuditFacts`."""
 
     def __init__(
         self, store: AuditStore, retention: float, clock: Callable[[], float] = time.time
@@ -182,17 +204,34 @@ class AuditTrail:
         #: worker paces by (Redis's), so gaps between two workers' requests
         #: are measured as pacing kept them, whatever their machines' clocks
         self.clock = clock
-        self.blocklist: Callable[[], dict[str, Any] | None] = lambda: None
-        self.robots: Callable[[str], str | None] = lambda url: None
+        self._blocklist: Callable[[], dict[str, Any] | None] = lambda: None
+        self._robots: Callable[[str], str | None] = lambda url: None
         #: the interval pacing kept before a request went out, and what set it
         #: (floor, Crawl-delay, load, distress, Retry-After, backoff)
-        self.interval: Callable[[Request], tuple[float, str]] | None = None
-        #: the purposes the bot declares (WALSH_PURPOSES), set by the PREF gate
-        self.purposes: tuple[str, ...] | None = None
-        self.keyid: str | None = None
+        self._interval: Callable[[Request], tuple[float, str]] | None = None
+        #: the purposes the bot declares (WALSH_PURPOSES), from the PREF gate
+        self._purposes: tuple[str, ...] | None = None
+        self._keyid: str | None = None
         #: each request sent -> its entry id (a retry or a hop is a new
         #: request object, so an id is never carried over)
         self._sent: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
+
+    # -- the facts, as declared (AuditFacts) -------------------------------------
+
+    def blocklist_in_force(self, version: Callable[[], dict[str, Any] | None]) -> None:
+        self._blocklist = version
+
+    def robots_in_force(self, sha256_for: Callable[[str], str | None]) -> None:
+        self._robots = sha256_for
+
+    def pacing_intervals(self, interval_for: Callable[[Request], tuple[float, str]]) -> None:
+        self._interval = interval_for
+
+    def purposes_declared(self, purposes: tuple[str, ...]) -> None:
+        self._purposes = purposes
+
+    def signing_keyid(self, keyid: str | None) -> None:
+        self._keyid = keyid
 
     @classmethod
     def open(
@@ -263,18 +302,18 @@ class AuditTrail:
         entry = self._base("request", request.url)
         agent = request.headers.get("User-Agent")
         interval, set_by = (
-            self.interval(request) if self.interval and entry["host"] else (None, None)
+            self._interval(request) if self._interval and entry["host"] else (None, None)
         )
         entry.update(
             id=audit_id,
             kind=kind,
             method=request.method,
             user_agent=agent.decode("latin-1") if agent is not None else None,
-            blocklist=self.blocklist(),
-            robots_sha256=self.robots(request.url),
+            blocklist=self._blocklist(),
+            robots_sha256=self._robots(request.url),
             interval=round(interval, 6) if interval is not None else None,
             interval_set_by=set_by,
-            keyid=self.keyid,
+            keyid=self._keyid,
         )
         return self.store.append(entry)
 
@@ -307,8 +346,8 @@ class AuditTrail:
             # the usage preferences that applied to the URL (PREF), as stated,
             # and the purposes they were weighed against
             preferences=record.get("preferences"),
-            purposes=list(self.purposes) if self.purposes is not None else None,
-            blocklist=self.blocklist(),
+            purposes=list(self._purposes) if self._purposes is not None else None,
+            blocklist=self._blocklist(),
         )
         done = self.store.append(entry)
         if done is not None:

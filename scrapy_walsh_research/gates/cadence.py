@@ -24,7 +24,6 @@ from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.marks import target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.state.namespaces import CADENCE, CADENCE_CLAIMS
 from scrapy_walsh_research.state.redis import layout  # no redis import: the keys' layout
 
@@ -60,9 +59,8 @@ class CadenceMiddleware(InContext):
         # answers from a missing entry).
         self._last: OrderedDict[str, float | None] = OrderedDict()
         self.cache_size = context.settings.cadence_cache_size
-        pacer = context.service(Pacer)
-        pacer.add_denial_check(lambda r: self._due_at(r) is not None)
-        pacer.add_warmer(self._load)
+        context.would_deny.append(self)
+        context.loads_ahead.append(self)
         self._redis: Any = None
         redis = context.redis
         if redis is not None:
@@ -95,6 +93,14 @@ class CadenceMiddleware(InContext):
         if last is None or self.store.time() - last >= self.interval:
             return None
         return last, last + self.interval
+
+    def would_deny(self, request: Request) -> bool:
+        """A target fetched within the interval, as cached (``WouldDeny``)."""
+        return self._due_at(request) is not None
+
+    async def load_ahead(self, request: Request) -> None:
+        """A queued target's last fetch, read ahead (``LoadsAhead``)."""
+        await self._load(request)
 
     async def _load(self, request: Request) -> None:
         if self.interval > 0 and self.marks.is_target(request):

@@ -114,7 +114,7 @@ class OriginDocuments(InContext, Generic[E]):
         self.store = context.store
         self.marks = context.marks
         self.pacer = context.service(Pacer)
-        self.pacer.add_denial_check(self._cached_denial)
+        context.would_deny.append(self)
         self.waits = context.service(DocumentWaits)
         self.names = context.service(NameLookups)
         #: origins whose name this run was told does not exist: a stored
@@ -130,7 +130,7 @@ class OriginDocuments(InContext, Generic[E]):
 
     # -- what each gate says ------------------------------------------------------
 
-    def _cached_denial(self, request: Request) -> bool:
+    def would_deny(self, request: Request) -> bool:
         """Whether cached answers alone already deny *request* (for the frontier)."""
         raise NotImplementedError
 

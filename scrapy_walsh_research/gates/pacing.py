@@ -58,7 +58,7 @@ class PacingMiddleware(InContext):
         self.backoff = context.service(Backoff)
         self.marks = context.marks
         self.audit = context.audit
-        self.audit.interval = self.pacer.interval_for
+        self.audit.pacing_intervals(self.pacer.interval_for)
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
         # straight back, so with one the gate waits in place.

@@ -140,7 +140,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self.purposes = declared_purposes(crawler.settings)
-        self.context.audit.purposes = self.purposes
+        self.context.audit.purposes_declared(self.purposes)
         #: what applied before each request went out, for its response
         self._before: weakref.WeakKeyDictionary[Request, tuple[Preference, ...]] = (
             weakref.WeakKeyDictionary()
@@ -218,7 +218,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
         fields = {**response_validators(response), "preferences": records}
         deny(self.crawler, logger, request, "PREF", reason, outcome="withheld", record=fields)
 
-    def _cached_denial(self, request: Request) -> bool:
+    def would_deny(self, request: Request) -> bool:
         """Whether cached answers alone already deny *request* (for the frontier)."""
         if self._own(request):
             return False

@@ -102,7 +102,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         settings = crawler.settings
         super().__init__(crawler)
         self.context.robots = self
-        self.context.audit.robots = self.sha256_for
+        self.context.audit.robots_in_force(self.sha256_for)
         self._operator_hosts = operator_hosts(settings)
 
     @classmethod
@@ -163,7 +163,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         entry = self._cache.get(origin_of(url))
         return entry.sha256 if entry is not None else None
 
-    def _cached_denial(self, request: Request) -> bool:
+    def would_deny(self, request: Request) -> bool:
         if self._exempt(request):
             return False
         entry = self._fresh(origin_of(request.url))

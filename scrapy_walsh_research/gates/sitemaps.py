@@ -133,7 +133,7 @@ class SitemapsMiddleware(InContext):
         #: targets that answered in this run, per origin (HISTORY, at the end)
         self._answered: Counter[str] = Counter()
         if self.enabled:
-            self.pacer.add_denial_check(self._would_skip)
+            context.would_deny.append(self)
             crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
     @classmethod
@@ -220,6 +220,10 @@ class SitemapsMiddleware(InContext):
         )
         record = {"sitemap": {"url": sitemap, "lastmod": lastmod, "answered_at": utc_iso(answered)}}
         deny(self.crawler, logger, request, "R7", reason, outcome="not_modified", record=record)
+
+    def would_deny(self, request: Request) -> bool:
+        """What a checked sitemap says has not changed, as cached (``WouldDeny``)."""
+        return self._would_skip(request)
 
     def _would_skip(self, request: Request) -> bool:
         """For the frontier, from this run's state only: a target that will

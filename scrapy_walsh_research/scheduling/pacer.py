@@ -15,10 +15,10 @@ Three kinds of caller share it:
   (:meth:`Pacer.note_answer`), then commits;
 * the frontier (:mod:`scrapy_walsh_research.scheduling.frontier`) keeps the
   single download slot busy by asking when each host is ready;
-* the gates tell it what they would deny from cached state
-  (:meth:`Pacer.add_denial_check`) and what stored state a queued request
-  needs (:meth:`Pacer.add_warmer`), so the frontier lets a request a gate
-  will deny go without waiting for its host, and asks no gate itself.
+* the gates offer it, through the crawler's context, what they would deny
+  from cached state (``WouldDeny``) and what stored state a queued request
+  needs (``LoadsAhead``), so the frontier lets a request a gate will deny go
+  without waiting for its host, and asks no gate itself.
 
 Correctness lives in the pacing gate; the frontier only makes it fast.
 
@@ -59,8 +59,6 @@ from scrapy_walsh_research.state import clock_for
 from scrapy_walsh_research.state.hostload import Answer
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from scrapy import Request
 
     from scrapy_walsh_research._runtime.context import CrawlContext
@@ -118,34 +116,30 @@ class Pacer:
         #: targets waiting in place for their host (counted in the downloader's
         #: active requests, though nothing of theirs is being sent)
         self.waiting_in_place = 0
-        self._denial_checks: list[Callable[[Request], bool]] = [
-            lambda r: self.skip_reason(url_host(r.url)) is not None
-        ]
-        self._warmers: list[Callable[[Request], Awaitable[None]]] = [
-            lambda r: self.clock.warm(url_host(r.url))
-        ]
-
-    def add_denial_check(self, check: Callable[[Request], bool]) -> None:
-        """Register a gate's cheap, cached-state-only "would deny" test."""
-        self._denial_checks.append(check)
-
-    def add_warmer(self, warm: Callable[[Request], Awaitable[None]]) -> None:
-        """Register a gate's loader of the stored state *request* will need."""
-        self._warmers.append(warm)
+        #: the gates that offer what they would deny, and what they load ahead
+        self._would_deny = context.would_deny
+        self._loads_ahead = context.loads_ahead
 
     def warm(self, request: Request) -> None:
         """Load stored state for a newly queued request in the background, so
-        the scheduler's synchronous checks find it cached (no I/O there)."""
-        for warmer in self._warmers:
-            d = deferred_from_coro(warmer(request))
+        the scheduler's synchronous checks find it cached (no I/O there): the
+        host's clock, and what each gate that offers it loads ahead."""
+        loads = [self.clock.warm(url_host(request.url))]
+        loads += [gate.load_ahead(request) for gate in self._loads_ahead]
+        for load in loads:
+            d = deferred_from_coro(load)
             d.addErrback(
                 lambda f: logger.debug("state preload failed: %(f)s", {"f": f.getErrorMessage()})
             )
 
     def will_be_denied(self, request: Request) -> bool:
-        """True when a gate will deny *request* without sending anything: it
-        need not wait for its host's slot (pacing a denied request is waste)."""
-        return any(check(request) for check in self._denial_checks)
+        """True when R4 skips the host or a gate will deny *request* without
+        sending anything (``WouldDeny``, asked of the gates that offer
+        it): it need not wait for its host's slot (pacing a denied request is
+        waste)."""
+        if self.skip_reason(url_host(request.url)) is not None:
+            return True
+        return any(gate.would_deny(request) for gate in self._would_deny)
 
     async def note_robots(self, origin: str, policy: RobotsPolicy, expires: float) -> None:
         """Adopt the selected group's Crawl-delay and Request-rate for *origin*

@@ -83,7 +83,7 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         self._crawler = crawler
         self._signer = request_signer(crawler.settings)
         self._audit = self.context.audit
-        self._audit.keyid = self._signer.keyid if self._signer is not None else None
+        self._audit.signing_keyid(self._signer.keyid if self._signer is not None else None)
         self._marks = self.context.marks
         original = pool.getConnection
 

@@ -229,7 +229,7 @@ class TargetsSpider(InContext, scrapy.Spider):
                 yield line, source, batch, self._feed.ticket(raw, batch)
         assert self.list_path is not None
         for line in read_list(self.list_path):
-            await wait_for_list_room(self.crawler, self.list_lookahead)
+            await wait_for_list_room(self.context, self.list_lookahead)
             yield line, str(self.list_path), str(self.list_path), None
 
     async def _claim(self, seen: dict[str, int], scope: str, canon: str, lineno: int) -> int | None:

@@ -97,12 +97,7 @@ class BlocklistMiddleware(InContext):
         self.waits = context.service(DocumentWaits)
         #: the first-ever outage whose wait ended in the spec's fail-open (logged once)
         self._failed_open: float | None = None
-        pacer.add_denial_check(
-            lambda r: (
-                self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
-                and self.held.domains.match(url_host(r.url)) is not None
-            )
-        )
+        context.would_deny.append(self)
 
     @staticmethod
     def _extra(extra: tuple[str, ...]) -> DomainSet:
@@ -118,6 +113,13 @@ class BlocklistMiddleware(InContext):
         return DomainSet.from_entries(
             [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in extra],
             source="WALSH_BLOCKLIST_EXTRA",
+        )
+
+    def would_deny(self, request: Request) -> bool:
+        """A host the list in force blocks (``WouldDeny``): not the list's own fetches."""
+        return (
+            self.marks.purpose(request) not in (BLOCKLIST, SCHEMA)
+            and self.held.domains.match(url_host(request.url)) is not None
         )
 
     @classmethod

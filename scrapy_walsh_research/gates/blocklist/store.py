@@ -155,7 +155,7 @@ class HeldList:
         #: next try (:class:`~scrapy_walsh_research.gates.waits.DocumentWaits`)
         self.outage: Outage | None = None
         self.store = context.store
-        self.audit.blocklist = self.version
+        self.audit.blocklist_in_force(self.version)
         #: with Redis, this worker's own copy of the list in force: a Redis that
         #: loses its data must not un-block an opt-out this worker knew
         self.local = context.local_store
