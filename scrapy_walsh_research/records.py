@@ -16,11 +16,9 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import DropItem
 
-from scrapy_walsh_research._runtime.context import CrawlContext
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research.core.records import SENT_OUTCOMES, TICKET_KEY
 from scrapy_walsh_research.core.timestamps import parse_utc_iso
-from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
@@ -32,31 +30,30 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class RecordPipeline:
+class RecordPipeline(InContext):
     """Commit each record of the ``targets`` spider before any exporter:
     cadence with the record, and for a fed line, the record, its
     acknowledgement and its cadence in one Redis step, first record wins (a
     line delivered twice after a worker died still has one record)."""
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        #: the R8 gate's stamps are asked of it (None: no R8 gate)
-        self.context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+        #: the R8 gate's stamps are asked of the context (None: no R8 gate)
         self.stats = crawler.stats
-        self.audit = AuditTrail.for_crawler(crawler)
+        self.audit = self.context.audit
         #: with Redis, this machine's copy of the fed records (for a Redis that lost them)
         self.copies: RecordCopies | None = None
-        if redis_url(crawler):
+        redis = self.context.redis
+        if redis is not None:
             # imported only with Redis in use: redis is the optional [redis] extra
-            from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.target_queue import RecordCopies
 
-            self.copies = RecordCopies(RedisConnection.for_crawler(crawler), state_dir(crawler))
+            self.copies = RecordCopies(redis, state_dir(crawler))
             crawler.signals.connect(self.copies.close, signal=signals.engine_stopped)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     async def process_item(self, item: Any) -> Any:
         if not isinstance(item, dict) or "outcome" not in item or "line" not in item:
@@ -78,10 +75,10 @@ class RecordPipeline:
             await self.audit.decision(item)
             return item
         # a fed line: Redis in use (the optional [redis] extra, imported only then)
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
         from scrapy_walsh_research.state.redis.target_queue import finish
 
-        conn = RedisConnection.for_crawler(self.crawler)
+        conn = self.context.redis
+        assert conn is not None  # a ticket comes only from a fed line
         # on the fleet's clock (Redis's): as long before its now as the answer
         # came before this worker's
         age = max(0.0, time.time() - answered) if answered is not None else 0.0

@@ -120,14 +120,14 @@ async def test_the_log_survives_sigkill_with_every_request_sent(server, tmp_path
 async def test_entries_older_than_the_retention_are_dropped_when_a_crawl_opens(tmp_path):
     from scrapy.utils.test import get_crawler
 
-    from scrapy_walsh_research.evidence.audit import AuditTrail
+    from scrapy_walsh_research._runtime.context import CrawlContext
 
     old = SQLiteAudit(tmp_path / "audit.sqlite3")
     old.append({"t": time.time() - 100 * 86400, "host": "a.test", "event": "request"})
     old.append({"t": time.time() - 10, "host": "a.test", "event": "request"})
     await deferred_from_coro(old.close())
     crawler = get_crawler(settings_dict={"WALSH_STATE_DIR": str(tmp_path)})
-    trail = AuditTrail.for_crawler(crawler)
+    trail = CrawlContext.for_crawler(crawler).audit
     await deferred_from_coro(trail.opened())
     await deferred_from_coro(trail.store.close())
     kept = entries(tmp_path)

@@ -86,13 +86,13 @@ async def test_adopting_a_blocklist_entry_purges_what_was_stored_about_the_host(
 async def test_robots_disallowing_us_for_the_root_purges_the_host(server, tmp_path):
     state = tmp_path / "s"
     url = site(server, "shy.test")
-    await crawl(base_settings(server, state, WALSH_ROBOTS_TTL=1), [url], tmp_path)
+    await crawl(base_settings(server, state, WALSH_POLICY_TTL=1), [url], tmp_path)
     assert about(state, "shy.test")
     await sleep(1.2)  # the robots.txt copy has expired: fetched again
     server.origin.route(
         "shy.test", "/robots.txt", Reply(200, "User-agent: Walsh-Research\nDisallow: /\n")
     )
-    result = await crawl(base_settings(server, state, WALSH_ROBOTS_TTL=1), [url], tmp_path / "2")
+    result = await crawl(base_settings(server, state, WALSH_POLICY_TTL=1), [url], tmp_path / "2")
     assert result.items[0]["rule"] == "R2"
     assert about(state, "shy.test") == []
     (purge,) = [e for e in entries(state) if e["event"] == "purge"]
@@ -276,7 +276,7 @@ async def test_walsh_purge_in_a_fleet_strips_the_stored_records_and_claims_of_th
     server.origin.route("kept.test", "/robots.txt", Reply(200, "User-agent: *\nDisallow: /\n"))
     await sleep(1.2)  # the shared robots.txt copy (TTL 1 s) has expired
     push(redis_server, shared, [urls[2]], tmp_path)
-    await ended(*workers(server, shared, tmp_path, 1, WALSH_ROBOTS_TTL=1))
+    await ended(*workers(server, shared, tmp_path, 1, WALSH_POLICY_TTL=1))
     kept = [r for r in walsh_records(redis_server, shared) if r["url"] == urls[2]]
     assert sorted(r["outcome"] for r in kept) == ["denied", "fetched"]
     (first,) = [r for r in kept if r["outcome"] == "fetched"]

@@ -20,11 +20,16 @@ from scrapy_walsh_research import components
 from scrapy_walsh_research._moved import MOVED, RENAMED
 from scrapy_walsh_research.errors import WalshDeprecationWarning
 from scrapy_walsh_research.sandbox import Reply
-from scrapy_walsh_research.settings.options import deprecated_names, policy_retry_delay
+from scrapy_walsh_research.settings.options import (
+    deprecated_names,
+    policy_cache_size,
+    policy_retry_delay,
+    policy_ttl,
+)
 from tests.support.crawling import TDMREP, base_settings, crawl
 
 #: the README's by-hand block as 0.2.0 published it, word for word
-BLOCK_0_2_0 = '''
+BLOCK_0_2_0 = """
 SPIDER_MODULES = ["scrapy_walsh_research.spiders", *SPIDER_MODULES]  # the targets spider
 DOWNLOADER_MIDDLEWARES = {
     "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,  # R2 below replaces it
@@ -62,7 +67,7 @@ REDIRECT_MAX_TIMES = 5
 METAREFRESH_ENABLED = False  # Scrapy's default is True
 DOWNLOAD_MAXSIZE = 16 * 1024 * 1024  # metadata, not content: not Scrapy's 1 GiB
 DOWNLOAD_WARNSIZE = 4 * 1024 * 1024
-'''
+"""
 #: the component paths of that block that moved in 0.3.0
 MOVED_PATHS = sorted(
     {
@@ -128,6 +133,29 @@ def test_the_0_2_0_retry_delay_setting_is_read_until_the_new_one_is_set():
     assert policy_retry_delay(Settings()) == 60.0
     (line,) = deprecated_names(Settings({"WALSH_ROBOTS_RETRY_DELAY": 7}))
     assert "WALSH_POLICY_RETRY_DELAY" in line
+
+
+def test_the_0_3_0_policy_cache_settings_are_read_until_the_new_ones_are_set():
+    # WALSH_ROBOTS_TTL and WALSH_ROBOTS_CACHE_SIZE govern tdmrep.json too
+    assert policy_ttl(Settings({"WALSH_ROBOTS_TTL": 7})) == 7.0
+    assert policy_ttl(Settings({"WALSH_ROBOTS_TTL": 7, "WALSH_POLICY_TTL": 9})) == 9.0
+    assert policy_ttl(Settings()) == 86400.0
+    assert policy_cache_size(Settings({"WALSH_ROBOTS_CACHE_SIZE": 5})) == 5
+    both = Settings({"WALSH_ROBOTS_CACHE_SIZE": 5, "WALSH_POLICY_CACHE_SIZE": 6})
+    assert policy_cache_size(both) == 6
+    assert policy_cache_size(Settings()) == 1000
+    said = deprecated_names(Settings({"WALSH_ROBOTS_TTL": 7, "WALSH_ROBOTS_CACHE_SIZE": 5}))
+    assert [line.split(",")[0] for line in said] == [
+        "WALSH_ROBOTS_TTL is the 0.3.0 name of WALSH_POLICY_TTL",
+        "WALSH_ROBOTS_CACHE_SIZE is the 0.3.0 name of WALSH_POLICY_CACHE_SIZE",
+    ]
+
+
+def test_the_start_up_check_refuses_a_policy_ttl_over_a_day_by_its_0_3_0_name():
+    from scrapy_walsh_research.settings.check import problems
+
+    found = problems(Settings({"WALSH_ROBOTS_TTL": 3e7}))
+    assert any(p.startswith("WALSH_ROBOTS_TTL=3e+07:") for p in found), found
 
 
 def test_the_start_up_check_refuses_a_bad_retry_delay_by_the_name_the_project_wrote():

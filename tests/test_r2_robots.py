@@ -414,7 +414,7 @@ async def test_a_stored_robots_copy_is_reused_within_its_ttl_and_refetched_after
     assert robots() == 1  # the second run used the copy from the first
     age_stored_robots(state, 86400 + 1)
     res = await crawl(base_settings(server, state), urls, tmp_path)
-    assert robots() == 2  # past WALSH_ROBOTS_TTL (24 h): fetched again
+    assert robots() == 2  # past WALSH_POLICY_TTL (24 h): fetched again
     assert results(res) == [("fetched", None)]
 
 
@@ -455,7 +455,7 @@ async def test_dont_obey_robotstxt_does_not_bypass_the_gate(server, tmp_path):
 @pytest_twisted.ensureDeferred
 async def test_robots_is_refetched_after_its_ttl(server, tmp_path):
     urls = site(server, "ttl.test", Reply(200, "User-agent: *\nAllow: /\n"), "/a", "/b", "/c")
-    res = await crawl(base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=2.5), urls, tmp_path)
+    res = await crawl(base_settings(server, tmp_path / "s", WALSH_POLICY_TTL=2.5), urls, tmp_path)
     assert results(res) == [("fetched", None)] * 3
     fetched = [h.t for h in server.origin.hits_for("ttl.test", "/robots.txt")]
     assert len(fetched) >= 2  # fetched again once the TTL passed,

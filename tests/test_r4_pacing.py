@@ -117,7 +117,7 @@ async def test_a_restarted_crawl_keeps_a_hosts_spacing(server, tmp_path):
     await crawl(base_settings(server, state), urls, tmp_path)
     await crawl(base_settings(server, state), urls, tmp_path)  # at once, in a "new process"
     hits = server.origin.hits_for("again.test")
-    # the second run reuses the stored robots.txt and tdmrep.json (WALSH_ROBOTS_TTL)
+    # the second run reuses the stored robots.txt and tdmrep.json (WALSH_POLICY_TTL)
     assert [h.path for h in hits] == ["/robots.txt", TDMREP, "/p/0", "/p/0"]
     assert min(gaps(hits)) >= 1.0
 
@@ -140,7 +140,9 @@ async def test_a_request_that_never_went_out_is_not_counted_as_paced_without_a_w
     assert records[urls[0]]["outcome"] == "fetched"
     assert records[down]["outcome"] != "fetched"
     # down.test was tried (its robots.txt), and refused
-    assert res.stats["downloader/exception_type_count/scrapy.exceptions.DownloadConnectionRefusedError"]
+    assert res.stats[
+        "downloader/exception_type_count/scrapy.exceptions.DownloadConnectionRefusedError"
+    ]
     assert res.stats.get("walsh/pacing/no_wire_time", 0) == 0
 
 
@@ -338,7 +340,7 @@ async def test_a_restart_knows_the_crawl_delay_before_refetching_robots(server, 
     a request to the host and keeps the Crawl-delay learned before."""
     state = tmp_path / "s"
     urls = pages(server, "cd.test", 1, "User-agent: *\nCrawl-delay: 4\n", latency=0)
-    settings = base_settings(server, state, WALSH_ROBOTS_TTL=1)
+    settings = base_settings(server, state, WALSH_POLICY_TTL=1)
     await crawl(settings, urls, tmp_path)
     await crawl(settings, urls, tmp_path)
     hits = server.origin.hits_for("cd.test")

@@ -156,7 +156,7 @@ async def test_a_retry_passes_the_gates_again(server, tmp_path):
 
     server.origin.route("gate.test", "/robots.txt", robots)
     server.origin.route("gate.test", "/x", Reply(503, "busy", {"Retry-After": "5"}))
-    settings = base_settings(server, tmp_path / "s", WALSH_ROBOTS_TTL=4)
+    settings = base_settings(server, tmp_path / "s", WALSH_POLICY_TTL=4)
     res = await crawl(settings, [server.url("gate.test", "/x")], tmp_path)
     assert (res.items[0]["outcome"], res.items[0]["rule"]) == ("denied", "R2")
     assert len(server.origin.hits_for("gate.test", "/x")) == 1
@@ -230,6 +230,7 @@ def test_a_backoff_is_planned_only_while_the_r5_gate_is_in_the_chain(tmp_path, i
     from scrapy.http import Response
     from scrapy.utils.test import get_crawler
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.scheduling.backoff import Backoff
 
     crawler = get_crawler(
@@ -239,8 +240,10 @@ def test_a_backoff_is_planned_only_while_the_r5_gate_is_in_the_chain(tmp_path, i
         }
     )
     request = scrapy.Request("http://p.test/x")
-    hold = Backoff.for_crawler(crawler).after(
-        request, response=Response(request.url, status=503, request=request)
+    hold = (
+        CrawlContext.for_crawler(crawler)
+        .service(Backoff)
+        .after(request, response=Response(request.url, status=503, request=request))
     )
     assert (hold.backoff is not None) is in_chain
     assert hold.retry_after is None

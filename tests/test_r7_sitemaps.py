@@ -124,9 +124,7 @@ class Site:
 
 
 def outcomes(result: Any, site: Site) -> dict[str, str]:
-    return {
-        i["url"].rsplit("/", 1)[1]: i["outcome"] for i in result.items if i["url"] in site.urls
-    }
+    return {i["url"].rsplit("/", 1)[1]: i["outcome"] for i in result.items if i["url"] in site.urls}
 
 
 async def rerun_counting_documents(
@@ -252,7 +250,11 @@ async def test_a_sitemap_passes_every_gate_and_a_contradiction_or_bad_sitemap_is
     audit = [json.loads(entry) for (entry,) in db.execute("SELECT entry FROM audit")]
     db.close()
     verdicts = {(e["host"], e["state"]) for e in audit if e["event"] == "sitemap"}
-    assert {("liar.test", "contradicted"), ("bad.test", "ignored"), ("now.test", "stale")} <= verdicts
+    assert {
+        ("liar.test", "contradicted"),
+        ("bad.test", "ignored"),
+        ("now.test", "stale"),
+    } <= verdicts
 
 
 @pytest_twisted.ensureDeferred
@@ -283,7 +285,6 @@ async def test_a_fleet_fetches_a_sitemap_once(server, redis_server, tmp_path):
     assert len(site.page_hits(mark)) <= 2
     saved = sum(w.stats.get("walsh/sitemaps/requests_saved", 0) for w in workers)
     assert saved >= 2 and saved + len(site.page_hits(mark)) == 4
-
 
 
 @pytest_twisted.ensureDeferred
@@ -320,6 +321,7 @@ async def test_a_contradiction_found_by_another_worker_stops_this_workers_skips(
     assert sorted(h.path for h in site.page_hits(mark)) == site.paths
     assert "walsh/sitemaps/requests_saved" not in second.stats
 
+
 # -- what a stored sitemap, a short list and a slow answer may claim --------------------
 
 
@@ -347,9 +349,7 @@ async def test_an_old_reading_is_asked_again_and_a_missing_sitemap_is_not(server
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_short_list_costs_no_sitemap_and_a_slow_answer_is_dated_when_sent(
-    server, tmp_path
-):
+async def test_a_short_list_costs_no_sitemap_and_a_slow_answer_is_dated_when_sent(server, tmp_path):
     """Found in review. A re-run listing one target of a host fetched its
     sitemap (last run's count stood in for this run's); and a page that
     changed while its answer was on the way was later skipped, because the
@@ -470,9 +470,7 @@ async def test_a_sitemap_index_and_a_gzipped_sitemap_are_read(server, tmp_path):
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_sitemap_request_is_sent_as_the_bot_and_its_503_holds_the_host(
-    server, tmp_path
-):
+async def test_a_sitemap_request_is_sent_as_the_bot_and_its_503_holds_the_host(server, tmp_path):
     """R1 and R5 on the sitemap itself: it goes out with the exact
     User-Agent, and a 503 with ``Retry-After: 4`` holds its host like any
     answer does (the next request to it waits 4 s, not the 1 s floor). A
@@ -493,9 +491,7 @@ async def test_a_sitemap_request_is_sent_as_the_bot_and_its_503_holds_the_host(
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_sitemap_index_costs_at_most_one_document_per_two_due_targets(
-    server, tmp_path
-):
+async def test_a_sitemap_index_costs_at_most_one_document_per_two_due_targets(server, tmp_path):
     """An index naming eight sitemaps, on an origin with six due targets:
     three documents are fetched (the index and two of its sitemaps), not
     nine, so a sitemap never costs more requests than it can save."""
@@ -799,7 +795,7 @@ async def test_a_host_skipped_for_its_crawl_delay_is_not_spun_through_the_sitema
     two minutes of LOAD_LIMIT."""
 
     site = Site(server, "spin.test", 4)
-    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_ROBOTS_TTL=1)
+    settings = base_settings(server, tmp_path / "s", **SETTINGS, WALSH_POLICY_TTL=1)
     await crawl(settings, site.urls, tmp_path)
     sitemap = server.url("spin.test", "/sitemap.xml")
     server.origin.route(

@@ -51,7 +51,7 @@ async def test_the_robots_cache_keeps_its_bound_and_evicted_rules_still_apply(se
     # by then its robots.txt answer has been evicted (bound 2, six hosts)
     lines = interleaved([site(server, h, 2) for h in hosts])
     lines += [server.url(h, "/private") for h in hosts]
-    settings = base_settings(server, tmp_path / "s", WALSH_ROBOTS_CACHE_SIZE=2)
+    settings = base_settings(server, tmp_path / "s", WALSH_POLICY_CACHE_SIZE=2)
     res = await crawl(settings, lines, tmp_path)
     outcomes = [(i["outcome"], i["rule"]) for i in res.items]
     assert outcomes.count(("fetched", None)) == 12
@@ -78,7 +78,7 @@ async def test_an_evicted_host_clock_still_keeps_the_hosts_crawl_delay(server, t
     assert [i["outcome"] for i in res.items] == ["fetched"] * 11
     assert res.stats["walsh/hostclock/cache_evicted"] >= 3
     assert res.stats["walsh/hostclock/cache_max"] <= 3
-    assert Pacer.for_crawler(res.crawler).clock.cached_hosts() <= 3
+    assert CrawlContext.for_crawler(res.crawler).service(Pacer).clock.cached_hosts() <= 3
     assert min(gaps(server.origin.hits_for("c0.test"))) >= 2.0
     assert_polite(server, hosts)
 
@@ -130,7 +130,8 @@ async def test_a_list_is_read_only_as_far_as_the_lookahead(server, tmp_path):
 @pytest.mark.parametrize(
     "name",
     [
-        "WALSH_ROBOTS_CACHE_SIZE",
+        "WALSH_POLICY_CACHE_SIZE",
+        "WALSH_ROBOTS_CACHE_SIZE",  # its 0.3.0 name, refused by that name
         "WALSH_HOST_CLOCK_CACHE_SIZE",
         "WALSH_CADENCE_CACHE_SIZE",
         "WALSH_LIST_LOOKAHEAD",

@@ -111,7 +111,7 @@ async def test_explicit_downloader_middlewares_obey_r1_to_r3(server, tmp_path):
 REFUSALS = {
     "not serial": ({"CONCURRENT_REQUESTS": 8}, "CONCURRENT_REQUESTS=8"),
     "opt-outs read yearly": ({"WALSH_BLOCKLIST_MAX_REFRESH": 3e7}, "WALSH_BLOCKLIST_MAX_REFRESH"),
-    "robots.txt cached for a year": ({"WALSH_ROBOTS_TTL": 3e7}, "WALSH_ROBOTS_TTL"),
+    "robots.txt cached for a year": ({"WALSH_POLICY_TTL": 3e7}, "WALSH_POLICY_TTL"),
     "a failed blocklist never retried": (
         {"WALSH_BLOCKLIST_RETRY_DELAY": 3e9},
         "WALSH_BLOCKLIST_RETRY_DELAY",

@@ -6,13 +6,16 @@ so the docs and the code cannot drift apart again."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
+from scrapy.settings import Settings
 
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import RENAMED
+from scrapy_walsh_research.settings.walsh import WalshSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "scrapy_walsh_research"
@@ -163,6 +166,10 @@ def modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+#: the settings the typed object reads (field ``x`` is ``WALSH_X``)
+TYPED = {f"WALSH_{f.name.upper()}": f.name for f in dataclasses.fields(WalshSettings)}
+
+
 def test_every_setting_read_has_its_default_here():
     read = {
         found[0]
@@ -170,10 +177,21 @@ def test_every_setting_read_has_its_default_here():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call) and (found := _read_name(node))
     }
-    assert len(read) > 30  # the walk finds the reads
+    assert len(read) > 20  # the walk finds the reads
+    read |= set(TYPED)  # and the typed settings' fields, read by their names
     # a renamed setting's 0.2.0 name is read only to honour it: its default
     # is the new name's (see the next test)
     assert sorted(read - set(SETTINGS) - set(RENAMED)) == []
+
+
+def test_the_typed_settings_take_their_defaults_from_here():
+    typed = WalshSettings.from_settings(Settings())
+    assert {name: getattr(typed, field) for name, field in TYPED.items()} == {
+        name: (tuple(SETTINGS[name]) if isinstance(SETTINGS[name], tuple) else SETTINGS[name])
+        for name in TYPED
+    }
+    # and read what a project sets, by the field's name
+    assert WalshSettings.from_settings(Settings({"WALSH_MIN_DELAY": "2.5"})).min_delay == 2.5
 
 
 def test_a_renamed_setting_has_one_default_and_the_reference_names_both():
@@ -192,7 +210,9 @@ def test_no_setting_is_read_with_a_default_of_its_own():
         for line, setting, default, ok in reads(path)
         if not ok
     ]
-    assert not wrong, "read the default from scrapy_walsh_research.settings.defaults:\n" + "\n".join(wrong)
+    assert not wrong, (
+        "read the default from scrapy_walsh_research.settings.defaults:\n" + "\n".join(wrong)
+    )
 
 
 def test_the_code_check_catches_a_literal_and_a_foreign_constant(tmp_path):
@@ -202,9 +222,9 @@ def test_the_code_check_catches_a_literal_and_a_foreign_constant(tmp_path):
         "from scrapy_walsh_research.settings.defaults import WALSH_RUN_INTERVAL as INTERVAL\n"
         "from elsewhere import DEFAULT_TTL\n"
         "a = settings.getfloat('WALSH_MIN_DELAY', 1.0)\n"
-        "b = settings.getfloat('WALSH_ROBOTS_TTL', DEFAULT_TTL)\n"
+        "b = settings.getfloat('WALSH_POLICY_TTL', DEFAULT_TTL)\n"
         "c = settings.get('WALSH_REDIS_PREFIX') or 'walsh'\n"
-        "d = cache_size(settings, 'WALSH_ROBOTS_CACHE_SIZE', 1000)\n"
+        "d = cache_size(settings, 'WALSH_POLICY_CACHE_SIZE', 1000)\n"
         "e = settings.getfloat('WALSH_MIN_DELAY', defaults.WALSH_MAX_CRAWL_DELAY)\n"
         "f = settings.getfloat('WALSH_MIN_DELAY', defaults.WALSH_MIN_DELAY)\n"
         "g = settings.getfloat('WALSH_RUN_INTERVAL', INTERVAL)\n"

@@ -42,13 +42,15 @@ from scrapy_walsh_research._runtime.meta import (
     TARGET_META,
 )
 from scrapy_walsh_research.core.urls import canonical_url
-from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import INTERNAL
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+    from scrapy_walsh_research.state import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -86,22 +88,21 @@ class Marks:
     crawler: HMAC tokens, not the requests' Web Bot Auth signatures
     (:mod:`scrapy_walsh_research.identity.signing`)."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, store: Callable[[], StateStore]) -> None:
         self.crawler = crawler
+        #: the crawler's state store, opened when first needed
+        self._store = store
+        self._cap_installed = False
         self._secret: bytes | None = None
         self._forged_logged = False
         #: tokens verified lately: every gate asks about every request
         self._verified: dict[str, str] = {}
 
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> Marks:
-        return per_crawler(crawler, Marks, lambda: cls(crawler))
-
     async def ready(self) -> None:
         """Load (or create, once, atomically) the secret shared through the state store."""
         if self._secret is not None:
             return
-        stored = await state_for(self.crawler).put_if_absent(
+        stored = await self._store().put_if_absent(
             _SECRET_NAMESPACE, _SECRET_KEY, secrets.token_hex(32)
         )
         self._secret = bytes.fromhex(stored)
@@ -175,7 +176,7 @@ def target_key(request: Request) -> str:
 
 
 async def internal_fetch(
-    crawler: Crawler,
+    marks: Marks,
     url: str,
     purpose: str,
     *,
@@ -196,12 +197,12 @@ async def internal_fetch(
     ``download_timeout``), if shorter than ``DOWNLOAD_TIMEOUT``. *headers*
     are sent too (a sitemap's conditional GET).
     """
-    marks = Marks.for_crawler(crawler)
+    crawler = marks.crawler
     await marks.ready()
     meta: dict[str, object] = {INTERNAL_META: marks.issue(purpose), "dont_retry": True}
     if max_bytes is not None:
         meta[MAX_BYTES_META] = max_bytes
-        _install_cap(crawler)
+        _install_cap(marks)
     if maxsize is not None:
         meta["download_maxsize"] = maxsize
     if max_wait is not None:
@@ -213,12 +214,14 @@ async def internal_fetch(
     return await crawler.engine.download_async(request)
 
 
-def _install_cap(crawler: Crawler) -> None:
+def _install_cap(marks: Marks) -> None:
     """The byte cap of the bundle's own fetches, connected once per crawler."""
-    per_crawler(crawler, _install_cap, lambda: _connect_cap(crawler))
+    if not marks._cap_installed:
+        _connect_cap(marks.crawler)
+        marks._cap_installed = True
 
 
-def _connect_cap(crawler: Crawler) -> bool:
+def _connect_cap(crawler: Crawler) -> None:
     def on_bytes(data: bytes, request: Request, spider: object = None) -> None:
         cap = request.meta.get(MAX_BYTES_META)
         if cap is None:
@@ -229,4 +232,3 @@ def _connect_cap(crawler: Crawler) -> bool:
             raise StopDownload(fail=False)
 
     crawler.signals.connect(on_bytes, signal=signals.bytes_received, weak=False)
-    return True

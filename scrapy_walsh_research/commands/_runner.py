@@ -9,6 +9,7 @@ from scrapy.utils.log import configure_logging
 from scrapy.utils.reactor import install_reactor
 from twisted.python.failure import Failure
 
+from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
 T = TypeVar("T")
@@ -22,13 +23,19 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.evidence.verdicts import ConformanceResult
 
 
+def command_context(crawler: Crawler) -> CrawlContext:
+    """The context of a command's crawler: its state store, and an audit
+    trail that neither prunes nor waits unbounded for its store."""
+    return CrawlContext.for_crawler(crawler, command=True)
+
+
 def crawl_state(
     settings: Settings, filename: str, what: str, *, elsewhere: bool = False
-) -> Crawler:
-    """A crawler for a command that reads what a crawl left in its state
-    dir (*filename* there, unless the state is in Redis, or *elsewhere*),
-    or UsageError saying where it looked: never an empty store created in
-    passing."""
+) -> CrawlContext:
+    """The context of a crawler for a command that reads what a crawl left
+    in its state dir (*filename* there, unless the state is in Redis, or
+    *elsewhere*), or UsageError saying where it looked: never an empty
+    store created in passing."""
     from scrapy.crawler import Crawler
     from scrapy.exceptions import UsageError
 
@@ -42,7 +49,7 @@ def crawl_state(
                 f"no {what} at {path}: run this where the crawl ran, or set "
                 "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
             )
-    return crawler
+    return command_context(crawler)
 
 
 def project_targets_spider(settings: Settings) -> type:

@@ -106,11 +106,12 @@ class Command(OperatorCommand):
 
 async def _migrate(crawler: Crawler, database: Path) -> Report:
     from scrapy_walsh_research.commands._migration import Migration
-    from scrapy_walsh_research.state import clock_for, state_for
+    from scrapy_walsh_research.commands._runner import command_context
+    from scrapy_walsh_research.state import clock_for
     from scrapy_walsh_research.state.sqlite import SQLiteStateStore
 
     source = SQLiteStateStore(database)
-    fleet = state_for(crawler)
+    fleet = command_context(crawler).store
     try:
         return await Migration(source, fleet, clock_for(crawler)).run()
     finally:

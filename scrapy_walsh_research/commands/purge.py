@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research.commands._operator import OperatorCommand
 
 if TYPE_CHECKING:
     import argparse
+
+    from scrapy_walsh_research._runtime.context import CrawlContext
 
 
 class Command(OperatorCommand):
@@ -35,22 +36,20 @@ class Command(OperatorCommand):
         assert self.settings is not None
         from scrapy_walsh_research.commands._runner import crawl_state
 
-        crawler = crawl_state(self.settings, "state.sqlite3", "state")
+        context = crawl_state(self.settings, "state.sqlite3", "state")
         try:
-            asyncio.run(self._purge(crawler, host))
+            asyncio.run(self._purge(context, host))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc)) from None
         except WalshAuditUnavailable as exc:
             print(f"walsh-purge: {exc}", file=sys.stderr)
             self.exitcode = 1
 
-    async def _purge(self, crawler: Crawler, host: str) -> None:
-        from scrapy_walsh_research.evidence.audit import AuditTrail
+    async def _purge(self, context: CrawlContext, host: str) -> None:
         from scrapy_walsh_research.evidence.purge import covers, in_words, purge, total
-        from scrapy_walsh_research.state import state_for
 
-        store = state_for(crawler)
-        audit = AuditTrail.for_crawler(crawler, prune=False)
+        store = context.store
+        audit = context.audit
         exported, first, last = 0, "", ""
         try:
             # the purge's own entry must be storable before anything is

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research.commands._operator import OperatorCommand
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Iterator
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.evidence.audit import AuditStore
 
 
@@ -60,12 +60,12 @@ class Command(OperatorCommand):
         from scrapy_walsh_research.commands._runner import crawl_state
         from scrapy_walsh_research.errors import WalshAuditUnavailable, WalshConfigurationError
 
-        crawler = crawl_state(
+        context = crawl_state(
             self.settings, "audit.sqlite3", "audit log",
             elsewhere=bool(self.settings.get("WALSH_AUDIT_URL")),
         )  # fmt: skip
         try:
-            asyncio.run(self._report(crawler, host, since, opts))
+            asyncio.run(self._report(context, host, since, opts))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc)) from None
         except WalshAuditUnavailable as exc:
@@ -74,12 +74,9 @@ class Command(OperatorCommand):
             self.exitcode = 1
 
     async def _report(
-        self, crawler: Crawler, host: str | None, since: float | None, opts: argparse.Namespace
+        self, context: CrawlContext, host: str | None, since: float | None, opts: argparse.Namespace
     ) -> None:
-        from scrapy_walsh_research.evidence.audit import AuditTrail
-        from scrapy_walsh_research.state import redis_url
-
-        store = AuditTrail.for_crawler(crawler, prune=False).store
+        store = context.audit.store
         try:
             if host is not None:
                 await self._one(store, host, opts, since)
@@ -87,10 +84,8 @@ class Command(OperatorCommand):
                 await self._all(store, opts, since)
         finally:
             await store.close()
-            if redis_url(crawler):
-                from scrapy_walsh_research.state.redis.connection import RedisConnection
-
-                await RedisConnection.for_crawler(crawler).close()
+            if context.redis is not None:
+                await context.redis.close()
 
     async def _one(
         self, store: AuditStore, host: str, opts: argparse.Namespace, since: float | None

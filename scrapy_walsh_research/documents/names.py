@@ -32,10 +32,10 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import error as tx_error
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research.per_crawler import per_crawler
-
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
+    from scrapy_walsh_research._runtime.context import CrawlContext
+
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +93,10 @@ def _system_lookup(host: str) -> int:
 class NameLookups:
     """Asks why a host name did not resolve, once per failed fetch."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, context: CrawlContext) -> None:
+        crawler = context.crawler
         self.stats = crawler.stats
         self.timeout = min(LOOKUP_TIMEOUT, crawler.settings.getfloat("DNS_TIMEOUT", 60.0))
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> NameLookups:
-        return per_crawler(crawler, NameLookups, lambda: cls(crawler))
 
     async def why(self, host: str, exc: BaseException) -> Unresolved | None:
         """Why *host* did not resolve when a fetch failed with *exc*; None

@@ -39,16 +39,12 @@ from twisted.internet import task
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.evidence.audit import AuditTrail
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.state import state_for
 
 if TYPE_CHECKING:
     from scrapy import Request
-    from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.core.outage import Outage
 
 logger = logging.getLogger(__name__)
@@ -70,13 +66,13 @@ class Waiting(NamedTuple):
 class DocumentWaits:
     """Which targets wait for which unknown document, and until when."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
+    def __init__(self, context: CrawlContext) -> None:
+        crawler = self.crawler = context.crawler
         self.stats = crawler.stats
-        self.bound = crawler.settings.getfloat("WALSH_POLICY_WAIT", defaults.WALSH_POLICY_WAIT)
-        self.store = state_for(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
-        self.audit = AuditTrail.for_crawler(crawler)
+        self.bound = context.settings.policy_wait
+        self.store = context.store
+        self.pacer = context.service(Pacer)
+        self.audit = context.audit
         #: only the frontier keeps a handed-back request until its host is ready
         self.requeue = uses_frontier(crawler.settings)
         #: when this run started (state-store time): an outage that began
@@ -91,10 +87,6 @@ class DocumentWaits:
         self._gave_up: set[str] = set()
         #: host -> what its targets wait for
         self._waiting: dict[str, Waiting] = {}
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> DocumentWaits:
-        return per_crawler(crawler, DocumentWaits, lambda: cls(crawler))
 
     def deadline(self, outage: Outage) -> float:
         """When waiting for *outage*'s document ends (state-store time)."""

@@ -39,9 +39,7 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.state import redis_url
 from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
@@ -49,6 +47,8 @@ if TYPE_CHECKING:
 
     from scrapy import Request
     from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
 
@@ -92,20 +92,22 @@ async def read_all(
     return [entry async for entry in store.entries(host, since)]
 
 
-def fleet_clock(crawler: Crawler) -> Callable[[], float]:
+def fleet_clock(redis: RedisConnection | None) -> Callable[[], float]:
     """The clock an entry is stamped with: Redis's, as the worker last
     measured it, in a fleet (pacing's clock); else this machine's."""
-    if redis_url(crawler):
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
-
-        return RedisConnection.for_crawler(crawler).time
-    return time.time
+    return redis.time if redis is not None else time.time
 
 
-def open_store(crawler: Crawler, retention: float, patience: float | None = None) -> AuditStore:
+def open_store(
+    crawler: Crawler,
+    retention: float,
+    patience: float | None = None,
+    redis: RedisConnection | None = None,
+) -> AuditStore:
     """The crawler's audit store: PostgreSQL when ``WALSH_AUDIT_URL`` is set;
-    else, with ``WALSH_REDIS_URL``, per-host Redis streams kept
-    ``WALSH_AUDIT_REDIS_WINDOW``; else ``audit.sqlite3`` in the state dir."""
+    else, with ``WALSH_REDIS_URL`` (the crawler's connection: *redis*),
+    per-host Redis streams kept ``WALSH_AUDIT_REDIS_WINDOW``; else
+    ``audit.sqlite3`` in the state dir."""
     settings = crawler.settings
     url = settings.get("WALSH_AUDIT_URL") or None
     if url:
@@ -134,13 +136,12 @@ def open_store(crawler: Crawler, retention: float, patience: float | None = None
                 "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
             ),
         )
-    if redis_url(crawler):
+    if redis is not None:
         # redis is the optional [redis] extra: imported only when in use
         from scrapy_walsh_research.evidence.audit_redis import RedisAudit
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
 
         window = min(retention, redis_window(crawler))
-        return RedisAudit(RedisConnection.for_crawler(crawler), window)
+        return RedisAudit(redis, window)
     return SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
 
 
@@ -168,9 +169,31 @@ def _positive(crawler: Crawler, name: str, default: float, instead: str) -> floa
     return value
 
 
-class AuditTrail:
-    """Builds the entries; the gates register what is in force (the
-    blocklist version, each origin's robots.txt, the signing keyid)."""
+class AuditFacts(Protocol):
+    """What the components tell the audit trail, each declared once as the
+    crawl is built, for every entry to carry: what is in force, asked of its
+    owner when an entry is written."""
+
+    def blocklist_in_force(self, version: Callable[[], dict[str, Any] | None]) -> None:
+        """The R3 gate's list in force (its version), asked per entry."""
+
+    def robots_in_force(self, sha256_for: Callable[[str], str | None]) -> None:
+        """The R2 gate's robots.txt per URL (its sha256), asked per request."""
+
+    def pacing_intervals(self, interval_for: Callable[[Request], tuple[float, str]]) -> None:
+        """The interval pacing kept before a request went out, and what set it."""
+
+    def purposes_declared(self, purposes: tuple[str, ...]) -> None:
+        """The purposes the bot declares (``WALSH_PURPOSES``: the PREF gate)."""
+
+    def signing_keyid(self, keyid: str | None) -> None:
+        """The key requests are signed with (the download handler)."""
+
+
+class AuditTrail(AuditFacts):
+    """Builds the entries; the components declare what is in force (the
+    blocklist version, each origin's robots.txt, the interval kept, the
+    purposes, the signing keyid) through :class:`AuditFacts`."""
 
     def __init__(
         self, store: AuditStore, retention: float, clock: Callable[[], float] = time.time
@@ -181,26 +204,42 @@ class AuditTrail:
         #: worker paces by (Redis's), so gaps between two workers' requests
         #: are measured as pacing kept them, whatever their machines' clocks
         self.clock = clock
-        self.blocklist: Callable[[], dict[str, Any] | None] = lambda: None
-        self.robots: Callable[[str], str | None] = lambda url: None
+        self._blocklist: Callable[[], dict[str, Any] | None] = lambda: None
+        self._robots: Callable[[str], str | None] = lambda url: None
         #: the interval pacing kept before a request went out, and what set it
         #: (floor, Crawl-delay, load, distress, Retry-After, backoff)
-        self.interval: Callable[[Request], tuple[float, str]] | None = None
-        #: the purposes the bot declares (WALSH_PURPOSES), set by the PREF gate
-        self.purposes: tuple[str, ...] | None = None
-        self.keyid: str | None = None
+        self._interval: Callable[[Request], tuple[float, str]] | None = None
+        #: the purposes the bot declares (WALSH_PURPOSES), from the PREF gate
+        self._purposes: tuple[str, ...] | None = None
+        self._keyid: str | None = None
         #: each request sent -> its entry id (a retry or a hop is a new
         #: request object, so an id is never carried over)
         self._sent: weakref.WeakKeyDictionary[Request, str] = weakref.WeakKeyDictionary()
 
-    @classmethod
-    def for_crawler(cls, crawler: Crawler, *, prune: bool = True) -> AuditTrail:
-        """The crawler's trail; *prune*: drop entries past the retention
-        (a crawl does; the commands that read the log do not)."""
-        return per_crawler(crawler, AuditTrail, lambda: cls._open(crawler, prune))
+    # -- the facts, as declared (AuditFacts) -------------------------------------
+
+    def blocklist_in_force(self, version: Callable[[], dict[str, Any] | None]) -> None:
+        self._blocklist = version
+
+    def robots_in_force(self, sha256_for: Callable[[str], str | None]) -> None:
+        self._robots = sha256_for
+
+    def pacing_intervals(self, interval_for: Callable[[Request], tuple[float, str]]) -> None:
+        self._interval = interval_for
+
+    def purposes_declared(self, purposes: tuple[str, ...]) -> None:
+        self._purposes = purposes
+
+    def signing_keyid(self, keyid: str | None) -> None:
+        self._keyid = keyid
 
     @classmethod
-    def _open(cls, crawler: Crawler, prune: bool) -> AuditTrail:
+    def open(
+        cls, crawler: Crawler, redis: RedisConnection | None, *, prune: bool = True
+    ) -> AuditTrail:
+        """The crawler's trail (its context builds it once: ``context.audit``),
+        over *redis* in a fleet; *prune*: drop entries past the retention (a
+        crawl does; the commands that read the log do not)."""
         retention = _positive(
             crawler, "WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION,
             "delete it. Give how long to keep entries, in seconds "
@@ -208,9 +247,10 @@ class AuditTrail:
         )  # fmt: skip
         # a command waits a bounded time for its store; a crawl, as long as
         # it takes (nothing is sent meanwhile)
-        store = open_store(crawler, retention, patience=None if prune else COMMAND_PATIENCE_S)
+        patience = None if prune else COMMAND_PATIENCE_S
+        store = open_store(crawler, retention, patience, redis)
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
-        trail = cls(store, retention, fleet_clock(crawler))
+        trail = cls(store, retention, fleet_clock(redis))
         if prune:
             # a crawl opens the store once its engine runs (a server that
             # refuses it stops the crawl, exit code 1, before anything is
@@ -262,18 +302,18 @@ class AuditTrail:
         entry = self._base("request", request.url)
         agent = request.headers.get("User-Agent")
         interval, set_by = (
-            self.interval(request) if self.interval and entry["host"] else (None, None)
+            self._interval(request) if self._interval and entry["host"] else (None, None)
         )
         entry.update(
             id=audit_id,
             kind=kind,
             method=request.method,
             user_agent=agent.decode("latin-1") if agent is not None else None,
-            blocklist=self.blocklist(),
-            robots_sha256=self.robots(request.url),
+            blocklist=self._blocklist(),
+            robots_sha256=self._robots(request.url),
             interval=round(interval, 6) if interval is not None else None,
             interval_set_by=set_by,
-            keyid=self.keyid,
+            keyid=self._keyid,
         )
         return self.store.append(entry)
 
@@ -306,8 +346,8 @@ class AuditTrail:
             # the usage preferences that applied to the URL (PREF), as stated,
             # and the purposes they were weighed against
             preferences=record.get("preferences"),
-            purposes=list(self.purposes) if self.purposes is not None else None,
-            blocklist=self.blocklist(),
+            purposes=list(self._purposes) if self._purposes is not None else None,
+            blocklist=self._blocklist(),
         )
         done = self.store.append(entry)
         if done is not None:

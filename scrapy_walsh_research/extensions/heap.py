@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research._runtime.context import InContext
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -46,15 +46,15 @@ _running = 0
 _ours = False
 
 
-class HeapFreeze:
+class HeapFreeze(InContext):
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        if not crawler.settings.getbool("WALSH_GC_FREEZE", defaults.WALSH_GC_FREEZE):
-            raise NotConfigured
         ext = cls(crawler)
+        if not ext.context.settings.gc_freeze:
+            raise NotConfigured
         crawler.signals.connect(ext.engine_started, signal=signals.engine_started)
         crawler.signals.connect(ext.engine_stopped, signal=signals.engine_stopped)
         return ext

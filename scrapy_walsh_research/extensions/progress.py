@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from scrapy_walsh_research._runtime.context import CrawlContext
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research.core.timestamps import duration_text
 from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.scheduling.pacer import Pacer
@@ -38,12 +38,9 @@ logger = logging.getLogger(__name__)
 NAMED_HOSTS = 3
 
 
-class Progress:
-    def __init__(
-        self, crawler: Crawler, interval: float, context: CrawlContext | None = None
-    ) -> None:
+class Progress(InContext):
+    def __init__(self, crawler: Crawler, interval: float) -> None:
         self.crawler = crawler
-        self.context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
         self.interval = interval
         self._task: Any = None
 
@@ -52,7 +49,7 @@ class Progress:
         interval = crawler.settings.getfloat("LOGSTATS_INTERVAL", 60.0)
         if interval <= 0:
             raise NotConfigured  # progress follows Scrapy's own periodic stats switch
-        ext = cls(crawler, interval, CrawlContext.for_crawler(crawler))
+        ext = cls(crawler, interval)
         crawler.signals.connect(ext.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signal=signals.spider_closed)
         return ext
@@ -85,9 +82,9 @@ class Progress:
                  if k.startswith(decided)}  # fmt: skip
         done = sum(outcomes.values())
         total = targets.targets_total
-        pacer = Pacer.for_crawler(self.crawler)
+        pacer = self.context.service(Pacer)
         now = time.monotonic()
-        documents = DocumentWaits.for_crawler(self.crawler).waiting()
+        documents = self.context.service(DocumentWaits).waiting()
         waiting = {
             host: max(0.0, wait.next_try - now)
             for host, wait in documents.items()
@@ -148,4 +145,3 @@ class Progress:
             else:
                 line += " (serial work left)"
         logger.info(line, extra={"spider": self.crawler.spider})
-

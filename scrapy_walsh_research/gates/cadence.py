@@ -3,7 +3,7 @@
 
 The gate asks a cadence store
 (:class:`~scrapy_walsh_research.state.protocols.CadenceStore`, one per
-crawler: :func:`~scrapy_walsh_research.state.cadence_for`) for each target's
+crawler, from its context) for each target's
 last fetch (persisted by canonical URL, so the rule holds across runs, which
 is where it matters) and, with a fleet, for the claim a worker holds on a
 target while it fetches it, and its release; the store's backends are in
@@ -20,14 +20,10 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research._runtime.context import CrawlContext
-from scrapy_walsh_research._runtime.marks import Marks, target_key
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import target_key
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size
-from scrapy_walsh_research.state import cadence_for
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -38,7 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class CadenceMiddleware:
+class CadenceMiddleware(InContext):
     """R8. With the ``targets`` spider, a target's fetch time is written with
     its record (:class:`~scrapy_walsh_research.records.RecordPipeline`), so
     a crash between the two never leaves a line skipped without a record;
@@ -47,31 +43,27 @@ class CadenceMiddleware:
     fetched, so two workers never fetch one URL at once (the same list
     enqueued twice)."""
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
-        self.context = context
+        context = self.context
         self.stats = crawler.stats
-        self.interval = crawler.settings.getfloat("WALSH_RUN_INTERVAL", defaults.WALSH_RUN_INTERVAL)
-        self.store = cadence_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
+        self.interval = context.settings.run_interval
+        self.store = context.cadence_store
+        self.marks = context.marks
         # Last fetch per target, read once from the store: the frontier asks
         # on every scheduling decision (from this cache only, no I/O), and
         # this middleware is the only writer. Bounded: oldest first out, and
         # read back from the store by process_request (the gate never
         # answers from a missing entry).
         self._last: OrderedDict[str, float | None] = OrderedDict()
-        self.cache_size = cache_size(
-            crawler.settings, "WALSH_CADENCE_CACHE_SIZE", defaults.WALSH_CADENCE_CACHE_SIZE
-        )
-        pacer = Pacer.for_crawler(crawler)
-        pacer.add_denial_check(lambda r: self._due_at(r) is not None)
-        pacer.add_warmer(self._load)
+        self.cache_size = context.settings.cadence_cache_size
+        context.would_deny.append(self)
+        context.loads_ahead.append(self)
         context.cadence = self  # the record pipeline stamps with it
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     def _due_at(self, request: Request) -> tuple[float, float] | None:
         """(last fetch, due time) when the target is not due yet, else None.
@@ -87,6 +79,14 @@ class CadenceMiddleware:
         if last is None or self.store.time() - last >= self.interval:
             return None
         return last, last + self.interval
+
+    def would_deny(self, request: Request) -> bool:
+        """A target fetched within the interval, as cached (``WouldDeny``)."""
+        return self._due_at(request) is not None
+
+    async def load_ahead(self, request: Request) -> None:
+        """A queued target's last fetch, read ahead (``LoadsAhead``)."""
+        await self._load(request)
 
     async def _load(self, request: Request) -> None:
         if self.interval > 0 and self.marks.is_target(request):

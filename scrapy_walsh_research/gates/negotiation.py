@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import LLMS, TARGET
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -26,11 +27,12 @@ ACCEPT = (
 ACCEPT_LLMS = "text/markdown, text/plain;q=0.9, */*;q=0.1"
 
 
-class NegotiationMiddleware:
+class NegotiationMiddleware(InContext):
     """Ask targets for markdown first, then feeds (R9 content negotiation)."""
 
     def __init__(self, crawler: Crawler) -> None:
-        self.marks = Marks.for_crawler(crawler)
+        self.crawler = crawler
+        self.marks = self.context.marks
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

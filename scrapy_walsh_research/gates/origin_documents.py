@@ -42,7 +42,8 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, Marks, internal_fetch
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, internal_fetch
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
@@ -50,9 +51,7 @@ from scrapy_walsh_research.documents.names import NameLookups
 from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size, policy_retry_delay
-from scrapy_walsh_research.state import FlightBusy, StateStore, state_for
+from scrapy_walsh_research.state import FlightBusy, StateStore
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -127,7 +126,7 @@ async def fetched_once(
     return await fetch(), False
 
 
-class OriginDocuments(Generic[E]):
+class OriginDocuments(InContext, Generic[E]):
     """Base of the gates that read a per-origin document before a target."""
 
     #: ``walsh/<kind>/...`` stats, and the fleet's fetch lock ``<kind>:<origin>``
@@ -154,16 +153,17 @@ class OriginDocuments(Generic[E]):
         settings = crawler.settings
         self.crawler = crawler
         self.stats = crawler.stats
-        self.ttl = settings.getfloat("WALSH_ROBOTS_TTL", defaults.WALSH_ROBOTS_TTL)
-        self.retry_delay = policy_retry_delay(settings)
+        self.ttl = self.context.settings.policy_ttl
+        self.retry_delay = self.context.settings.policy_retry_delay
         #: how long other workers wait for one worker's fetch of an origin's document
         self.fetch_ttl = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0) + 30.0
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
-        self.pacer.add_denial_check(self._cached_denial)
-        self.waits = DocumentWaits.for_crawler(crawler)
-        self.names = NameLookups.for_crawler(crawler)
+        context = self.context
+        self.store = context.store
+        self.marks = context.marks
+        self.pacer = context.service(Pacer)
+        context.would_deny.append(self)
+        self.waits = context.service(DocumentWaits)
+        self.names = context.service(NameLookups)
         #: origins whose name this run was told does not exist: a stored
         #: "no such name" from an earlier run or another worker is looked up
         #: again (the record promised it), not taken as this run's answer
@@ -172,14 +172,12 @@ class OriginDocuments(Generic[E]):
         #: answers, least recently used first: an evicted origin's answer is
         #: read back from the state store within its TTL
         self._cache: OrderedDict[str, E] = OrderedDict()
-        self.cache_size = cache_size(
-            settings, "WALSH_ROBOTS_CACHE_SIZE", defaults.WALSH_ROBOTS_CACHE_SIZE
-        )
+        self.cache_size = self.context.settings.policy_cache_size
         self._pending: dict[str, Deferred[None]] = {}
 
     # -- what each gate says ------------------------------------------------------
 
-    def _cached_denial(self, request: Request) -> bool:
+    def would_deny(self, request: Request) -> bool:
         """Whether cached answers alone already deny *request* (for the frontier)."""
         raise NotImplementedError
 
@@ -384,7 +382,7 @@ class OriginDocuments(Generic[E]):
         one stands for. :class:`HostBusy` when nothing was sent."""
         try:
             response = await internal_fetch(
-                self.crawler,
+                self.marks,
                 origin + self.path,
                 self.purpose,
                 max_bytes=self.max_bytes + 1,
@@ -430,8 +428,14 @@ class OriginDocuments(Generic[E]):
         return response
 
     async def _unreachable(
-        self, origin: str, previous: E | None, status: int | None, why: str, *,
-        passing: bool = True, no_such_name: bool = False,
+        self,
+        origin: str,
+        previous: E | None,
+        status: int | None,
+        why: str,
+        *,
+        passing: bool = True,
+        no_such_name: bool = False,
     ) -> E:
         """The document could not be fetched (*why*: what happened, after its
         name: ``answered 503``; *passing*: a failure worth waiting out): the

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
-from scrapy_walsh_research._runtime.marks import SITEMAP, HostBusy, Marks
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import SITEMAP, HostBusy
 from scrapy_walsh_research._runtime.meta import MAX_WAIT_META, WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.scheduling.backoff import Backoff
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
 from scrapy_walsh_research.settings.check import check_configuration
@@ -46,18 +46,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class PacingMiddleware:
+class PacingMiddleware(InContext):
     """Downloader middleware: reserve the host's slot or wait for it; put
     the answer's hold on the host, and the answer in its clock."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.pacer = Pacer.for_crawler(crawler)
-        self.backoff = Backoff.for_crawler(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.audit = AuditTrail.for_crawler(crawler)
-        self.audit.interval = self.pacer.interval_for
+        context = self.context
+        self.pacer = context.service(Pacer)
+        self.backoff = context.service(Backoff)
+        self.marks = context.marks
+        self.audit = context.audit
+        self.audit.pacing_intervals(self.pacer.interval_for)
         # Only the frontier keeps a handed-back request out of the way until
         # its host is ready; another scheduler (scrapy-redis's) would hand it
         # straight back, so with one the gate waits in place.

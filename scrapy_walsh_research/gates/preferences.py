@@ -10,7 +10,7 @@ sent it reads what the host stated ahead of any request:
 * ``/.well-known/tdmrep.json`` (TDMRep), fetched once per origin before its
   first target, through every gate (blocklist, robots.txt, pacing, the
   User-Agent and the signature), at most 500 KiB, cached like robots.txt
-  (``WALSH_ROBOTS_TTL``, in the state store, so across runs and workers).
+  (``WALSH_POLICY_TTL``, in the state store, so across runs and workers).
 
 A statement that says no to a declared purpose denies the target: record
 ``denied``, rule ``PREF``, no request. With the response come the
@@ -54,7 +54,6 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.http import Response
 
-from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import DIRECT, TDMREP
 from scrapy_walsh_research._runtime.meta import PREFERENCES_META
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
@@ -77,7 +76,6 @@ from scrapy_walsh_research.core.records import response_validators
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
 from scrapy_walsh_research.errors import WalshDenied, deny
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import declared_purposes
@@ -139,12 +137,10 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     purpose = TDMREP
     max_bytes = MAX_TDMREP_BYTES
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
-        self.context = context
         self.purposes = declared_purposes(crawler.settings)
-        AuditTrail.for_crawler(crawler).purposes = self.purposes
+        self.context.audit.purposes_declared(self.purposes)
         #: what applied before each request went out, for its response
         self._before: weakref.WeakKeyDictionary[Request, tuple[Preference, ...]] = (
             weakref.WeakKeyDictionary()
@@ -157,7 +153,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     # -- the gate ---------------------------------------------------------------
 
@@ -222,7 +218,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
         fields = {**response_validators(response), "preferences": records}
         deny(self.crawler, logger, request, "PREF", reason, outcome="withheld", record=fields)
 
-    def _cached_denial(self, request: Request) -> bool:
+    def would_deny(self, request: Request) -> bool:
         """Whether cached answers alone already deny *request* (for the frontier)."""
         if self._own(request):
             return False
@@ -262,9 +258,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
             return TdmEntry(None, now + self.ttl, status)
         return await self._unreachable(origin, previous, status, f"answered {status}")
 
-    async def _refused(
-        self, origin: str, previous: TdmEntry | None, exc: WalshDenied
-    ) -> TdmEntry:
+    async def _refused(self, origin: str, previous: TdmEntry | None, exc: WalshDenied) -> TdmEntry:
         self.stats.inc_value("walsh/preferences/not_fetched")
         if exc.outcome == "skipped" or not exc.lasting:
             # a host not to be contacted now, or a refusal that passes by

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.meta import GAVE_UP_META
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
 from scrapy_walsh_research.core.urls import url_host
@@ -40,11 +41,11 @@ logger = logging.getLogger(__name__)
 __all__ = ["RATE_LIMIT_CODES", "RetryMiddleware", "parse_retry_after"]
 
 
-class RetryMiddleware:
+class RetryMiddleware(InContext):
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.backoff = Backoff.for_crawler(crawler)
+        self.backoff = self.context.service(Backoff)
         self.max_times = self.backoff.max_times
         self.priority_adjust = crawler.settings.getint("RETRY_PRIORITY_ADJUST")
 

@@ -58,7 +58,6 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research._runtime.context import CrawlContext
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, DIRECT, ROBOTS, SCHEMA
 from scrapy_walsh_research.core.contract import PRODUCT_TOKEN
 from scrapy_walsh_research.core.outage import Outage
@@ -67,10 +66,8 @@ from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.core.visit_time import describe, next_opening
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import operator_hosts
 from scrapy_walsh_research.state import namespaces
@@ -122,15 +119,14 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     purpose = ROBOTS
     max_bytes = MAX_ROBOTS_BYTES
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        context.robots = self
         super().__init__(crawler)
-        AuditTrail.for_crawler(crawler).robots = self.sha256_for
+        self.context.robots = self
+        self.context.audit.robots_in_force(self.sha256_for)
         self._operator_hosts = operator_hosts(settings)
         #: how long targets wait for their host's Visit-time window to open
-        self.visit_wait = settings.getfloat("WALSH_VISIT_TIME_WAIT", defaults.WALSH_VISIT_TIME_WAIT)
+        self.visit_wait = self.context.settings.visit_time_wait
         #: (origin, sha256) of the robots.txt versions already told to the operator
         self._told: set[tuple[str, str | None]] = set()
         #: (host, opening) of the Visit-time waits already logged -> that
@@ -140,7 +136,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     def cached_policy(self, url: str) -> RobotsPolicy | None:
         """The policy in force for *url*'s origin, when one is cached."""
@@ -238,7 +234,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         entry = self._cache.get(origin_of(url))
         return entry.sha256 if entry is not None else None
 
-    def _cached_denial(self, request: Request) -> bool:
+    def would_deny(self, request: Request) -> bool:
         if self._exempt(request):
             return False
         entry = self._fresh(origin_of(request.url))
@@ -291,7 +287,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
                 "%(host)s says to robot operators (robots.txt Comment): %(c)s",
                 {"host": host, "c": comment},
             )
-        await AuditTrail.for_crawler(self.crawler).robots_said(
+        await self.context.audit.robots_said(
             f"{origin}/robots.txt",
             sha256=entry.sha256,
             comments=list(policy.comments),
@@ -349,7 +345,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             self.store, is_host(host), only=host,
             cause=f"opted out: {origin}/robots.txt disallows {PRODUCT_TOKEN} for / "
             f"(sha256 {digest[:12]})",
-            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
+            audit=self.context.audit, stats=self.stats,
         )  # fmt: skip
 
     async def _failed_entry(self, origin: str, outage: Outage) -> RobotsEntry:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, signals
 
-from scrapy_walsh_research._runtime.marks import LLMS, TARGET, Marks
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import LLMS, TARGET
 from scrapy_walsh_research._runtime.meta import INTERNAL_META
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.settings.check import check_configuration
@@ -49,13 +50,13 @@ NOT_FOLLOWED = (
 )
 
 
-class ScopeSpiderMiddleware:
+class ScopeSpiderMiddleware(InContext):
     """Mark declared targets; drop requests yielded by callbacks (R6)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.marks = Marks.for_crawler(crawler)
+        self.marks = self.context.marks
         #: requests a callback yielded and this guard dropped, this crawl
         self.dropped = 0
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -106,13 +107,13 @@ class ScopeSpiderMiddleware:
                 yield obj
 
 
-class ScopeDownloaderMiddleware:
+class ScopeDownloaderMiddleware(InContext):
     """Deny every request that is not a declared target or the bundle's own (R6)."""
 
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
-        self.marks = Marks.for_crawler(crawler)
+        self.marks = self.context.marks
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:

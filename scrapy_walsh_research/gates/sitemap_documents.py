@@ -40,15 +40,14 @@ from scrapy_walsh_research.core.sitemaps import (
 )
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
 from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.origin_documents import fetched_once
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED
 from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
+    from scrapy_walsh_research._runtime.context import CrawlContext
+
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -79,13 +78,14 @@ class SitemapDocument:
 class SitemapDocuments:
     """Fetches and reads sitemaps for one crawler (see the module)."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, context: CrawlContext) -> None:
+        crawler = self.crawler = context.crawler
         settings = crawler.settings
-        self.crawler = crawler
         self.stats = crawler.stats
-        self.store = state_for(crawler)
-        self.audit = AuditTrail.for_crawler(crawler)
-        self.ttl = settings.getfloat("WALSH_SITEMAP_TTL", defaults.WALSH_SITEMAP_TTL)
+        self.store = context.store
+        self.marks = context.marks
+        self.audit = context.audit
+        self.ttl = context.settings.sitemap_ttl
         self.download_timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
         self.fetch_ttl = self.download_timeout + 30.0
         self.started = self.store.time()
@@ -150,7 +150,7 @@ class SitemapDocuments:
                 headers["If-Modified-Since"] = str(saved["last_modified"])
         try:
             response = await internal_fetch(
-                self.crawler, url, SITEMAP, maxsize=MAX_SITEMAP_BYTES,
+                self.marks, url, SITEMAP, maxsize=MAX_SITEMAP_BYTES,
                 max_wait=max_wait, timeout=timeout, headers=headers or None,
             )  # fmt: skip
         except HostBusy:

@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request, signals
 from twisted.internet.defer import Deferred
 
-from scrapy_walsh_research._runtime.context import CrawlContext
-from scrapy_walsh_research._runtime.marks import HostBusy, Marks, target_key
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import HostBusy, target_key
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core import sitemap_trust as rules
@@ -58,13 +58,10 @@ from scrapy_walsh_research.core.sitemap_trust import Claim, ProbeAnswer, Reading
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.errors import deny
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.gates.origin_documents import SHORT_WAIT
 from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
-from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import ANSWERED, VALIDATORS
 from scrapy_walsh_research.state.namespaces import SITEMAP_HISTORY as HISTORY
 from scrapy_walsh_research.state.namespaces import SITEMAP_TRUST as TRUST
@@ -112,38 +109,36 @@ class OriginSitemaps:
     changes: rules.ClaimsOfChange = field(default_factory=rules.ClaimsOfChange)
 
 
-class SitemapsMiddleware:
+class SitemapsMiddleware(InContext):
     """Downloader middleware: skip what a checked sitemap says has not changed."""
 
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+    def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         self.crawler = crawler
-        self.context = context
+        context = self.context
         self.stats = crawler.stats
-        self.enabled = settings.getbool("WALSH_SITEMAPS", defaults.WALSH_SITEMAPS)
-        self.min_targets = settings.getint(
-            "WALSH_SITEMAP_MIN_TARGETS", defaults.WALSH_SITEMAP_MIN_TARGETS
-        )
-        self.distrust = settings.getfloat("WALSH_SITEMAP_DISTRUST", defaults.WALSH_SITEMAP_DISTRUST)
-        self.stale = settings.getfloat("WALSH_SITEMAP_STALE", defaults.WALSH_SITEMAP_STALE)
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
-        self.pacer = Pacer.for_crawler(crawler)
-        self.documents = SitemapDocuments(crawler)
-        self.audit = AuditTrail.for_crawler(crawler)
+        walsh = context.settings
+        self.enabled = walsh.sitemaps
+        self.min_targets = walsh.sitemap_min_targets
+        self.distrust = walsh.sitemap_distrust
+        self.stale = walsh.sitemap_stale
+        self.store = context.store
+        self.marks = context.marks
+        self.pacer = context.service(Pacer)
+        self.documents = SitemapDocuments(context)
+        self.audit = context.audit
         self.requeue = uses_frontier(settings)
         self._origins: dict[str, OriginSitemaps] = {}
         #: targets that answered in this run, per origin (HISTORY, at the end)
         self._answered: Counter[str] = Counter()
         if self.enabled:
-            self.pacer.add_denial_check(self._would_skip)
+            context.would_deny.append(self)
             crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
         check_configuration(crawler)
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     # -- on the way out -------------------------------------------------------------
 
@@ -247,6 +242,10 @@ class SitemapsMiddleware:
         record = {"sitemap": {"url": claim.sitemap, "lastmod": claim.lastmod,
                               "answered_at": utc_iso(answered)}}  # fmt: skip
         deny(self.crawler, logger, request, "R7", reason, outcome="not_modified", record=record)
+
+    def would_deny(self, request: Request) -> bool:
+        """What a checked sitemap says has not changed, as cached (``WouldDeny``)."""
+        return self._would_skip(request)
 
     def _would_skip(self, request: Request) -> bool:
         """For the frontier, from this run's state only: a target that will

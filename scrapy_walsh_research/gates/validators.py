@@ -14,9 +14,8 @@ import logging
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research._runtime.marks import Marks
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research.core.urls import canonical_url
-from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import VALIDATORS
 
 if TYPE_CHECKING:
@@ -28,12 +27,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-
-class ConditionalRequestMiddleware:
+class ConditionalRequestMiddleware(InContext):
     def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
         self.stats = crawler.stats
-        self.store = state_for(crawler)
-        self.marks = Marks.for_crawler(crawler)
+        self.store = self.context.store
+        self.marks = self.context.marks
         #: requests whose target had no stored validators when they were sent
         #: (a response without validators then has nothing to delete: one
         #: state write per response fewer)

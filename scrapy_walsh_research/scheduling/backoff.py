@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.components import loaded, retries
 from scrapy_walsh_research.core.retry_after import RATE_LIMIT_CODES, parse_retry_after
-from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     from scrapy import Request
-    from scrapy.crawler import Crawler
     from scrapy.http import Response
+
+    from scrapy_walsh_research._runtime.context import CrawlContext
 
 #: answers other than 429/503 that the R5 gate retries
 TRANSIENT_CODES = frozenset({500, 502, 504, 408})
@@ -57,20 +56,17 @@ class Hold:
 class Backoff:
     """R5's decision for each answer, one per crawler: what it holds its host for."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        settings = crawler.settings
-        self.max_times = settings.getint("WALSH_RETRY_TIMES", defaults.WALSH_RETRY_TIMES)
-        self.base = settings.getfloat("WALSH_RETRY_BASE_DELAY", defaults.WALSH_RETRY_BASE_DELAY)
-        self.max_delay = settings.getfloat("WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY)
+    def __init__(self, context: CrawlContext) -> None:
+        settings = context.crawler.settings
+        walsh = context.settings
+        self.max_times = walsh.retry_times
+        self.base = walsh.retry_base_delay
+        self.max_delay = walsh.retry_max_delay
         self.exceptions = tuple(loaded(x) for x in settings.getlist("RETRY_EXCEPTIONS"))
         #: whether the R5 gate is in the chain: only then does an answer plan
         #: a backoff; a Retry-After holds regardless
         self.retrying = retries(settings)
         self._decided: weakref.WeakKeyDictionary[Request, Hold] = weakref.WeakKeyDictionary()
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> Backoff:
-        return per_crawler(crawler, Backoff, lambda: cls(crawler))
 
     def step(self, attempt: int) -> float:
         """The longest wait before retry *attempt*: the base delay doubled per

@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest
 
-from scrapy_walsh_research._runtime.marks import Marks
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.identity.signing import SIGNATURE_HEADERS
 from scrapy_walsh_research.settings.signing import request_signer
 
@@ -24,7 +22,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from scrapy import Request
-    from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research._runtime.context import CrawlContext
 
 
 class SigningFailed(IgnoreRequest):
@@ -35,12 +34,12 @@ class SigningFailed(IgnoreRequest):
 class Departure:
     """The audit entry and the signature of each request as it leaves."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        self._stats = crawler.stats
-        self._signer = request_signer(crawler.settings)
-        self._audit = AuditTrail.for_crawler(crawler)
-        self._audit.keyid = self._signer.keyid if self._signer is not None else None
-        self._marks = Marks.for_crawler(crawler)
+    def __init__(self, context: CrawlContext) -> None:
+        self._stats = context.crawler.stats
+        self._signer = request_signer(context.crawler.settings)
+        self._audit = context.audit
+        self._audit.signing_keyid(self._signer.keyid if self._signer is not None else None)
+        self._marks = context.marks
 
     @property
     def signs(self) -> bool:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_walsh_research._runtime.context import CrawlContext
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.meta import PARKED_META, REQUEUED_META
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.scheduling._engine import wake_engine
@@ -44,12 +44,12 @@ REWEIGH_S = 1.0
 DENIAL_CHECKS_PER_DECISION = 4
 
 
-class FrontierScheduler:
-    def __init__(self, crawler: Crawler, context: CrawlContext | None = None) -> None:
-        context = context or CrawlContext.for_crawler(crawler)  # built directly: its own
+class FrontierScheduler(InContext):
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
+        context = self.context
         self.stats = crawler.stats
-        self.pacer = Pacer.for_crawler(crawler)
+        self.pacer = context.service(Pacer)
         self.df = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
         self._queues: dict[str, deque[Request]] = {}
         self._heap: list[tuple[float, int, str]] = []
@@ -69,13 +69,13 @@ class FrontierScheduler:
         #: requests kept aside until a time (their document's next try):
         #: (time.monotonic(), seq, request)
         self._parked: list[tuple[float, int, Request]] = []
-        self.stop = RunStop.for_crawler(crawler)
+        self.stop = context.service(RunStop)
         # the crawler's WaitingTargets: the sitemaps gate counts a host's targets
         context.waiting = self
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(crawler, CrawlContext.for_crawler(crawler))
+        return cls(crawler)
 
     def queued(self, host: str) -> list[Request]:
         """The requests in *host*'s queue now (not those kept aside)."""

@@ -26,11 +26,10 @@ import time
 from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.scheduling._engine import engine_of, scheduler_of
-from scrapy_walsh_research.scheduling.frontier import FrontierScheduler
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
+    from scrapy_walsh_research._runtime.context import CrawlContext
 
 #: how often a waiting reader looks again whether there is room for a line
 FEED_POLL_S = 0.02
@@ -41,38 +40,42 @@ FEED_LOOKAHEAD = 4
 FEED_LOOKAHEAD_MAX = 32
 
 
-async def wait_for_list_room(crawler: Crawler, lookahead: int) -> None:
+async def wait_for_list_room(context: CrawlContext, lookahead: int) -> None:
     """Return once fewer than *lookahead* requests wait in the scheduler.
-    Targets parked for their document's next try count only against twice
-    the lookahead (memory): they hold no host's turn."""
-    scheduler = scheduler_of(crawler)
-    if scheduler is None:
+    Targets the frontier parked for their document's next try count only
+    against twice the lookahead (memory): they hold no host's turn."""
+    frontier = context.waiting
+    if frontier is not None:
+        while len(frontier) - frontier.parked() >= lookahead or len(frontier) >= 2 * lookahead:
+            await asyncio.sleep(FEED_POLL_S)
         return
-    parked = scheduler.parked if isinstance(scheduler, FrontierScheduler) else lambda: 0
-    while len(scheduler) - parked() >= lookahead or len(scheduler) >= 2 * lookahead:
+    scheduler = scheduler_of(context.crawler)  # another scheduler: only its size is known
+    while scheduler is not None and len(scheduler) >= lookahead:
         await asyncio.sleep(FEED_POLL_S)
 
 
-async def wait_for_feed_room(crawler: Crawler) -> None:
+async def wait_for_feed_room(context: CrawlContext) -> None:
     """Return once this worker is about to send its next request: nothing in
     flight and nothing ready in its queue (see the module's docstring)."""
+    crawler = context.crawler
     while True:
-        scheduler = scheduler_of(crawler)
+        frontier = context.waiting
+        scheduler = frontier if frontier is not None else scheduler_of(crawler)
         engine = engine_of(crawler)
         if scheduler is None or engine is None:
             return
-        pacer = Pacer.for_crawler(crawler)
-        if isinstance(scheduler, FrontierScheduler):
+        pacer = context.service(Pacer)
+        if frontier is not None:
             # The frontier knows which hosts are ready: take the next line
             # while the current request is out, so it can follow at once,
             # and keep one line per host waiting for its turn (up to one
             # interval's worth); a second line for a waiting host means
             # the list is host-bound here: take no more until one goes
             # (lines parked for their document's next try hold no turn).
-            queued = len(scheduler) - scheduler.parked()
+            queued = len(frontier) - frontier.parked()
             busy = (
-                scheduler.has_ready_request()
-                or queued > scheduler.hosts_waiting()
+                frontier.has_ready_request()
+                or queued > frontier.hosts_waiting()
                 or queued >= feed_lookahead(pacer)
             )
         else:

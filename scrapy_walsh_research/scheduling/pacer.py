@@ -15,10 +15,10 @@ Three kinds of caller share it:
   (:meth:`Pacer.note_answer`), then commits;
 * the frontier (:mod:`scrapy_walsh_research.scheduling.frontier`) keeps the
   single download slot busy by asking when each host is ready;
-* the gates tell it what they would deny from cached state
-  (:meth:`Pacer.add_denial_check`) and what stored state a queued request
-  needs (:meth:`Pacer.add_warmer`), so the frontier lets a request a gate
-  will deny go without waiting for its host, and asks no gate itself.
+* the gates offer it, through the crawler's context, what they would deny
+  from cached state (``WouldDeny``) and what stored state a queued request
+  needs (``LoadsAhead``), so the frontier lets a request a gate will deny go
+  without waiting for its host, and asks no gate itself.
 
 Correctness lives in the pacing gate; the frontier only makes it fast.
 
@@ -51,21 +51,17 @@ from scrapy_walsh_research._runtime.meta import (
 )
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.scheduling.adaptive import distress_signal, fold_answer
 from scrapy_walsh_research.scheduling.stop import RunStop
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
 from scrapy_walsh_research.settings.check import min_delay_problem
 from scrapy_walsh_research.state import clock_for
 from scrapy_walsh_research.state.hostload import Answer
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from scrapy import Request
-    from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.core.robots_policy import RobotsPolicy
     from scrapy_walsh_research.state.protocols import HostClock
 
@@ -79,34 +75,32 @@ IN_PLACE_LIMIT = 1.0
 class Pacer:
     """Per-host intervals and the host clock: the one owner of R4/R5 timing."""
 
-    def __init__(self, crawler: Crawler, clock: HostClock | None = None) -> None:
+    def __init__(self, context: CrawlContext, clock: HostClock | None = None) -> None:
+        crawler = context.crawler
         settings = crawler.settings
         self.stats = crawler.stats
-        self.min_delay = settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY)
+        walsh = context.settings
+        self.min_delay = walsh.min_delay
         too_short = min_delay_problem(self.min_delay)
         if too_short is not None:
             raise WalshConfigurationError(too_short)
-        self.max_crawl_delay = settings.getfloat(
-            "WALSH_MAX_CRAWL_DELAY", defaults.WALSH_MAX_CRAWL_DELAY
-        )
+        self.max_crawl_delay = walsh.max_crawl_delay
         #: added to every interval: spacing is counted from when the bytes left,
         #: but the origin stamps arrival after its own accept/parse, which can
         #: take longer for one request (a new connection) than for the next
-        self.margin = settings.getfloat("WALSH_PACING_MARGIN", defaults.WALSH_PACING_MARGIN)
+        self.margin = walsh.pacing_margin
         if self.margin < 0:
             raise WalshConfigurationError(
                 f"WALSH_PACING_MARGIN={self.margin}: it is added to every interval and "
                 "cannot be negative."
             )
-        self.retry_max_delay = settings.getfloat(
-            "WALSH_RETRY_MAX_DELAY", defaults.WALSH_RETRY_MAX_DELAY
-        )
+        self.retry_max_delay = walsh.retry_max_delay
         try:
             self.adaptive = AdaptivePolicy.from_settings(settings.get)
         except ValueError as exc:
             raise WalshConfigurationError(f"{exc}.") from None
         self.clock: HostClock = clock or clock_for(crawler)
-        self.stop = RunStop.for_crawler(crawler)
+        self.stop = context.service(RunStop)
         #: host -> (the gap an R5 hold imposes after the request it answered,
         #: Retry-After or backoff), until the host's next request is granted
         self._hold_gaps: dict[str, tuple[float, str]] = {}
@@ -122,38 +116,30 @@ class Pacer:
         #: targets waiting in place for their host (counted in the downloader's
         #: active requests, though nothing of theirs is being sent)
         self.waiting_in_place = 0
-        self._denial_checks: list[Callable[[Request], bool]] = [
-            lambda r: self.skip_reason(url_host(r.url)) is not None
-        ]
-        self._warmers: list[Callable[[Request], Awaitable[None]]] = [
-            lambda r: self.clock.warm(url_host(r.url))
-        ]
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> Pacer:
-        return per_crawler(crawler, Pacer, lambda: cls(crawler))
-
-    def add_denial_check(self, check: Callable[[Request], bool]) -> None:
-        """Register a gate's cheap, cached-state-only "would deny" test."""
-        self._denial_checks.append(check)
-
-    def add_warmer(self, warm: Callable[[Request], Awaitable[None]]) -> None:
-        """Register a gate's loader of the stored state *request* will need."""
-        self._warmers.append(warm)
+        #: the gates that offer what they would deny, and what they load ahead
+        self._would_deny = context.would_deny
+        self._loads_ahead = context.loads_ahead
 
     def warm(self, request: Request) -> None:
         """Load stored state for a newly queued request in the background, so
-        the scheduler's synchronous checks find it cached (no I/O there)."""
-        for warmer in self._warmers:
-            d = deferred_from_coro(warmer(request))
+        the scheduler's synchronous checks find it cached (no I/O there): the
+        host's clock, and what each gate that offers it loads ahead."""
+        loads = [self.clock.warm(url_host(request.url))]
+        loads += [gate.load_ahead(request) for gate in self._loads_ahead]
+        for load in loads:
+            d = deferred_from_coro(load)
             d.addErrback(
                 lambda f: logger.debug("state preload failed: %(f)s", {"f": f.getErrorMessage()})
             )
 
     def will_be_denied(self, request: Request) -> bool:
-        """True when a gate will deny *request* without sending anything: it
-        need not wait for its host's slot (pacing a denied request is waste)."""
-        return any(check(request) for check in self._denial_checks)
+        """True when R4 skips the host or a gate will deny *request* without
+        sending anything (``WouldDeny``, asked of the gates that offer
+        it): it need not wait for its host's slot (pacing a denied request is
+        waste)."""
+        if self.skip_reason(url_host(request.url)) is not None:
+            return True
+        return any(gate.would_deny(request) for gate in self._would_deny)
 
     async def note_robots(self, origin: str, policy: RobotsPolicy, expires: float) -> None:
         """Adopt the selected group's Crawl-delay and Request-rate for *origin*

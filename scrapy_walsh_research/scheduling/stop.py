@@ -48,14 +48,14 @@ from twisted.python.failure import Failure
 
 from scrapy_walsh_research._runtime.meta import LLMS_RECORD_META, TARGET_META
 from scrapy_walsh_research.errors import WalshStopped, was_refused
-from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.scheduling._engine import before_close, engine_of, scheduler_of
+from scrapy_walsh_research.scheduling._engine import before_close, engine_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from scrapy import Request
-    from scrapy.crawler import Crawler
+
+    from scrapy_walsh_research._runtime.context import CrawlContext
 
 logger = logging.getLogger(__name__)
 
@@ -63,17 +63,15 @@ logger = logging.getLogger(__name__)
 class RunStop:
     """Whether the run is being stopped, and the ending of what it holds."""
 
-    def __init__(self, crawler: Crawler) -> None:
-        self.crawler = crawler
+    def __init__(self, context: CrawlContext) -> None:
+        crawler = self.crawler = context.crawler
+        #: the frontier's requests are ended through it (its WaitingTargets)
+        self.context = context
         #: the engine's close reason once the run is stopping (``shutdown``
         #: for Ctrl-C and SIGTERM), else None
         self.reason: str | None = None
         self._then: list[Callable[[str], Awaitable[None]]] = []
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
-
-    @classmethod
-    def for_crawler(cls, crawler: Crawler) -> RunStop:
-        return per_crawler(crawler, RunStop, lambda: cls(crawler))
 
     @property
     def stopping(self) -> bool:
@@ -105,9 +103,8 @@ class RunStop:
         self.reason = reason
         if was_refused(self.crawler):
             return  # its records cannot be written: the next run takes its lines
-        scheduler = scheduler_of(self.crawler)
-        drain = getattr(scheduler, "drain", None)
-        for request in drain() if drain is not None else ():
+        frontier = self.context.waiting
+        for request in frontier.drain() if frontier is not None else ():
             await self.end(request)
         for callback in self._then:
             await callback(reason)

@@ -26,6 +26,7 @@ from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.error import ConnectError
 
+from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.meta import WIRE_TIME_META
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.scheduling import _twisted
@@ -65,13 +66,13 @@ class OnDeparture(Protocol):
         ...
 
 
-class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
+class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         pool = _twisted.connection_pool(self)
         self._current: Request | None = None
         self._crawler = crawler
-        self._departure: OnDeparture = Departure(crawler)
+        self._departure: OnDeparture = Departure(self.context)
         _twisted.on_each_connection(pool, self._on_connection)
 
     def _on_connection(self) -> Callable[[Any], Any]:
@@ -103,7 +104,7 @@ class WireTimedHTTP11DownloadHandler(HTTP11DownloadHandler):
         return connection
 
     def _check_grant(self, connection: Any, request: Request) -> None:
-        if not Pacer.for_crawler(self._crawler).grant_valid(url_host(request.url)):
+        if not self.context.service(Pacer).grant_valid(url_host(request.url)):
             connection.transport.loseConnection()
             # Twisted's ConnectError.__init__ has no annotations
             raise GrantExpired(  # type: ignore[no-untyped-call]

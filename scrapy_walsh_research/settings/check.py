@@ -3,11 +3,11 @@
 The add-on only supplies defaults (add-on priority < project < spider), so a
 project or spider setting can still undo a gate, or turn on a Scrapy feature
 that routes around one (the HTTP cache, meta refresh, a media pipeline,
-another download handler). :func:`problems` lists every such setting with
-what to change; the audit behind it is in ``docs/readings.rst``.
+another download handler). :func:`problems` lists each with what to change
+(the audit behind it: ``docs/readings.rst``).
 
-The check runs at three points, so it runs whenever the add-on is installed,
-even when a project disables every gate component:
+It runs at three points, whenever the add-on is installed, even when a
+project disables every gate component:
 
 * :meth:`scrapy_walsh_research.Addon.update_settings`, right after the
   add-on applied its defaults (it sees project, spider and command-line
@@ -18,8 +18,8 @@ even when a project disables every gate component:
   settings are frozen; this is the check of the explicit-middlewares route.
 
 Each raises :class:`WalshConfigurationError` naming the setting to change,
-before the engine exists, so no request is sent. None raises
-``NotConfigured``: Scrapy would log "Disabled" and crawl without the gate.
+before the engine exists (no request is sent), never ``NotConfigured``
+(Scrapy would log "Disabled" and crawl without the gate).
 """
 
 from __future__ import annotations
@@ -247,8 +247,7 @@ def min_delay_problem(min_delay: float) -> str | None:
     return None
 
 
-#: the longest an opt-out may wait to be read: a day (the blocklist's refresh
-#: clamp; RFC 9309 §2.4: a robots.txt cached no longer than 24 h)
+#: the longest an opt-out may wait to be read: a day (RFC 9309 §2.4)
 MAX_FRESHNESS_S = 86400.0
 
 
@@ -263,11 +262,11 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
 
     unread = "an opt-out would wait longer than a day to be read"
     untried = "a failed fetch would not be tried again within a day"
+    # a renamed setting is named as the project set it (its old name still counts)
     within_a_day = [
         ("WALSH_BLOCKLIST_MAX_REFRESH", seconds("WALSH_BLOCKLIST_MAX_REFRESH"), unread),
-        ("WALSH_ROBOTS_TTL", seconds("WALSH_ROBOTS_TTL"), unread),
+        (name_in_use(settings, "WALSH_POLICY_TTL"), options.policy_ttl(settings), unread),
         ("WALSH_BLOCKLIST_RETRY_DELAY", seconds("WALSH_BLOCKLIST_RETRY_DELAY"), untried),
-        # named as the project set it (0.2.0's name still counts)
         (name_in_use(settings, "WALSH_POLICY_RETRY_DELAY"), policy_retry_delay(settings), untried),
     ]
     for name, value, why in within_a_day:
@@ -278,11 +277,13 @@ def _freshness_problems(settings: BaseSettings) -> list[str]:
                 f"{MAX_FRESHNESS_S:g} seconds (default {default:g})."
             )
     left = "a target waits for a robots.txt, tdmrep.json or blocklist a transient failure left"
-    for name, wait in (("WALSH_POLICY_WAIT", f"{left} unknown"),
-                       ("WALSH_VISIT_TIME_WAIT", "targets wait for a host's Visit-time window")):
+    visit = "targets wait for a host's Visit-time window"
+    for name, wait in (("WALSH_POLICY_WAIT", f"{left} unknown"), ("WALSH_VISIT_TIME_WAIT", visit)):
         if not 0 <= seconds(name) <= MAX_FRESHNESS_S:
-            found.append(f"{name}={seconds(name):g}: how long {wait}. Set it from 0 (no wait) to "
-                         f"{MAX_FRESHNESS_S:g} seconds (default {getattr(defaults, name):g}).")
+            found.append(
+                f"{name}={seconds(name):g}: how long {wait}. Set it from 0 (no wait) to "
+                f"{MAX_FRESHNESS_S:g} seconds (default {getattr(defaults, name):g})."
+            )
     if not 0 < seconds("WALSH_BLOCKLIST_MIN_REFRESH") <= seconds("WALSH_BLOCKLIST_MAX_REFRESH"):
         found.append(
             f"WALSH_BLOCKLIST_MIN_REFRESH={seconds('WALSH_BLOCKLIST_MIN_REFRESH'):g}: it must be "

@@ -86,8 +86,10 @@ WALSH_RECORDS_TTL = 7 * 86400.0
 
 # -- R2 and the usage preferences ----------------------------------------------
 
-#: RFC 9309 §2.4 allows caching robots.txt up to 24 h
-WALSH_ROBOTS_TTL = 86400.0
+#: an origin's policy documents (robots.txt, tdmrep.json) are cached this
+#: long: RFC 9309 §2.4 allows caching robots.txt up to 24 h (0.3.0:
+#: WALSH_ROBOTS_TTL)
+WALSH_POLICY_TTL = 86400.0
 #: a policy document (robots.txt, tdmrep.json, a blocklist not yet in force)
 #: that could not be read is tried again after this, doubled per failure
 #: (plus up to 25 % jitter), up to the TTL (0.2.0: WALSH_ROBOTS_RETRY_DELAY)
@@ -168,8 +170,9 @@ WALSH_SITEMAP_STALE = 7 * 86400.0
 
 # -- bounds on the in-memory caches (options.cache_size) ----------------------------------
 
-#: parsed robots.txt policies kept in memory (origins)
-WALSH_ROBOTS_CACHE_SIZE = 1000
+#: parsed robots.txt and tdmrep.json answers kept in memory (origins, for
+#: each; 0.3.0: WALSH_ROBOTS_CACHE_SIZE)
+WALSH_POLICY_CACHE_SIZE = 1000
 #: host clocks kept in memory (hosts whose interval has passed may be evicted)
 WALSH_HOST_CLOCK_CACHE_SIZE = 1000
 #: last-fetch times (R8 cadence) kept in memory (targets)

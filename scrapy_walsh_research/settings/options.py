@@ -151,7 +151,18 @@ def cache_size(settings: BaseSettings, name: str, default: int) -> int:
 
 
 #: settings renamed since 0.2.0: the old name -> the name that says what it governs
-RENAMED = {"WALSH_ROBOTS_RETRY_DELAY": "WALSH_POLICY_RETRY_DELAY"}
+RENAMED = {
+    "WALSH_ROBOTS_RETRY_DELAY": "WALSH_POLICY_RETRY_DELAY",
+    # they govern tdmrep.json too
+    "WALSH_ROBOTS_TTL": "WALSH_POLICY_TTL",
+    "WALSH_ROBOTS_CACHE_SIZE": "WALSH_POLICY_CACHE_SIZE",
+}
+#: the release whose name each old one is
+RENAMED_FROM = {
+    "WALSH_ROBOTS_RETRY_DELAY": "0.2.0",
+    "WALSH_ROBOTS_TTL": "0.3.0",
+    "WALSH_ROBOTS_CACHE_SIZE": "0.3.0",
+}
 
 
 def renamed_in_use(settings: BaseSettings) -> list[tuple[str, str]]:
@@ -173,14 +184,35 @@ def name_in_use(settings: BaseSettings, name: str) -> str:
     return name
 
 
+def _renamed_seconds(settings: BaseSettings, name: str) -> float:
+    """Setting *name* in seconds, under its old name while *name* is unset."""
+    used = name_in_use(settings, name)
+    if used != name:
+        return float(settings.get(used))
+    return settings.getfloat(name, getattr(defaults, name))
+
+
 def policy_retry_delay(settings: BaseSettings) -> float:
     """``WALSH_POLICY_RETRY_DELAY``: the first wait before a policy document
     (robots.txt, tdmrep.json, a blocklist not yet in force) that could not be
     read is tried again. Under its 0.2.0 name, ``WALSH_ROBOTS_RETRY_DELAY``,
     while the new name is unset."""
-    if name_in_use(settings, "WALSH_POLICY_RETRY_DELAY") == "WALSH_ROBOTS_RETRY_DELAY":
-        return float(settings.get("WALSH_ROBOTS_RETRY_DELAY"))
-    return settings.getfloat("WALSH_POLICY_RETRY_DELAY", defaults.WALSH_POLICY_RETRY_DELAY)
+    return _renamed_seconds(settings, "WALSH_POLICY_RETRY_DELAY")
+
+
+def policy_ttl(settings: BaseSettings) -> float:
+    """``WALSH_POLICY_TTL``: how long an origin's robots.txt and tdmrep.json
+    are cached. Under its 0.3.0 name, ``WALSH_ROBOTS_TTL``, while the new
+    name is unset."""
+    return _renamed_seconds(settings, "WALSH_POLICY_TTL")
+
+
+def policy_cache_size(settings: BaseSettings) -> int:
+    """``WALSH_POLICY_CACHE_SIZE``: the parsed robots.txt (and tdmrep.json)
+    answers kept in memory. Under its 0.3.0 name, ``WALSH_ROBOTS_CACHE_SIZE``,
+    while the new name is unset."""
+    name = name_in_use(settings, "WALSH_POLICY_CACHE_SIZE")
+    return cache_size(settings, name, defaults.WALSH_POLICY_CACHE_SIZE)
 
 
 #: the settings that name components by path (a dict's keys, or one value)
@@ -200,7 +232,7 @@ def deprecated_names(settings: BaseSettings) -> list[str]:
     settings that were renamed), each with what to write instead. They work
     until 0.4.0; the start-up check warns about each once per crawl."""
     found = [
-        f"{old} is the 0.2.0 name of {new}, which is what it governs now: rename it "
+        f"{old} is the {RENAMED_FROM[old]} name of {new}, which is what it governs now: rename it "
         "in your settings (the old name is read while the new one is unset)."
         for old, new in renamed_in_use(settings)
     ]

@@ -69,7 +69,7 @@ class ListStop:
         self.spider = spider
         #: the R8 gate's claims are let go through it
         self.context = context
-        self.run = RunStop.for_crawler(spider.crawler)
+        self.run = context.service(RunStop)
         #: the number of the list line ``start()`` handed out last
         self.handed_out = 0
         #: canonical URLs of fed lines given back to the queue (their R8 claims go)

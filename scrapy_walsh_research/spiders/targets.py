@@ -25,8 +25,8 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet.threads import deferToThread
 
-from scrapy_walsh_research._runtime.context import CrawlContext
-from scrapy_walsh_research._runtime.marks import LLMS, Marks
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import LLMS
 from scrapy_walsh_research._runtime.meta import (
     FEED_META,
     GAVE_UP_META,
@@ -49,7 +49,6 @@ from scrapy_walsh_research.errors import (
 )
 from scrapy_walsh_research.scheduling.intake import wait_for_feed_room, wait_for_list_room
 from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.spiders.llms_probes import LlmsProbes
 from scrapy_walsh_research.spiders.size_cap import SizeCap
 from scrapy_walsh_research.spiders.stopping import ListStop
@@ -59,7 +58,6 @@ from scrapy_walsh_research.spiders.structured import (
     markdown_metadata,
     media_type,
 )
-from scrapy_walsh_research.state import state_for
 from scrapy_walsh_research.state.namespaces import SEEN
 
 if TYPE_CHECKING:
@@ -102,7 +100,7 @@ def _ticket(ticket: dict[str, str] | None) -> dict[str, Any]:
     return {TICKET_KEY: ticket} if ticket is not None else {}
 
 
-class TargetsSpider(scrapy.Spider):
+class TargetsSpider(InContext, scrapy.Spider):
     """The crawler's target source
     (:class:`~scrapy_walsh_research._runtime.context.TargetSource`): it hands
     itself to the crawler's context, where the gates and the progress line
@@ -165,31 +163,31 @@ class TargetsSpider(scrapy.Spider):
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> Self:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        context = CrawlContext.for_crawler(crawler)
+        context = spider.context
         context.targets = spider
-        spider.store = state_for(crawler)
+        spider.store = context.store
         spider.llms = LlmsProbes(crawler, spider.store)
         spider.stop = ListStop(spider, context)
-        spider.probe_llms = crawler.settings.getbool("WALSH_LLMS_PROBE", defaults.WALSH_LLMS_PROBE)
-        spider.only_new = crawler.settings.getbool("WALSH_ONLY_NEW", defaults.WALSH_ONLY_NEW)
-        spider.list_lookahead = cache_size(
-            crawler.settings, "WALSH_LIST_LOOKAHEAD", defaults.WALSH_LIST_LOOKAHEAD
-        )
+        walsh = context.settings
+        spider.probe_llms = walsh.llms_probe
+        spider.only_new = walsh.only_new
+        spider.list_lookahead = walsh.list_lookahead
         spider._url_length_limit = url_length_limit(crawler.settings)
         spider.size_cap = SizeCap(
             crawler, lambda r: TARGET_META in r.meta or LLMS_RECORD_META in r.meta
         )
         if spider.redis_key:
-            if not crawler.settings.get("WALSH_REDIS_URL"):
+            if not walsh.redis_url:
                 refuse_start(
                     logger,
                     f"-a redis_key={spider.redis_key} reads targets from Redis: "
                     "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0).",
                 )
-            from scrapy_walsh_research.state.redis.connection import RedisConnection
             from scrapy_walsh_research.state.redis.target_queue import RedisFeed
 
-            spider._feed = RedisFeed(RedisConnection.for_crawler(crawler), spider.redis_key)
+            redis = context.redis
+            assert redis is not None  # WALSH_REDIS_URL is set
+            spider._feed = RedisFeed(redis, spider.redis_key)
         return spider
 
     async def _lines(self) -> AsyncIterator[tuple[ListLine, str, str, dict[str, str] | None]]:
@@ -198,7 +196,7 @@ class TargetsSpider(scrapy.Spider):
         acknowledges it once its record is stored."""
         if self._feed is not None:
             while True:
-                await wait_for_feed_room(self.crawler)
+                await wait_for_feed_room(self.context)
                 try:
                     raw, pending, wait = await self._feed.take()
                 except WalshConfigurationError:
@@ -231,7 +229,7 @@ class TargetsSpider(scrapy.Spider):
                 yield line, source, batch, self._feed.ticket(raw, batch)
         assert self.list_path is not None
         for line in read_list(self.list_path):
-            await wait_for_list_room(self.crawler, self.list_lookahead)
+            await wait_for_list_room(self.context, self.list_lookahead)
             yield line, str(self.list_path), str(self.list_path), None
 
     async def _claim(self, seen: dict[str, int], scope: str, canon: str, lineno: int) -> int | None:
@@ -378,7 +376,7 @@ class TargetsSpider(scrapy.Spider):
                     errback=self.llms_failed,
                     dont_filter=True,
                     meta={
-                        INTERNAL_META: Marks.for_crawler(self.crawler).issue(LLMS),
+                        INTERNAL_META: self.context.marks.issue(LLMS),
                         LLMS_RECORD_META: record,
                     },
                 )

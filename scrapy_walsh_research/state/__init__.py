@@ -24,6 +24,7 @@ from scrapy_walsh_research.state.factory import (
     cadence_for,
     clock_for,
     local_state_for,
+    redis_for,
     redis_url,
     state_for,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "cadence_for",
     "clock_for",
     "local_state_for",
+    "redis_for",
     "redis_url",
     "state_for",
 ]

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_walsh_research.state.protocols import CadenceStore, HostClock, StateStore
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
+
 
 def redis_url(crawler: Crawler) -> str | None:
     """``WALSH_REDIS_URL``: when set, all politeness state is shared in Redis."""
@@ -40,12 +42,20 @@ def state_for(crawler: Crawler) -> StateStore:
     return per_crawler(crawler, state_for, lambda: _open_state(crawler))
 
 
+def redis_for(crawler: Crawler) -> RedisConnection:
+    """The crawler's one Redis connection, shared by every Redis-backed owner
+    (``WALSH_REDIS_URL`` must be set)."""
+    from scrapy_walsh_research.state.redis.connection import RedisConnection
+
+    return per_crawler(crawler, redis_for, lambda: RedisConnection.from_crawler(crawler))
+
+
 def _open_state(crawler: Crawler) -> StateStore:
     store: StateStore
     if redis_url(crawler):
         from scrapy_walsh_research.state.redis.store import RedisStateStore
 
-        store = RedisStateStore.from_crawler(crawler)
+        store = RedisStateStore(redis_for(crawler), retention(crawler.settings))
     else:
         directory = state_dir(crawler)
         lock = hold_state_dir(directory, crawler)
@@ -76,7 +86,7 @@ def clock_for(crawler: Crawler) -> HostClock:
     if redis_url(crawler):
         from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 
-        return RedisHostClock.from_crawler(crawler)
+        return RedisHostClock.from_crawler(crawler, redis_for(crawler))
     size = cache_size(
         crawler.settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
     )
@@ -92,7 +102,6 @@ def cadence_for(crawler: Crawler) -> CadenceStore:
 def _open_cadence(crawler: Crawler) -> CadenceStore:
     if redis_url(crawler):
         from scrapy_walsh_research.state.redis.cadence import RedisCadence
-        from scrapy_walsh_research.state.redis.connection import RedisConnection
 
-        return RedisCadence(state_for(crawler), RedisConnection.for_crawler(crawler))
+        return RedisCadence(state_for(crawler), redis_for(crawler))
     return StoredCadence(state_for(crawler))

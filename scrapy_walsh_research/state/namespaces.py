@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.options import policy_ttl
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -48,11 +49,17 @@ LLMS_PROBES = "llms_probes"
 #: what is stored per target URL, or per origin (keys start with the target's
 #: URL or its origin): what a purge deletes
 PER_TARGET = (
-    VALIDATORS, SEEN, CADENCE, ANSWERED, SITEMAP_DOCUMENTS, SITEMAP_TRUST, SITEMAP_HISTORY,
+    VALIDATORS,
+    SEEN,
+    CADENCE,
+    ANSWERED,
+    SITEMAP_DOCUMENTS,
+    SITEMAP_TRUST,
+    SITEMAP_HISTORY,
     LLMS_PROBES,
 )
 
-#: R2: the last 2xx robots.txt per origin: reused within WALSH_ROBOTS_TTL by
+#: R2: the last 2xx robots.txt per origin: reused within WALSH_POLICY_TTL by
 #: every run and worker (RFC 9309 §2.4 allows caching up to 24 h), and as the
 #: last good copy for LAST_GOOD_MAX_AGE when robots.txt is unreachable
 ROBOTS = "robots"
@@ -85,7 +92,7 @@ def retention(settings: BaseSettings | None = None) -> dict[str, float]:
     a sitemap verdict for ``WALSH_SITEMAP_DISTRUST``/``WALSH_SITEMAP_STALE``;
     a robots.txt or tdmrep.json copy is the last good one for
     :data:`LAST_GOOD_MAX_AGE`; a stored sitemap for ``WALSH_SITEMAP_TTL``; a
-    failed fetch's backoff runs up to ``WALSH_ROBOTS_TTL``. Whatever is still
+    failed fetch's backoff runs up to ``WALSH_POLICY_TTL``. Whatever is still
     in use is written again within that time (a 304 rewrites a target's
     validators, a feed rewrites the entries it still lists)."""
 
@@ -94,15 +101,16 @@ def retention(settings: BaseSettings | None = None) -> dict[str, float]:
         return float(settings.getfloat(name, value) if settings is not None else value)
 
     base = seconds("WALSH_STATE_TTL")
+    policy = policy_ttl(settings) if settings is not None else defaults.WALSH_POLICY_TTL
     floors = {
         CADENCE: seconds("WALSH_RUN_INTERVAL"),
         SITEMAP_TRUST: max(seconds("WALSH_SITEMAP_DISTRUST"), seconds("WALSH_SITEMAP_STALE")),
         SITEMAP_DOCUMENTS: seconds("WALSH_SITEMAP_TTL"),
         ROBOTS: LAST_GOOD_MAX_AGE,
-        ROBOTS_4XX: seconds("WALSH_ROBOTS_TTL"),
+        ROBOTS_4XX: policy,
         TDMREP: LAST_GOOD_MAX_AGE,
-        ROBOTS_UNREACHABLE: seconds("WALSH_ROBOTS_TTL"),
-        TDMREP_UNREACHABLE: seconds("WALSH_ROBOTS_TTL"),
+        ROBOTS_UNREACHABLE: policy,
+        TDMREP_UNREACHABLE: policy,
     }
     return {name: max(base, floors.get(name, 0.0)) for name in BY_HOST}
 

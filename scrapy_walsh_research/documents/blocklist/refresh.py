@@ -43,8 +43,7 @@ from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.state import FlightBusy
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.documents.blocklist.build import Adopted, ListBuilder
     from scrapy_walsh_research.documents.blocklist.schema import BlocklistSchema
     from scrapy_walsh_research.documents.blocklist.store import HeldList
@@ -76,7 +75,7 @@ class Refresher:
 
     def __init__(
         self,
-        crawler: Crawler,
+        context: CrawlContext,
         *,
         held: HeldList,
         schema: BlocklistSchema,
@@ -86,8 +85,11 @@ class Refresher:
         first_retry_delay: float,
         max_bytes: int,
     ) -> None:
-        self.crawler = crawler
+        crawler = self.crawler = context.crawler
         self.stats = crawler.stats
+        self.marks = context.marks
+        self.waits = context.service(DocumentWaits)
+        self.names = context.service(NameLookups)
         self.held = held
         self.schema = schema
         self.builder = builder
@@ -235,7 +237,7 @@ class Refresher:
         try:
             await self.schema.ensure(max_wait=self._max_wait())
             response = await internal_fetch(
-                self.crawler, self.url, BLOCKLIST, maxsize=self.max_bytes, max_wait=self._max_wait()
+                self.marks, self.url, BLOCKLIST, maxsize=self.max_bytes, max_wait=self._max_wait()
             )
             if len(response.body) > INLINE_PARSE_BYTES:
                 large.append(response)
@@ -308,14 +310,14 @@ class Refresher:
         passing = (status is not None and (status == 429 or status >= 500)) or (
             status is None and not isinstance(exc, (BlocklistError, IgnoreRequest))
         )
-        waits = DocumentWaits.for_crawler(self.crawler)
+        waits = self.waits
         if (held.adopted is not None and held.lost is None) or not (passing or held.lost):
             if held.outage is not None:  # an answer that decides: the wait is over
                 held.outage = None
                 await waits.known("blocklist", self.url, read=False)
             self._failed_log(exc, self.retry_delay)
             return
-        unresolved = await NameLookups.for_crawler(self.crawler).why(url_host(self.url), exc)
+        unresolved = await self.names.why(url_host(self.url), exc)
         if status is not None:
             why = f"answered {status}"
         elif isinstance(exc, BlocklistError):
@@ -366,14 +368,14 @@ class Refresher:
             return None
         over = await held.first_wait_over()
         if over is not None:
-            DocumentWaits.for_crawler(self.crawler).waive(held.outage)
+            self.waits.waive(held.outage)
         return over
 
     def _first_unknown_log(self, outage: Outage, over: dict[str, Any] | None) -> None:
         """The one WARNING a crawl gives when it meets no list it can read
         (none ever adopted): the URL, what the crawl does meanwhile, and the
         setting to change."""
-        waits = DocumentWaits.for_crawler(self.crawler)
+        waits = self.waits
         values = {
             "url": self.url, "why": outage.why,
             "next": duration_text(outage.retry_at - self.store.time()),

@@ -24,7 +24,9 @@ from scrapy_walsh_research.core.blocklist.schema import bundled_schema
 from scrapy_walsh_research.errors import WalshConfigurationError
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
+    from scrapy_walsh_research._runtime.context import CrawlContext
+
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +46,9 @@ def load_validator(schema: Any) -> Any:
 class BlocklistSchema:
     """The bundled schema (the contract) and the published one, if it differs."""
 
-    def __init__(self, crawler: Crawler, url: str) -> None:
-        self.crawler = crawler
+    def __init__(self, context: CrawlContext, url: str) -> None:
+        crawler = self.crawler = context.crawler
+        self.marks = context.marks
         self.stats = crawler.stats
         self.url = url
         #: the published schema as bundled: the contract, never replaced
@@ -66,7 +69,7 @@ class BlocklistSchema:
         self._fetched = True
         try:
             response = await internal_fetch(
-                self.crawler, self.url, SCHEMA, maxsize=MAX_SCHEMA_BYTES, max_wait=max_wait
+                self.marks, self.url, SCHEMA, maxsize=MAX_SCHEMA_BYTES, max_wait=max_wait
             )
             if not 200 <= response.status < 300:
                 raise BlocklistError(f"HTTP {response.status}")

@@ -25,13 +25,10 @@ from twisted.internet.threads import deferToThread
 
 from scrapy_walsh_research.core.blocklist.document import BlocklistError
 from scrapy_walsh_research.documents.waits import DocumentWaits
-from scrapy_walsh_research.evidence.audit import AuditTrail
 from scrapy_walsh_research.evidence.purge import purge
-from scrapy_walsh_research.state import local_state_for, state_for
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
-
+    from scrapy_walsh_research._runtime.context import CrawlContext
     from scrapy_walsh_research.core.blocklist.entries import DomainSet
     from scrapy_walsh_research.core.outage import Outage
     from scrapy_walsh_research.documents.blocklist.build import Adopted, ListBuilder
@@ -130,9 +127,11 @@ class HeldList:
     reads and sets :attr:`next_check`."""
 
     def __init__(
-        self, crawler: Crawler, *, url: str, extra: DomainSet, builder: ListBuilder
+        self, context: CrawlContext, *, url: str, extra: DomainSet, builder: ListBuilder
     ) -> None:
-        self.crawler = crawler
+        crawler = self.crawler = context.crawler
+        self.audit = context.audit
+        self.waits = context.service(DocumentWaits)
         self.stats = crawler.stats
         #: WALSH_BLOCKLIST_URL: a list kept from another URL is re-fetched at once
         self.url = url
@@ -155,11 +154,11 @@ class HeldList:
         #: adopted, or while the one adopted is lost): targets wait for the
         #: next try (:class:`~scrapy_walsh_research.documents.waits.DocumentWaits`)
         self.outage: Outage | None = None
-        self.store = state_for(crawler)
-        AuditTrail.for_crawler(crawler).blocklist = self.version
+        self.store = context.store
+        self.audit.blocklist_in_force(self.version)
         #: with Redis, this worker's own copy of the list in force: a Redis that
         #: loses its data must not un-block an opt-out this worker knew
-        self.local = local_state_for(crawler)
+        self.local = context.local_store
         self.store.on_history_lost(self.publish_again)
 
     def version(self) -> dict[str, Any] | None:
@@ -217,7 +216,7 @@ class HeldList:
         self.domains = adopted.in_force or adopted.domains.union(self.extra)
         if self.outage is not None:
             self.outage = None
-            await DocumentWaits.for_crawler(self.crawler).known("blocklist", self.url)
+            await self.waits.known("blocklist", self.url)
         if (
             old is not None
             and len(old.domains) > LARGE_LIST
@@ -295,7 +294,7 @@ class HeldList:
 
         await purge(
             self.store, lambda host: extra.match(host) is not None, cause=cause,
-            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
+            audit=self.audit, stats=self.stats,
         )  # fmt: skip
         await self.store.put(STATE_NAMESPACE, PURGED_EXTRA_KEY, done_for)
 
@@ -316,7 +315,7 @@ class HeldList:
 
         await purge(
             self.store, lambda host: domains.match(host) is not None, cause=cause,
-            audit=AuditTrail.for_crawler(self.crawler), stats=self.stats,
+            audit=self.audit, stats=self.stats,
         )  # fmt: skip
         await self.store.put(STATE_NAMESPACE, PURGED_KEY, done_for)
 

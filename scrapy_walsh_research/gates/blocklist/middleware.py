@@ -22,7 +22,8 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA, Marks
+from scrapy_walsh_research._runtime.context import InContext
+from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA
 from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.documents.blocklist.build import ListBuilder
@@ -32,10 +33,8 @@ from scrapy_walsh_research.documents.blocklist.store import HeldList
 from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.errors import WalshConfigurationError, deny
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.settings.options import (
-    list_setting,
     operator_hosts,
     operator_urls,
     policy_retry_delay,
@@ -44,7 +43,6 @@ from scrapy_walsh_research.settings.options import (
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from typing_extensions import Self
 
     from scrapy_walsh_research.core.outage import Outage
@@ -52,7 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class BlocklistMiddleware:
+class BlocklistMiddleware(InContext):
     """Downloader middleware: deny every request to a blocked host (R3).
 
     It must sit before the robots.txt gate so that a blocked host receives no
@@ -63,20 +61,16 @@ class BlocklistMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         self.crawler = crawler
-        self.marks = Marks.for_crawler(crawler)
+        context = self.context
+        self.marks = context.marks
         self.url, self.schema_url = operator_urls(settings)
-        retry_delay = settings.getfloat(
-            "WALSH_BLOCKLIST_RETRY_DELAY", defaults.WALSH_BLOCKLIST_RETRY_DELAY
-        )
-        min_refresh = settings.getfloat(
-            "WALSH_BLOCKLIST_MIN_REFRESH", defaults.WALSH_BLOCKLIST_MIN_REFRESH
-        )
-        max_refresh = settings.getfloat(
-            "WALSH_BLOCKLIST_MAX_REFRESH", defaults.WALSH_BLOCKLIST_MAX_REFRESH
-        )
+        walsh = context.settings
+        retry_delay = walsh.blocklist_retry_delay
+        min_refresh = walsh.blocklist_min_refresh
+        max_refresh = walsh.blocklist_max_refresh
         # 0 < MIN <= MAX <= a day: refused by the start-up check (from_crawler)
-        max_bytes = settings.getint("WALSH_BLOCKLIST_MAX_BYTES", defaults.WALSH_BLOCKLIST_MAX_BYTES)
-        self.allow_http = settings.getbool("WALSH_BLOCKLIST_ALLOW_HTTP")
+        max_bytes = walsh.blocklist_max_bytes
+        self.allow_http = walsh.blocklist_allow_http
         for name, value in (
             ("WALSH_BLOCKLIST_URL", self.url),
             ("WALSH_BLOCKLIST_SCHEMA_URL", self.schema_url),
@@ -87,34 +81,28 @@ class BlocklistMiddleware:
                     "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
                 )
         self._operator_hosts = operator_hosts(settings)
-        extra = self._extra(settings)
-        schema = BlocklistSchema(crawler, self.schema_url)
+        extra = self._extra(walsh.blocklist_extra)
+        schema = BlocklistSchema(context, self.schema_url)
         self.builder = ListBuilder(
             crawler.stats, schema, extra, min_refresh=min_refresh, max_refresh=max_refresh
         )
         #: the list in force: what this gate checks
-        self.held = HeldList(crawler, url=self.url, extra=extra, builder=self.builder)
-        pacer = Pacer.for_crawler(crawler)
+        self.held = HeldList(context, url=self.url, extra=extra, builder=self.builder)
+        pacer = context.service(Pacer)
         first_retry_delay = policy_retry_delay(settings)
         self.refresher = Refresher(
-            crawler, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
+            context, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
             retry_delay=retry_delay, first_retry_delay=first_retry_delay, max_bytes=max_bytes,
         )  # fmt: skip
-        self.waits = DocumentWaits.for_crawler(crawler)
+        self.waits = context.service(DocumentWaits)
         #: the first-ever outage whose wait ended in the spec's fail-open (logged once)
         self._failed_open: float | None = None
-        pacer.add_denial_check(
-            lambda r: (
-                self.marks.purpose(r) not in (BLOCKLIST, SCHEMA)
-                and self.held.domains.match(url_host(r.url)) is not None
-            )
-        )
+        context.would_deny.append(self)
 
     @staticmethod
-    def _extra(settings: BaseSettings) -> DomainSet:
+    def _extra(extra: tuple[str, ...]) -> DomainSet:
         """WALSH_BLOCKLIST_EXTRA, the project's own opt-out list: an entry
         that names no host is refused, not logged and dropped."""
-        extra = list_setting(settings, "WALSH_BLOCKLIST_EXTRA")
         unusable = [d for d in extra if not all(map(names_host, entry_hosts(d) or {""}))]
         if unusable:
             raise WalshConfigurationError(
@@ -125,6 +113,13 @@ class BlocklistMiddleware:
         return DomainSet.from_entries(
             [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in extra],
             source="WALSH_BLOCKLIST_EXTRA",
+        )
+
+    def would_deny(self, request: Request) -> bool:
+        """A host the list in force blocks (``WouldDeny``): not the list's own fetches."""
+        return (
+            self.marks.purpose(request) not in (BLOCKLIST, SCHEMA)
+            and self.held.domains.match(url_host(request.url)) is not None
         )
 
     @classmethod

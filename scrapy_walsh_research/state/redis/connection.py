@@ -31,7 +31,6 @@ from twisted.internet import task
 
 from scrapy_walsh_research.core.urls import without_password
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.per_crawler import per_crawler
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import pause_on_loss
@@ -188,12 +187,9 @@ class RedisConnection:
         return time.time() + self._offset
 
     @classmethod
-    def for_crawler(cls, crawler: Crawler) -> RedisConnection:
-        """The crawler's one connection, shared by every Redis-backed owner."""
-        return per_crawler(crawler, cls, lambda: cls._build(crawler))
-
-    @classmethod
-    def _build(cls, crawler: Crawler) -> RedisConnection:
+    def from_crawler(cls, crawler: Crawler) -> RedisConnection:
+        """A connection as the crawler's settings give it (the crawler's one
+        is ``state.factory.redis_for``, which every Redis-backed owner shares)."""
         settings = crawler.settings
         conn = cls(
             settings["WALSH_REDIS_URL"],

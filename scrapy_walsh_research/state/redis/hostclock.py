@@ -134,9 +134,8 @@ class RedisHostClock(RobotsIntervals):
         self._loads: dict[str, HostLoad] = {}
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
+    def from_crawler(cls, crawler: Crawler, conn: RedisConnection) -> Self:
         settings = crawler.settings
-        conn = RedisConnection.for_crawler(crawler)
         clock = cls(
             conn,
             lease=settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE),

@@ -15,7 +15,7 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from scrapy_walsh_research.state.namespaces import BY_HOST, key_host, key_prefixes, retention
+from scrapy_walsh_research.state.namespaces import BY_HOST, key_host, key_prefixes
 from scrapy_walsh_research.state.protocols import FlightBusy
 from scrapy_walsh_research.state.redis import layout
 from scrapy_walsh_research.state.redis.connection import RedisConnection
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
     from redis import asyncio as aioredis
     from redis.typing import EncodableT, FieldT
-    from scrapy.crawler import Crawler
-    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +56,6 @@ class RedisStateStore:
         self._put_if_absent = conn.client.register_script(PUT_IF_ABSENT)
         self._migrate = conn.client.register_script(MIGRATE)
         self._upgrading: asyncio.Task[None] | None = None
-
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Self:
-        return cls(RedisConnection.for_crawler(crawler), retention(crawler.settings))
 
     # -- the layout ------------------------------------------------------------------
 
@@ -401,4 +395,3 @@ class RedisStateStore:
             # what was not moved yet is moved by the next worker to start
             self._upgrading.cancel()
         await self.conn.close()
-
