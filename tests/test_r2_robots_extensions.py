@@ -171,6 +171,19 @@ def test_an_acap_allow_never_opens_what_the_robots_group_disallows():
     assert not RobotsPolicy.parse(text, TOKEN).allows("http://s.test/p/x")
 
 
+def test_an_acap_group_applies_when_no_user_agent_group_is_selected():
+    """ACAP is a record of its own: a file with no group for us (or none at
+    all) still has its ACAP-crawler group applied."""
+    for text in (
+        "ACAP-crawler: *\nACAP-disallow-crawl: /private/\n",
+        "User-agent: OtherBot\nDisallow: /\n\nACAP-crawler: *\nACAP-disallow-crawl: /private/\n",
+    ):
+        policy = RobotsPolicy.parse(text, TOKEN)
+        assert not policy.allows("http://s.test/private/doc"), text
+        assert "ACAP" in policy.denial_reason("http://s.test/private/doc")
+        assert policy.allows("http://s.test/news")
+
+
 def _vectors() -> list[dict[str, Any]]:
     return json.loads((DATA / "google_robots_vectors.json").read_text())["vectors"]  # type: ignore[no-any-return]
 

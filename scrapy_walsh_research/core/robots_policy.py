@@ -225,8 +225,17 @@ class RobotsPolicy:
         named = [g for g in groups if token in g.tokens]
         chosen = named or [g for g in groups if "*" in g.tokens]
         sitemaps = declared_sitemaps(text)
+        acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
+        acap: dict[str, Any] = {
+            "acap_group": acap_group if acap_lines else "",
+            "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
+            if acap_lines
+            else None,
+        }
         if not chosen:
-            return cls("none", sitemaps=sitemaps)
+            # ACAP is a record of its own: no group for us still leaves its
+            # ACAP-crawler group to apply
+            return cls("none", sitemaps=sitemaps, **acap)
         lines = [line for g in chosen for line in g.lines]
         label = token if named else "*"
         stated = tuple(
@@ -244,7 +253,6 @@ class RobotsPolicy:
                 malformed.append(value[:MAX_COMMENT_CHARS])
             elif window not in windows:
                 windows.append(window)
-        acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
         extensions: dict[str, Any] = {
             "visit_windows": tuple(windows),
             "malformed_visit_times": tuple(malformed),
@@ -254,10 +262,7 @@ class RobotsPolicy:
             "_rate_interval": _slowest_rate(
                 dict.fromkeys(v for k, v in fields if k in _REQUEST_RATE_FIELDS)
             ),
-            "acap_group": acap_group if acap_lines else "",
-            "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
-            if acap_lines
-            else None,
+            **acap,
         }
         parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(lines) + "\n")
         rules = _Rules.of(parser)
@@ -286,7 +291,7 @@ class RobotsPolicy:
         if self.group == "disallow-all":
             return False
         if self._parser is None:
-            return True
+            return not self.acap_denies(url)  # no group for us: ACAP's alone
         # Remembered per URL: the frontier asks about each queued request
         # again and again, and a 500 KiB robots.txt (7000 rules) takes 1.6 ms
         # per answer (seconds of reactor time per pass over a long queue).
@@ -343,7 +348,7 @@ class RobotsPolicy:
         """Why *url* is not allowed (the record's reason)."""
         if self.reason:
             return self.reason
-        if self._parser is not None and self._decide_by(self._can_fetch, url):
+        if self._parser is None or self._decide_by(self._can_fetch, url):
             return (
                 f"robots.txt ACAP-disallow-crawl ({self.acap_group} ACAP-crawler group) "
                 "disallows this path"
