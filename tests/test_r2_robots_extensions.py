@@ -347,6 +347,45 @@ async def test_every_worker_of_a_fleet_keeps_the_window(server, redis_server, tm
     assert all(w_.items for w_ in workers)  # both took lines
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_request_waiting_for_its_hosts_slot_does_not_leave_after_the_window_closed(
+    server, redis_server, tmp_path
+):
+    """The window closes while a request that passed the robots.txt gate
+    inside it waits for its host's slot (scrapy-redis's scheduler: the
+    target's tdmrep.json waits in place for the Crawl-delay): it must not
+    leave once the window has closed. Only robots.txt before the close,
+    nothing after it."""
+    from twisted.internet import reactor, task
+
+    now = time.time()
+    closes = (int(now // 60) + 1) * 60
+    if closes - now < 5:
+        closes += 60
+    # start 4 s before the close: robots.txt (and the target's pass through
+    # the gate) inside the window, the Crawl-delay of 8 s ends outside it
+    await task.deferLater(reactor, max(0.0, closes - 4 - time.time()), lambda: None)
+    w = window(minute_of_day(closes) - 30, minute_of_day(closes))
+    urls = site(server, "closing.test", f"User-agent: *\nCrawl-delay: 8\nVisit-time: {w}\n", "/a")
+    shared = redis_settings(
+        redis_server, SCHEDULER="scrapy_redis.scheduler.Scheduler",
+        DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter", SCHEDULER_PERSIST=True,
+        REDIS_URL=redis_server.url,
+    )  # fmt: skip
+    shared["SCHEDULER_QUEUE_KEY"] = shared["WALSH_REDIS_PREFIX"] + ":requests"
+    shared["SCHEDULER_DUPEFILTER_KEY"] = shared["WALSH_REDIS_PREFIX"] + ":dupefilter"
+    enqueue(redis_server.url, "targets", write_list(tmp_path, urls),
+            prefix=shared["WALSH_REDIS_PREFIX"])  # fmt: skip
+    res = await deferred_from_coro(
+        crawl_feed(base_settings(server, tmp_path / "s", **shared), "targets")
+    )
+    hits = server.origin.hits_for("closing.test")
+    assert hits[0].path == "/robots.txt" and hits[0].wall < closes  # inside: the scenario held
+    late = [(h.path, utc(h.wall)) for h in hits if h.wall >= closes]
+    assert late == [], f"window closed at {utc(closes)}"
+    assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R2")], res.items
+
+
 # -- Request-rate, Comment, ACAP at the origin ------------------------------------------
 
 

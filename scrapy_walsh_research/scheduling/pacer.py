@@ -128,6 +128,9 @@ class Pacer:
         self._warmers: list[Callable[[Request], Awaitable[None]]] = [
             lambda r: self.clock.warm(url_host(r.url))
         ]
+        #: the gates' "may it leave now?" tests, asked as a request's slot is
+        #: reserved: what passed a gate may have waited for its host since
+        self._departure_checks: list[Callable[[Request], tuple[str, str] | None]] = []
 
     @classmethod
     def for_crawler(cls, crawler: Crawler) -> Pacer:
@@ -136,6 +139,21 @@ class Pacer:
     def add_denial_check(self, check: Callable[[Request], bool]) -> None:
         """Register a gate's cheap, cached-state-only "would deny" test."""
         self._denial_checks.append(check)
+
+    def add_departure_check(self, check: Callable[[Request], tuple[str, str] | None]) -> None:
+        """Register a gate's test of whether *request* may still leave now
+        (cached state only): (rule, reason) when it may not."""
+        self._departure_checks.append(check)
+
+    def departure_denial(self, request: Request) -> tuple[str, str] | None:
+        """(rule, reason) when a gate says *request* may not leave now, though
+        it passed that gate before it waited for its host's slot (a robots.txt
+        Visit-time window that closed meanwhile); None when it may."""
+        for check in self._departure_checks:
+            denial = check(request)
+            if denial is not None:
+                return denial
+        return None
 
     def add_warmer(self, warm: Callable[[Request], Awaitable[None]]) -> None:
         """Register a gate's loader of the stored state *request* will need."""
