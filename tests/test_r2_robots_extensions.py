@@ -131,6 +131,17 @@ def test_comments_relayed_are_bounded_in_number_and_length():
     assert all(len(c) == MAX_COMMENT_CHARS for c in comments)
 
 
+def test_comments_relayed_carry_no_control_characters_to_the_operators_terminal():
+    """A Comment is the site's text logged as is: terminal control sequences
+    (ESC, BEL) must not reach the operator's terminal or the report."""
+    text = "User-agent: *\nComment: hi \x1b[2J\x1b]0;owned\x07 there\x00\nVisit-time: 04\x1b00-08\n"
+    policy = RobotsPolicy.parse(text, TOKEN)
+    assert policy.comments and policy.malformed_visit_times
+    for said in policy.comments + policy.malformed_visit_times:
+        assert all(c.isprintable() for c in said), repr(said)
+    assert policy.comments[0].startswith("hi ") and policy.comments[0].endswith(" there\ufffd")
+
+
 def test_several_request_rate_lines_the_slowest_wins_and_a_windowed_rate_holds_at_all_times():
     text = "User-agent: *\nRequest-rate: 1/10 0600-0845\nRequest-rate: 1/5\nRequest-rate: 3/1m\n"
     # Protego keeps the last line (20 s per request here would be kept by

@@ -250,14 +250,14 @@ class RobotsPolicy:
         for value in dict.fromkeys(v for k, v in fields if k in VISIT_TIME_FIELDS):
             window = VisitWindow.read(value)
             if window is None:
-                malformed.append(value[:MAX_COMMENT_CHARS])
+                malformed.append(_printable(value[:MAX_COMMENT_CHARS]))
             elif window not in windows:
                 windows.append(window)
         extensions: dict[str, Any] = {
             "visit_windows": tuple(windows),
             "malformed_visit_times": tuple(malformed),
             "comments": tuple(
-                v[:MAX_COMMENT_CHARS] for k, v in fields if k == _COMMENT_FIELD and v
+                _printable(v[:MAX_COMMENT_CHARS]) for k, v in fields if k == _COMMENT_FIELD and v
             )[:MAX_COMMENTS],
             "_rate_interval": _slowest_rate(
                 dict.fromkeys(v for k, v in fields if k in _REQUEST_RATE_FIELDS)
@@ -383,6 +383,13 @@ class RobotsPolicy:
         the slowest of its lines, at all times (a window is not read: the
         rate it states is kept outside it too, the stricter reading)."""
         return self._rate_interval
+
+
+def _printable(text: str) -> str:
+    """*text* (the site's, for the operator's log and report) with every
+    character that is not printable (ESC, BEL, NUL: terminal control
+    sequences) replaced by U+FFFD."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in text)
 
 
 def _slowest_rate(values: Any) -> float | None:
