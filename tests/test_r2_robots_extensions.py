@@ -397,6 +397,45 @@ async def test_a_request_waiting_for_its_hosts_slot_does_not_leave_after_the_win
     assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R2")], res.items
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_run_stopped_while_targets_wait_for_a_window_gives_each_line_one_record(
+    server, tmp_path
+):
+    """A real ``scrapy crawl`` stopped (SIGTERM) while a host's targets are
+    kept aside for a window that opens later: each line gets exactly one
+    record, and the host received nothing but robots.txt."""
+    import signal
+
+    from tests.support.crawling import sleep
+    from tests.support.processes import spawn_targets_crawl
+
+    now = time.time()
+    opens = (int(now // 60) + 2) * 60  # 60 to 120 s away: waited for
+    w = window(minute_of_day(opens), minute_of_day(opens) + 3)
+    urls = site(server, "stopvt.test", f"User-agent: *\nVisit-time: {w}\n", "/a", "/b", "/c")
+    other = site(server, "stopok.test", "User-agent: *\nAllow: /\n", "/x")
+    out = tmp_path / "out.jsonl"
+    proc = spawn_targets_crawl(
+        server, write_list(tmp_path, urls + other), tmp_path / "state",
+        FEEDS=json.dumps({str(out): {"format": "jsonlines"}}), WALSH_VISIT_TIME_WAIT=300,
+    )  # fmt: skip
+    for _ in range(600):
+        if server.origin.hits_for("stopok.test", "/x") and paths(server, "stopvt.test"):
+            break
+        await sleep(0.05)
+    await sleep(1.0)
+    assert not proc.ended.called, proc.err.decode()[-3000:]
+    proc.transport.signalProcess(signal.SIGTERM)
+    await proc.ended
+    assert time.time() < opens  # stopped before the window opened
+    assert proc.code == 0, proc.err.decode()[-3000:]
+    assert paths(server, "stopvt.test") == ["/robots.txt"]
+    records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    assert sorted(r["line"] for r in records) == [1, 2, 3, 4], records
+    for r in (r for r in records if r["url"] in urls):
+        assert r["outcome"] == "skipped", r
+
+
 # -- Request-rate, Comment, ACAP at the origin ------------------------------------------
 
 
