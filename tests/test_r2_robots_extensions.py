@@ -451,6 +451,22 @@ async def test_the_slowest_request_rate_paces_the_host_whatever_its_window(serve
     assert min(gaps(hits)) >= 3.0, gaps(hits)
 
 
+@pytest_twisted.ensureDeferred
+async def test_a_request_rate_too_slow_for_a_float_skips_the_host_and_breaks_nothing(
+    server, tmp_path
+):
+    """``Request-rate: 1/999…9`` (400 digits): one request in longer than a
+    float holds. Read, not raised on: the host is skipped (R4) like any rate
+    beyond WALSH_MAX_CRAWL_DELAY, and receives nothing but robots.txt."""
+    robots = f"User-agent: *\nRequest-rate: 1/{'9' * 400}\n"
+    interval = RobotsPolicy.parse(robots, TOKEN).request_rate_interval
+    assert interval is not None and interval > 86400
+    urls = site(server, "huge.test", robots, "/a")
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert paths(server, "huge.test") == ["/robots.txt"]
+    assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R4")], res.items
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="Request-rate: 0/1h (no document per hour) is dropped as malformed by Protego "

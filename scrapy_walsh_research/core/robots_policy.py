@@ -31,6 +31,7 @@ and where they and RFC 9309 differ the reading that protects the site wins:
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlparse, urlsplit, urlunsplit
@@ -400,7 +401,10 @@ def _slowest_rate(values: Any) -> float | None:
         parser = Protego.parse(f"User-agent: {_SELF}\nRequest-rate: {value}\n")
         rate = parser.request_rate(_SELF)
         if rate is not None and rate.requests:
-            interval = rate.seconds / rate.requests
+            try:
+                interval = rate.seconds / rate.requests
+            except OverflowError:  # 1/999…9: longer than a float holds
+                interval = sys.float_info.max
             slowest = interval if slowest is None else max(slowest, interval)
     return slowest
 
