@@ -227,15 +227,11 @@ class RobotsPolicy:
         chosen = named or [g for g in groups if "*" in g.tokens]
         sitemaps = declared_sitemaps(text)
         acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
-        acap: dict[str, Any] = {
-            "acap_group": acap_group if acap_lines else "",
-            "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
-            if acap_lines
-            else None,
-        }
+        acap: dict[str, Any] = {"acap_group": "", "_acap": None}
+        if acap_lines:  # a record of its own: it applies with no group for us too
+            acap_text = "\n".join([f"User-agent: {_SELF}", *acap_lines, ""])
+            acap = {"acap_group": acap_group, "_acap": Protego.parse(acap_text)}
         if not chosen:
-            # ACAP is a record of its own: no group for us still leaves its
-            # ACAP-crawler group to apply
             return cls("none", sitemaps=sitemaps, **acap)
         lines = [line for g in chosen for line in g.lines]
         label = token if named else "*"
@@ -387,9 +383,8 @@ class RobotsPolicy:
 
 
 def _printable(text: str) -> str:
-    """*text* (the site's, for the operator's log and report) with every
-    character that is not printable (ESC, BEL, NUL: terminal control
-    sequences) replaced by U+FFFD."""
+    """*text* (the site's, for the operator's log and report) with each
+    character that is not printable (ESC, BEL, NUL) replaced by U+FFFD."""
     return "".join(c if c.isprintable() else "\ufffd" for c in text)
 
 
