@@ -20,6 +20,10 @@ only when the spider opens):
 * :class:`WouldDeny` (and :class:`LoadsAhead`), offered by the gates that
   can tell from cached state that they will deny a request: the Pacer asks
   them for the frontier, which lets such a request go without its turn;
+* :class:`DepartureCheck`, offered by the R2 gate: whether a request it let
+  by may still leave (a Visit-time window may close while it waits for its
+  host's slot); the pacing gate asks the Pacer, which asks it, as the slot
+  is reserved;
 * :class:`CadenceStamps`, offered by the R8 gate: a target's fetch stamped
   with its record, and a fleet's claim on it let go (the record pipeline,
   and a stopped run's lines given back to a shared feed).
@@ -135,6 +139,15 @@ class WouldDeny(Protocol):
         """Whether what is cached already denies *request*."""
 
 
+class DepartureCheck(Protocol):
+    """A gate whose answer can change while a request it let through waits
+    for its host's slot (a Visit-time window that closes): the Pacer asks
+    it again as the slot is reserved."""
+
+    def departure_denial(self, request: Request) -> tuple[str, str] | None:
+        """(rule, reason) when *request* may no longer leave (cached state only)."""
+
+
 class LoadsAhead(Protocol):
     """A gate whose :class:`WouldDeny` answer needs stored state loaded."""
 
@@ -176,6 +189,8 @@ class CrawlContext:
     would_deny: list[WouldDeny] = field(default_factory=list)
     #: offered by the R8 gate (asked by the Pacer as a request is queued)
     loads_ahead: list[LoadsAhead] = field(default_factory=list)
+    #: offered by the R2 gate (asked by the pacing gate as a slot is reserved)
+    departure_checks: list[DepartureCheck] = field(default_factory=list)
     #: a command that only reads what crawls left (``scrapy walsh-report``,
     #: ``walsh-purge``): its audit trail neither prunes nor waits unbounded
     command: bool = False

@@ -31,6 +31,7 @@ and where they and RFC 9309 differ the reading that protects the site wins:
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlparse, urlsplit, urlunsplit
@@ -225,8 +226,13 @@ class RobotsPolicy:
         named = [g for g in groups if token in g.tokens]
         chosen = named or [g for g in groups if "*" in g.tokens]
         sitemaps = declared_sitemaps(text)
+        acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
+        acap: dict[str, Any] = {"acap_group": "", "_acap": None}
+        if acap_lines:  # a record of its own: it applies with no group for us too
+            acap_text = "\n".join([f"User-agent: {_SELF}", *acap_lines, ""])
+            acap = {"acap_group": acap_group, "_acap": Protego.parse(acap_text)}
         if not chosen:
-            return cls("none", sitemaps=sitemaps)
+            return cls("none", sitemaps=sitemaps, **acap)
         lines = [line for g in chosen for line in g.lines]
         label = token if named else "*"
         stated = tuple(
@@ -241,23 +247,19 @@ class RobotsPolicy:
         for value in dict.fromkeys(v for k, v in fields if k in VISIT_TIME_FIELDS):
             window = VisitWindow.read(value)
             if window is None:
-                malformed.append(value[:MAX_COMMENT_CHARS])
+                malformed.append(_printable(value[:MAX_COMMENT_CHARS]))
             elif window not in windows:
                 windows.append(window)
-        acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
         extensions: dict[str, Any] = {
             "visit_windows": tuple(windows),
             "malformed_visit_times": tuple(malformed),
             "comments": tuple(
-                v[:MAX_COMMENT_CHARS] for k, v in fields if k == _COMMENT_FIELD and v
+                _printable(v[:MAX_COMMENT_CHARS]) for k, v in fields if k == _COMMENT_FIELD and v
             )[:MAX_COMMENTS],
             "_rate_interval": _slowest_rate(
                 dict.fromkeys(v for k, v in fields if k in _REQUEST_RATE_FIELDS)
             ),
-            "acap_group": acap_group if acap_lines else "",
-            "_acap": Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(acap_lines) + "\n")
-            if acap_lines
-            else None,
+            **acap,
         }
         parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(lines) + "\n")
         rules = _Rules.of(parser)
@@ -286,7 +288,7 @@ class RobotsPolicy:
         if self.group == "disallow-all":
             return False
         if self._parser is None:
-            return True
+            return not self.acap_denies(url)  # no group for us: ACAP's alone
         # Remembered per URL: the frontier asks about each queued request
         # again and again, and a 500 KiB robots.txt (7000 rules) takes 1.6 ms
         # per answer (seconds of reactor time per pass over a long queue).
@@ -343,7 +345,7 @@ class RobotsPolicy:
         """Why *url* is not allowed (the record's reason)."""
         if self.reason:
             return self.reason
-        if self._parser is not None and self._decide_by(self._can_fetch, url):
+        if self._parser is None or self._decide_by(self._can_fetch, url):
             return (
                 f"robots.txt ACAP-disallow-crawl ({self.acap_group} ACAP-crawler group) "
                 "disallows this path"
@@ -380,6 +382,12 @@ class RobotsPolicy:
         return self._rate_interval
 
 
+def _printable(text: str) -> str:
+    """*text* (the site's, for the operator's log and report) with each
+    character that is not printable (ESC, BEL, NUL) replaced by U+FFFD."""
+    return "".join(c if c.isprintable() else "\ufffd" for c in text)
+
+
 def _slowest_rate(values: Any) -> float | None:
     """The slowest of the Request-rate *values* as seconds per request,
     each read by Protego (which keeps only the last line of a group)."""
@@ -388,7 +396,10 @@ def _slowest_rate(values: Any) -> float | None:
         parser = Protego.parse(f"User-agent: {_SELF}\nRequest-rate: {value}\n")
         rate = parser.request_rate(_SELF)
         if rate is not None and rate.requests:
-            interval = rate.seconds / rate.requests
+            try:
+                interval = rate.seconds / rate.requests
+            except OverflowError:  # 1/999…9: longer than a float holds
+                interval = sys.float_info.max
             slowest = interval if slowest is None else max(slowest, interval)
     return slowest
 

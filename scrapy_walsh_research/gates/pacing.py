@@ -100,6 +100,14 @@ class PacingMiddleware(InContext):
 
         spent = 0.0
         while True:
+            late = self.pacer.departure_denial(request)
+            if late is not None:
+                # it passed its gates, then waited here or elsewhere, and may
+                # no longer leave (its host's Visit-time window closed)
+                if direct:
+                    deny(self.crawler, logger, request, late[0], late[1],
+                         outcome="skipped", lasting=False)  # fmt: skip
+                return self.pacer.requeue(request)  # its gates decide it again
             now = time.monotonic()
             wait = await self.pacer.reserve(host, now)
             if wait <= 0:

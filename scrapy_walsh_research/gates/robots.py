@@ -64,7 +64,7 @@ from scrapy_walsh_research.core.outage import Outage
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPolicy, decode_robots
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
-from scrapy_walsh_research.core.visit_time import describe, next_opening
+from scrapy_walsh_research.core.visit_time import describe, next_opening, open_at
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
@@ -132,6 +132,9 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         #: (host, opening) of the Visit-time waits already logged -> that
         #: opening as time.monotonic(): its targets come back in their order
         self._waits_told: dict[tuple[str, float], float] = {}
+        # a request that passed this gate inside the window may wait for its
+        # host's slot past the window's close: asked again as it leaves
+        self.context.departure_checks.append(self)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Self:
@@ -228,6 +231,22 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
             "(tried again next run)"
         )
         deny(self.crawler, logger, request, "R2", reason, outcome="skipped", lasting=False)
+
+    def departure_denial(self, request: Request) -> tuple[str, str] | None:
+        """("R2", reason) when *request*'s host has a Visit-time window that
+        is closed now (robots.txt itself excepted), from the cached policy."""
+        if self._exempt(request):
+            return None
+        entry = self._cache.get(origin_of(request.url))
+        if entry is None or not entry.policy.visit_windows:
+            return None
+        if open_at(entry.policy.visit_windows, self.store.time()):
+            return None
+        return "R2", (
+            f"robots.txt of {origin_of(request.url)} asks for visits only within Visit-time "
+            f"{describe(entry.policy.visit_windows)}: it closed while the request waited for "
+            "its host's turn: not sent"
+        )
 
     def sha256_for(self, url: str) -> str | None:
         """The sha256 of the robots.txt in force for *url*'s origin."""

@@ -119,6 +119,18 @@ class Pacer:
         #: the gates that offer what they would deny, and what they load ahead
         self._would_deny = context.would_deny
         self._loads_ahead = context.loads_ahead
+        #: the gates that say whether a request may still leave now
+        self._departure_checks = context.departure_checks
+
+    def departure_denial(self, request: Request) -> tuple[str, str] | None:
+        """(rule, reason) when a gate says *request* may not leave now, though
+        it passed that gate before it waited for its host's slot (a robots.txt
+        Visit-time window that closed meanwhile); None when it may."""
+        for gate in self._departure_checks:
+            denial = gate.departure_denial(request)
+            if denial is not None:
+                return denial
+        return None
 
     def warm(self, request: Request) -> None:
         """Load stored state for a newly queued request in the background, so
