@@ -76,9 +76,10 @@ async def test_a_signing_project_passes_every_identity_row(tmp_path):
 
 @pytest_twisted.ensureDeferred
 async def test_signatures_that_never_reach_the_wire_fail_the_identity_rows(tmp_path, monkeypatch):
-    from scrapy_walsh_research.scheduling.wire import WireTimedHTTP11DownloadHandler
+    from scrapy_walsh_research.scheduling.departure import Departure
 
-    monkeypatch.setattr(WireTimedHTTP11DownloadHandler, "_sign_on", lambda self, c, r: None)
+    # signing is on and each request is handed to be signed: nothing is added
+    monkeypatch.setattr(Departure, "sign", lambda self, tx_request, request: None)
     key = tmp_path / "walsh.pem"
     generate_key(key)
     report = await conformance(project(WALSH_SIGNING_KEY=str(key)), tmp_path / "run")
