@@ -5,11 +5,12 @@ something to say."""
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 
-from scrapy_walsh_research.settings.walsh import WalshSettings
+if TYPE_CHECKING:
+    from scrapy_walsh_research.settings.walsh import WalshSettings
 
 
 class OperatorCommand(ScrapyCommand):
@@ -20,5 +21,8 @@ class OperatorCommand(ScrapyCommand):
     @cached_property
     def walsh(self) -> WalshSettings:
         """The ``WALSH_`` settings the command was given, typed, read once."""
+        # imported here, not above: Scrapy imports every command module on every run
+        from scrapy_walsh_research.settings.walsh import WalshSettings
+
         assert self.settings is not None
         return WalshSettings.from_settings(self.settings)
