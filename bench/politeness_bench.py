@@ -313,6 +313,7 @@ def multi(a: argparse.Namespace) -> int:
     from scrapy.settings import Settings
 
     sys.path.insert(0, str(HERE.parent))  # the real redis-server the tests start
+    from scrapy_walsh_research.settings.walsh import WalshSettings
     from scrapy_walsh_research.state.redis.connection import lost_history_wait, young_redis_s
     from tests.support.redis_server import RedisServer
 
@@ -322,7 +323,7 @@ def multi(a: argparse.Namespace) -> int:
     # empty: a fleet that meets it first makes every host wait
     # (docs/redis.rst). The fleets are timed after that, as against a Redis
     # that has been up a while.
-    young = young_redis_s(lost_history_wait(Settings()))
+    young = young_redis_s(lost_history_wait(WalshSettings.from_settings(Settings())))
     print(f"waiting {young:.0f} s: a Redis younger than that counts as lost history")
     redis.age(young)
     try:

@@ -48,7 +48,7 @@ class RecordPipeline(InContext):
             # imported only with Redis in use: redis is the optional [redis] extra
             from scrapy_walsh_research.state.redis.target_queue import RecordCopies
 
-            self.copies = RecordCopies(redis, state_dir(crawler))
+            self.copies = RecordCopies(redis, state_dir(self.context.settings))
             crawler.signals.connect(self.copies.close, signal=signals.engine_stopped)
 
     @classmethod

@@ -55,11 +55,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One real redis-server for the session; tests keep apart by key prefix.
     It is aged before use: a fleet meeting a Redis only seconds old takes it
     for one that may have lost a fleet's records, and waits."""
+    from scrapy_walsh_research.settings.walsh import WalshSettings
     from scrapy_walsh_research.state.redis.connection import lost_history_wait, young_redis_s
     from tests.support.redis_server import RedisServer
 
     srv = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    srv.age(young_redis_s(lost_history_wait(Settings())))
+    srv.age(young_redis_s(lost_history_wait(WalshSettings.from_settings(Settings()))))
     yield srv
     srv.kill()
 

@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.evidence.audit import read_all
 from scrapy_walsh_research.evidence.audit_redis import RedisAudit
 from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
@@ -213,3 +215,16 @@ def test_two_processes_opening_a_large_03_audit_log_at_once_both_work(tmp_path):
     assert first.returncode == 0, err[-2000:]
     assert second.returncode == 0 and "Traceback" not in second.stderr, second.stderr[-2000:]
     assert json.loads(out)["request_count"] == json.loads(second.stdout)["request_count"] == 600
+
+
+@pytest.mark.parametrize("name", ["WALSH_AUDIT_RETENTION", "WALSH_AUDIT_REDIS_WINDOW"])
+@pytest.mark.parametrize("value", [0, -1])
+@pytest_twisted.ensureDeferred
+async def test_an_audit_log_kept_no_time_is_refused_at_start_up(server, tmp_path, name, value):
+    """The audit log is the evidence a site owner is shown: a retention (or,
+    for a fleet, a Redis window) of no time is refused before any request,
+    with or without Redis."""
+    with pytest.raises(WalshConfigurationError, match=f"{name}=.*evidence a site owner"):
+        await crawl(base_settings(server, tmp_path / "s", **{name: value}), ["http://x.test/"],
+                    tmp_path)  # fmt: skip
+    assert server.origin.hits == []

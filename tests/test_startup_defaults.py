@@ -177,7 +177,9 @@ def test_every_setting_read_has_its_default_here():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call) and (found := _read_name(node))
     }
-    assert len(read) > 20  # the walk finds the reads
+    # the walk finds the reads (most are the start-up check's and the
+    # typed settings' own; the components read the typed object)
+    assert len(read) > 10
     read |= set(TYPED)  # and the typed settings' fields, read by their names
     # a renamed setting's 0.2.0 name is read only to honour it: its default
     # is the new name's (see the next test)

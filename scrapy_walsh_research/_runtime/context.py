@@ -58,6 +58,7 @@ from scrapy_walsh_research.state import (
     local_state_for,
     redis_for,
     redis_url,
+    settings_for,
     state_for,
 )
 
@@ -212,9 +213,7 @@ class CrawlContext:
     @property
     def settings(self) -> WalshSettings:
         """The ``WALSH_`` settings in force, typed, read once."""
-        if WalshSettings not in self._services:
-            self._services[WalshSettings] = WalshSettings.from_settings(self.crawler.settings)
-        return cast("WalshSettings", self._services[WalshSettings])
+        return settings_for(self.crawler)
 
     @property
     def store(self) -> StateStore:
@@ -247,7 +246,9 @@ class CrawlContext:
     def audit(self) -> AuditTrail:
         """The audit trail (pruned by a crawl; not by a :attr:`command`)."""
         if AuditTrail not in self._services:
-            trail = AuditTrail.open(self.crawler, self.redis, prune=not self.command)
+            trail = AuditTrail.open(
+                self.crawler, self.settings, self.redis, prune=not self.command
+            )
             self._services[AuditTrail] = trail
         return cast("AuditTrail", self._services[AuditTrail])
 

@@ -42,14 +42,15 @@ def crawl_state(
     from scrapy_walsh_research.state.directory import state_dir
 
     crawler = Crawler(TargetsSpider, settings)
-    if not settings.get("WALSH_REDIS_URL") and not elsewhere:
-        path = state_dir(crawler) / filename
+    context = command_context(crawler)
+    if not context.settings.redis_url and not elsewhere:
+        path = state_dir(context.settings) / filename
         if not path.exists():
             raise UsageError(
                 f"no {what} at {path}: run this where the crawl ran, or set "
                 "WALSH_STATE_DIR (or WALSH_REDIS_URL for a fleet) as the crawl had it"
             )
-    return command_context(crawler)
+    return context
 
 
 def project_targets_spider(settings: Settings) -> type:

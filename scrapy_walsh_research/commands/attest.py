@@ -52,8 +52,9 @@ class Command(ScrapyCommand):
             self._verify(opts)
             return
         from scrapy_walsh_research.identity import signed_attestation  # not on every scrapy run
+        from scrapy_walsh_research.settings.signing import attestation_key
 
-        key = signed_attestation.attestation_key(self.settings) if opts.sign else None
+        key = attestation_key(self.settings) if opts.sign else None
         # The settings in effect: the project's, the spider's, then its add-ons.
         crawler = Crawler(project_targets_spider(self.settings), self.settings)
         apply_addons(crawler)  # a refused configuration is reported, not raised

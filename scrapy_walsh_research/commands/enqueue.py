@@ -42,7 +42,7 @@ class Command(OperatorCommand):
         assert self.settings is not None
         if len(args) != 1:
             raise UsageError("give exactly one URL list file")
-        url = self.settings.get("WALSH_REDIS_URL")
+        url = self.walsh.redis_url
         if not url:
             raise UsageError(
                 "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
@@ -51,12 +51,8 @@ class Command(OperatorCommand):
         problem = unreadable(path)
         if problem is not None:
             raise UsageError(f"URL list {args[0]!r} {problem}")
-        key = (
-            opts.key
-            or self.settings.get("WALSH_REDIS_TARGETS_KEY")
-            or defaults.WALSH_REDIS_TARGETS_KEY
-        )
-        prefix = self.settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
+        key = opts.key or self.walsh.redis_targets_key
+        prefix = self.walsh.redis_prefix
         batch = uuid.uuid4().hex
         n = enqueue(url, key, path, prefix=prefix, batch=batch)
         fleet = fleet_options(self.settings, url, prefix)

@@ -27,7 +27,6 @@ from scrapy_walsh_research.identity.signing import (
     load_key,
     public_jwk,
 )
-from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse
@@ -74,7 +73,7 @@ class Command(OperatorCommand):
             self._directory(opts)
             return
         if args[0] == "attestation-keys" and len(args) == 1:
-            path = self.settings.get("WALSH_ATTESTATION_KEY")
+            path = self.walsh.attestation_key
             if not path:
                 raise UsageError("set WALSH_ATTESTATION_KEY (-s WALSH_ATTESTATION_KEY=PATH)")
             jwks = {"keys": [{**public_jwk(load_key(path, "WALSH_ATTESTATION_KEY")), "use": "sig"}]}
@@ -103,11 +102,11 @@ class Command(OperatorCommand):
 
     def _directory(self, opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        path = self.settings.get("WALSH_SIGNING_KEY")
+        path = self.walsh.signing_key
         if not path:
             raise UsageError("set WALSH_SIGNING_KEY (-s WALSH_SIGNING_KEY=PATH)")
         keys = [load_key(path)] + [load_key(p, "--also") for p in opts.also]
-        agent = self.settings.get("WALSH_SIGNATURE_AGENT") or defaults.WALSH_SIGNATURE_AGENT
+        agent = self.walsh.signature_agent
         created = int(time.time())
         body, headers = directory_response(
             keys, agent, created=created, expires=created + opts.valid_days * 86400

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research.commands._operator import OperatorCommand
-from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse
@@ -57,7 +56,7 @@ class Command(OperatorCommand):
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from scrapy.crawler import Crawler
 
-        from scrapy_walsh_research.commands._runner import run_blocking
+        from scrapy_walsh_research.commands._runner import command_context, run_blocking
         from scrapy_walsh_research.core.urls import without_password
         from scrapy_walsh_research.errors import WalshConfigurationError
         from scrapy_walsh_research.spiders.targets import TargetsSpider
@@ -67,7 +66,7 @@ class Command(OperatorCommand):
         settings = self.settings
         if args:
             raise UsageError("walsh-migrate takes no arguments: give the state dir with --from")
-        url = settings.get("WALSH_REDIS_URL")
+        url = self.walsh.redis_url
         if not url:
             raise UsageError(
                 "walsh-migrate carries a state dir into the fleet's Redis: set WALSH_REDIS_URL "
@@ -77,7 +76,8 @@ class Command(OperatorCommand):
         if opts.source:
             settings.set("WALSH_STATE_DIR", opts.source, priority="cmdline")
         crawler = Crawler(TargetsSpider, settings)
-        directory = state_dir(crawler)
+        walsh = command_context(crawler).settings  # with --from's state dir
+        directory = state_dir(walsh)
         database = directory / "state.sqlite3"
         if not database.exists():
             raise UsageError(
@@ -97,7 +97,7 @@ class Command(OperatorCommand):
             report = run_blocking(settings, lambda: _migrate(crawler, database))
         finally:
             lock.close()
-        prefix = settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
+        prefix = walsh.redis_prefix
         print(
             f"Carried {Path(database)} into the fleet at {without_password(url)} "
             f"(prefix {prefix}):\n{report.table()}"

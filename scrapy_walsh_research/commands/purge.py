@@ -36,8 +36,8 @@ class Command(OperatorCommand):
         assert self.settings is not None
         from scrapy_walsh_research.commands._runner import crawl_state
 
-        context = crawl_state(self.settings, "state.sqlite3", "state")
         try:
+            context = crawl_state(self.settings, "state.sqlite3", "state")
             asyncio.run(self._purge(context, host))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc)) from None

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import UsageError
 
 from scrapy_walsh_research.commands._operator import OperatorCommand
-from scrapy_walsh_research.settings import defaults
 
 if TYPE_CHECKING:
     import argparse
@@ -43,17 +42,13 @@ class Command(OperatorCommand):
         from scrapy_walsh_research.state.redis.client import client_options
 
         assert self.settings is not None
-        url = self.settings.get("WALSH_REDIS_URL")
+        url = self.walsh.redis_url
         if not url:
             raise UsageError(
                 "set WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://localhost:6379/0)"
             )
-        key = (
-            opts.key
-            or self.settings.get("WALSH_REDIS_TARGETS_KEY")
-            or defaults.WALSH_REDIS_TARGETS_KEY
-        )
-        prefix = self.settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
+        key = opts.key or self.walsh.redis_targets_key
+        prefix = self.walsh.redis_prefix
         client = redis.Redis.from_url(url, **client_options(decode_responses=True))
         pattern = f"{prefix}:{key}:records:{opts.batch or '*'}"
         try:

@@ -60,11 +60,11 @@ class Command(OperatorCommand):
         from scrapy_walsh_research.commands._runner import crawl_state
         from scrapy_walsh_research.errors import WalshAuditUnavailable, WalshConfigurationError
 
-        context = crawl_state(
-            self.settings, "audit.sqlite3", "audit log",
-            elsewhere=bool(self.settings.get("WALSH_AUDIT_URL")),
-        )  # fmt: skip
         try:
+            context = crawl_state(
+                self.settings, "audit.sqlite3", "audit log",
+                elsewhere=bool(self.walsh.audit_url),
+            )  # fmt: skip
             asyncio.run(self._report(context, host, since, opts))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc)) from None

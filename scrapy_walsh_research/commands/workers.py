@@ -128,7 +128,14 @@ class Command(BaseRunSpiderCommand):
         assert self.settings is not None
         settings = self.settings
         n = _worker_count(args)
-        if not settings.get("WALSH_REDIS_URL"):
+        from scrapy_walsh_research.errors import WalshConfigurationError
+        from scrapy_walsh_research.settings.walsh import WalshSettings
+
+        try:
+            walsh = WalshSettings.from_settings(settings)
+        except WalshConfigurationError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        if not walsh.redis_url:
             raise UsageError(
                 "walsh-workers needs WALSH_REDIS_URL (e.g. -s WALSH_REDIS_URL=redis://"
                 "localhost:6379/0): without Redis the state dir is one crawl's at a time, "
@@ -147,10 +154,7 @@ class Command(BaseRunSpiderCommand):
                 "-o/-O would have every worker write the same file: the fleet's records "
                 "are in Redis (scrapy walsh-records)"
             )
-        spargs.setdefault(
-            "redis_key",
-            settings.get("WALSH_REDIS_TARGETS_KEY") or defaults.WALSH_REDIS_TARGETS_KEY,
-        )
+        spargs.setdefault("redis_key", walsh.redis_targets_key)
         from scrapy.utils.log import configure_logging
 
         configure_logging(settings)
@@ -192,6 +196,7 @@ def preload(settings: Settings) -> type:
     from scrapy_walsh_research.commands._runner import project_targets_spider
     from scrapy_walsh_research.errors import WalshConfigurationError
     from scrapy_walsh_research.settings.check import addon_installed
+    from scrapy_walsh_research.settings.walsh import WalshSettings
     from scrapy_walsh_research.state.directory import state_dir
 
     hook = install_reactor_import_hook()
@@ -216,7 +221,7 @@ def preload(settings: Settings) -> type:
         try:
             crawler.addons.load_settings(crawler.settings)
             # an unusable WALSH_STATE_DIR, refused once here, not by every worker
-            state_dir(crawler)
+            state_dir(WalshSettings.from_settings(crawler.settings))
         except WalshConfigurationError as exc:
             raise UsageError(str(exc), print_help=False) from None
         merged = crawler.settings

@@ -39,11 +39,11 @@ class Identity:
     def for_run(cls, base: Settings, work: Path, server: SandboxServer) -> Identity | None:
         """None unless the project signs with a usable configuration (an
         unusable one is refused by the crawls themselves, with the reason)."""
-        if not base.get("WALSH_SIGNING_KEY"):
-            return None
         try:
-            request_signer(base)
+            signer = request_signer(base)  # None when WALSH_SIGNING_KEY is unset
         except Exception:
+            return None
+        if signer is None:
             return None
         work.mkdir(parents=True, exist_ok=True)
         key_path = work / "conformance-signing.pem"

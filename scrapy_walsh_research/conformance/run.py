@@ -53,6 +53,11 @@ async def run_conformance(
     server = SandboxServer().start()
     scenario = Scenario(server)
     scenario.install()
+    # The project's settings as given, not the typed object: a configuration
+    # the start-up check refuses is judged (every row fails with the reason),
+    # never raised here.
+    shared_state = bool(base.get("WALSH_REDIS_URL"))
+    signing_key_set = bool(base.get("WALSH_SIGNING_KEY"))
     identity = Identity.for_run(base, work, server)
     if identity is not None:
         # the project's signature settings, with a key made for this run: the
@@ -97,6 +102,8 @@ async def run_conformance(
         state=probe.state,
         stored_before=stored_before,
         identity=identity,
+        shared_state=shared_state,
+        signing_key_set=signing_key_set,
     )
     result = ConformanceResult(max_inflight=server.origin.max_inflight, refused=first.refused)
     judge(result, seen)

@@ -39,7 +39,6 @@ from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import is_http_url, url_host
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.evidence.audit_sqlite import SQLiteAudit
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.directory import state_dir
 
 if TYPE_CHECKING:
@@ -48,6 +47,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research.settings.walsh import WalshSettings
     from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 logger = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ def fleet_clock(redis: RedisConnection | None) -> Callable[[], float]:
 
 def open_store(
     crawler: Crawler,
+    settings: WalshSettings,
     retention: float,
     patience: float | None = None,
     redis: RedisConnection | None = None,
@@ -107,9 +108,8 @@ def open_store(
     """The crawler's audit store: PostgreSQL when ``WALSH_AUDIT_URL`` is set;
     else, with ``WALSH_REDIS_URL`` (the crawler's connection: *redis*),
     per-host Redis streams kept ``WALSH_AUDIT_REDIS_WINDOW``; else
-    ``audit.sqlite3`` in the state dir."""
-    settings = crawler.settings
-    url = settings.get("WALSH_AUDIT_URL") or None
+    ``audit.sqlite3`` in the state dir (*settings*: the crawler's)."""
+    url = settings.audit_url
     if url:
         if urlsplit(url).scheme not in ("postgresql", "postgres"):
             raise WalshConfigurationError(
@@ -126,47 +126,23 @@ def open_store(
                 f"WALSH_AUDIT_URL is set but psycopg cannot be imported ({exc}): "
                 "pip install 'scrapy-walsh-research[postgres]'."
             ) from None
-        prefix = settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX
         return PostgresAudit(
             url,
-            table_name(prefix),
+            table_name(settings.redis_prefix),
             crawler=crawler,
             patience=patience,
-            max_backoff=settings.getfloat(
-                "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
-            ),
+            max_backoff=settings.redis_max_backoff,
         )
     if redis is not None:
         # redis is the optional [redis] extra: imported only when in use
         from scrapy_walsh_research.evidence.audit_redis import RedisAudit
 
-        window = min(retention, redis_window(crawler))
+        # WALSH_AUDIT_REDIS_WINDOW: above 0, as its reader (settings.walsh) checks
+        window = min(retention, settings.audit_redis_window)
         return RedisAudit(redis, window)
-    return SQLiteAudit(state_dir(crawler) / "audit.sqlite3")
+    return SQLiteAudit(state_dir(settings) / "audit.sqlite3")
 
 
-def redis_window(crawler: Crawler) -> float:
-    """``WALSH_AUDIT_REDIS_WINDOW``, checked: how long a fleet without
-    ``WALSH_AUDIT_URL`` keeps its audit entries in Redis."""
-    return _positive(
-        crawler, "WALSH_AUDIT_REDIS_WINDOW", defaults.WALSH_AUDIT_REDIS_WINDOW,
-        "keep none of it. Give how long a fleet keeps its entries in Redis, in seconds "
-        f"(default {defaults.WALSH_AUDIT_REDIS_WINDOW:.0f}, 7 days), or set WALSH_AUDIT_URL "
-        "to keep WALSH_AUDIT_RETENTION of them in PostgreSQL",
-    )  # fmt: skip
-
-
-def _positive(crawler: Crawler, name: str, default: float, instead: str) -> float:
-    """Setting *name* in seconds, refused unless above 0: the audit log is
-    the evidence a site owner is shown, and 0 would *instead*."""
-    settings = crawler.settings
-    value = settings.getfloat(name, default)
-    if not value > 0:
-        raise WalshConfigurationError(
-            f"{name}={settings.get(name)!r}: the audit log is the evidence a site owner is "
-            f"shown, and this would {instead}."
-        )
-    return value
 
 
 class AuditFacts(Protocol):
@@ -235,20 +211,22 @@ class AuditTrail(AuditFacts):
 
     @classmethod
     def open(
-        cls, crawler: Crawler, redis: RedisConnection | None, *, prune: bool = True
+        cls,
+        crawler: Crawler,
+        settings: WalshSettings,
+        redis: RedisConnection | None,
+        *,
+        prune: bool = True,
     ) -> AuditTrail:
         """The crawler's trail (its context builds it once: ``context.audit``),
         over *redis* in a fleet; *prune*: drop entries past the retention (a
         crawl does; the commands that read the log do not)."""
-        retention = _positive(
-            crawler, "WALSH_AUDIT_RETENTION", defaults.WALSH_AUDIT_RETENTION,
-            "delete it. Give how long to keep entries, in seconds "
-            f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)",
-        )  # fmt: skip
+        # WALSH_AUDIT_RETENTION: above 0, as its reader (settings.walsh) checks
+        retention = settings.audit_retention
         # a command waits a bounded time for its store; a crawl, as long as
         # it takes (nothing is sent meanwhile)
         patience = None if prune else COMMAND_PATIENCE_S
-        store = open_store(crawler, retention, patience, redis)
+        store = open_store(crawler, settings, retention, patience, redis)
         crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
         trail = cls(store, retention, fleet_clock(redis))
         if prune:

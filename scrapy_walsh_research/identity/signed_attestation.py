@@ -4,7 +4,8 @@ Anyone holding the published attestation keys (a JWKS at
 ``/.well-known/walsh-research/keys``) can check that the operator's
 attestation is the one the operator's key signed, byte for byte, without
 trusting whoever hands it over. The key is ``WALSH_ATTESTATION_KEY``, never
-the request-signing key: a key serves one purpose.
+the request-signing key: a key serves one purpose (read and checked in
+``settings/signing.py``: this module reads no settings).
 
 ``alg`` is ``EdDSA`` with an Ed25519 key (RFC 8037), what JOSE verifiers in
 the field accept today; RFC 9864's fully specified ``Ed25519`` is accepted
@@ -24,13 +25,11 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
-from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.identity.signing import load_key, public_jwk, public_x
+from scrapy_walsh_research.identity.signing import public_jwk
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from joserfc.jwk import KeySetSerialization
-    from scrapy.settings import BaseSettings
 
 TYP = "walsh-attestation+jws"
 ALGORITHMS = ["EdDSA", "Ed25519"]
@@ -38,23 +37,6 @@ ALGORITHMS = ["EdDSA", "Ed25519"]
 
 class AttestationInvalid(ValueError):
     """The attestation does not verify against the published keys."""
-
-
-def attestation_key(settings: BaseSettings) -> Ed25519PrivateKey:
-    path = settings.get("WALSH_ATTESTATION_KEY")
-    if not path:
-        raise WalshConfigurationError(
-            "--sign needs WALSH_ATTESTATION_KEY: an Ed25519 key of its own (`scrapy walsh-keys "
-            "generate attestation.pem`), published at /.well-known/walsh-research/keys"
-        )
-    key = load_key(path, "WALSH_ATTESTATION_KEY")
-    signing = settings.get("WALSH_SIGNING_KEY")
-    if signing and public_x(load_key(signing)) == public_x(key):
-        raise WalshConfigurationError(
-            "WALSH_ATTESTATION_KEY is the request-signing key (WALSH_SIGNING_KEY): keys are "
-            "not reused across purposes; generate a second one for attestations"
-        )
-    return key
 
 
 def _jose_key(key: Ed25519PrivateKey) -> OKPKey:

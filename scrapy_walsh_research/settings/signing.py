@@ -18,11 +18,13 @@ from scrapy_walsh_research.identity.signing import (
     MIN_TTL_S,
     Signer,
     load_key,
+    public_x,
 )
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import list_setting
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from scrapy.settings import BaseSettings
 
 
@@ -67,3 +69,22 @@ def request_signer(settings: BaseSettings) -> Signer | None:
             f"{', '.join(EXTRA_COMPONENTS)}"
         )
     return Signer(key, agent=agent, form=form, ttl=ttl, extra=tuple(dict.fromkeys(extra)))
+
+
+def attestation_key(settings: BaseSettings) -> Ed25519PrivateKey:
+    """The key ``scrapy walsh-attest --sign`` signs with (``WALSH_ATTESTATION_KEY``),
+    refused when unset or when it is the request-signing key."""
+    path = settings.get("WALSH_ATTESTATION_KEY")
+    if not path:
+        raise WalshConfigurationError(
+            "--sign needs WALSH_ATTESTATION_KEY: an Ed25519 key of its own (`scrapy walsh-keys "
+            "generate attestation.pem`), published at /.well-known/walsh-research/keys"
+        )
+    key = load_key(path, "WALSH_ATTESTATION_KEY")
+    signing = settings.get("WALSH_SIGNING_KEY")
+    if signing and public_x(load_key(signing)) == public_x(key):
+        raise WalshConfigurationError(
+            "WALSH_ATTESTATION_KEY is the request-signing key (WALSH_SIGNING_KEY): keys are "
+            "not reused across purposes; generate a second one for attestations"
+        )
+    return key

@@ -7,10 +7,12 @@ default from :mod:`~scrapy_walsh_research.settings.defaults`; a renamed
 setting under its old name while the new one is unset
 (:data:`~scrapy_walsh_research.settings.options.RENAMED`); a cache bound
 checked as its reader in :mod:`~scrapy_walsh_research.settings.options`
-checks it (same message); ``WALSH_BLOCKLIST_EXTRA`` as
+checks it (same message), and so is an audit log kept no time
+(``WALSH_AUDIT_RETENTION``, ``WALSH_AUDIT_REDIS_WINDOW``); ``WALSH_BLOCKLIST_EXTRA`` as
 :func:`~scrapy_walsh_research.settings.options.list_setting` reads a list.
-``WALSH_PURPOSES``, ``WALSH_SIGNATURE_COMPONENTS`` and the keys are read by
-their own readers there and in ``settings/signing.py``. The
+The keys' paths are fields (the commands read them); ``WALSH_PURPOSES``,
+``WALSH_SIGNATURE_COMPONENTS`` and the signer are read and checked by their
+own readers there and in ``settings/signing.py``. The
 start-up check (:mod:`~scrapy_walsh_research.settings.check`) still
 refuses, before any request, what no field's reader can see alone.
 """
@@ -18,8 +20,12 @@ refuses, before any request, what no field's reader can see alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from scrapy.settings import BaseSettings
+
+from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.settings.options import (
     cache_size,
@@ -31,8 +37,6 @@ from scrapy_walsh_research.settings.options import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    from scrapy.settings import BaseSettings
 
 
 def _renamed_float(new: str) -> Callable[[BaseSettings], float]:
@@ -56,6 +60,22 @@ def _cache_size(name: str) -> Callable[[BaseSettings], int]:
     return lambda settings: cache_size(settings, name, getattr(defaults, name))
 
 
+def _audit_seconds(name: str, instead: str) -> Callable[[BaseSettings], float]:
+    """The reader of *name*, seconds refused unless above 0: the audit log is
+    the evidence a site owner is shown, and 0 would *instead*."""
+
+    def read(settings: BaseSettings) -> float:
+        value = settings.getfloat(name, getattr(defaults, name))
+        if not value > 0:
+            raise WalshConfigurationError(
+                f"{name}={settings.get(name)!r}: the audit log is the evidence a site owner is "
+                f"shown, and this would {instead}."
+            )
+        return value
+
+    return read
+
+
 #: the fields not read by their type alone
 _READERS: dict[str, Callable[[BaseSettings], Any]] = {
     "WALSH_BLOCKLIST_EXTRA": lambda s: tuple(list_setting(s, "WALSH_BLOCKLIST_EXTRA")),
@@ -67,6 +87,17 @@ _READERS: dict[str, Callable[[BaseSettings], Any]] = {
     "WALSH_HOST_CLOCK_CACHE_SIZE": _cache_size("WALSH_HOST_CLOCK_CACHE_SIZE"),
     "WALSH_CADENCE_CACHE_SIZE": _cache_size("WALSH_CADENCE_CACHE_SIZE"),
     "WALSH_LIST_LOOKAHEAD": _cache_size("WALSH_LIST_LOOKAHEAD"),
+    "WALSH_AUDIT_RETENTION": _audit_seconds(
+        "WALSH_AUDIT_RETENTION",
+        "delete it. Give how long to keep entries, in seconds "
+        f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)",
+    ),
+    "WALSH_AUDIT_REDIS_WINDOW": _audit_seconds(
+        "WALSH_AUDIT_REDIS_WINDOW",
+        "keep none of it. Give how long a fleet keeps its entries in Redis, in seconds "
+        f"(default {defaults.WALSH_AUDIT_REDIS_WINDOW:.0f}, 7 days), or set WALSH_AUDIT_URL "
+        "to keep WALSH_AUDIT_RETENTION of them in PostgreSQL",
+    ),
 }
 
 #: how a field of each type is read (its default from ``defaults``)
@@ -94,6 +125,9 @@ class WalshSettings:
     blocklist_max_refresh: float
     blocklist_max_bytes: int
     state_dir: str | None
+    signing_key: str | None
+    signature_agent: str
+    attestation_key: str | None
     audit_retention: float
     audit_url: str | None
     audit_redis_window: float
@@ -142,3 +176,14 @@ class WalshSettings:
             else:
                 values[f.name] = _BY_TYPE[str(f.type)](settings, name, getattr(defaults, name))
         return cls(**values)
+
+    @classmethod
+    def at_defaults(cls) -> WalshSettings:
+        """Every field at its default (what a Redis connection made outside
+        a crawl, for a test or a command, works with)."""
+        return _at_defaults()
+
+
+@cache
+def _at_defaults() -> WalshSettings:
+    return WalshSettings.from_settings(BaseSettings())

@@ -26,6 +26,7 @@ from scrapy_walsh_research.state.factory import (
     local_state_for,
     redis_for,
     redis_url,
+    settings_for,
     state_for,
 )
 from scrapy_walsh_research.state.protocols import CadenceStore, FlightBusy, HostClock, StateStore
@@ -42,5 +43,6 @@ __all__ = [
     "local_state_for",
     "redis_for",
     "redis_url",
+    "settings_for",
     "state_for",
 ]

@@ -17,10 +17,12 @@ if TYPE_CHECKING:
 
     from scrapy.crawler import Crawler
 
+    from scrapy_walsh_research.settings.walsh import WalshSettings
 
-def state_dir(crawler: Crawler) -> Path:
+
+def state_dir(settings: WalshSettings) -> Path:
     """``WALSH_STATE_DIR``, by default ``.scrapy/walsh`` in the project data dir."""
-    configured = crawler.settings.get("WALSH_STATE_DIR")
+    configured = settings.state_dir
     path = Path(configured) if configured else Path(data_path("walsh", createdir=True))
     try:
         path.mkdir(parents=True, exist_ok=True)

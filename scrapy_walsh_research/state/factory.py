@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size
+from scrapy_walsh_research.settings.walsh import WalshSettings
 from scrapy_walsh_research.state.cadence import StoredCadence
 from scrapy_walsh_research.state.directory import hold_state_dir, state_dir
 from scrapy_walsh_research.state.hostclock import PersistentHostClock
@@ -25,9 +24,17 @@ if TYPE_CHECKING:
     from scrapy_walsh_research.state.redis.connection import RedisConnection
 
 
+def settings_for(crawler: Crawler) -> WalshSettings:
+    """The crawler's ``WALSH_`` settings, typed, read once (what its context
+    gives the components; the stores below are handed what they need of it)."""
+    return per_crawler(
+        crawler, WalshSettings, lambda: WalshSettings.from_settings(crawler.settings)
+    )
+
+
 def redis_url(crawler: Crawler) -> str | None:
     """``WALSH_REDIS_URL``: when set, all politeness state is shared in Redis."""
-    return crawler.settings.get("WALSH_REDIS_URL") or None
+    return settings_for(crawler).redis_url
 
 
 # The Redis backend is imported inside the functions below, only when
@@ -47,19 +54,22 @@ def redis_for(crawler: Crawler) -> RedisConnection:
     (``WALSH_REDIS_URL`` must be set)."""
     from scrapy_walsh_research.state.redis.connection import RedisConnection
 
-    return per_crawler(crawler, redis_for, lambda: RedisConnection.from_crawler(crawler))
+    return per_crawler(
+        crawler, redis_for, lambda: RedisConnection.from_crawler(crawler, settings_for(crawler))
+    )
 
 
 def _open_state(crawler: Crawler) -> StateStore:
     store: StateStore
-    if redis_url(crawler):
+    settings = settings_for(crawler)
+    if settings.redis_url:
         from scrapy_walsh_research.state.redis.store import RedisStateStore
 
-        store = RedisStateStore(redis_for(crawler), retention(crawler.settings))
+        store = RedisStateStore(redis_for(crawler), retention(settings))
     else:
-        directory = state_dir(crawler)
+        directory = state_dir(settings)
         lock = hold_state_dir(directory, crawler)
-        store = SQLiteStateStore(directory / "state.sqlite3", retention(crawler.settings))
+        store = SQLiteStateStore(directory / "state.sqlite3", retention(settings))
         crawler.signals.connect(lambda: lock.close(), signal=signals.engine_stopped, weak=False)
     crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store
@@ -75,7 +85,7 @@ def local_state_for(crawler: Crawler) -> StateStore:
 
 
 def _open_local(crawler: Crawler) -> StateStore:
-    store = SQLiteStateStore(state_dir(crawler) / "state.sqlite3")
+    store = SQLiteStateStore(state_dir(settings_for(crawler)) / "state.sqlite3")
     crawler.signals.connect(store.close, signal=signals.engine_stopped, weak=False)
     return store
 
@@ -87,9 +97,7 @@ def clock_for(crawler: Crawler) -> HostClock:
         from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
 
         return RedisHostClock.from_crawler(crawler, redis_for(crawler))
-    size = cache_size(
-        crawler.settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
-    )
+    size = settings_for(crawler).host_clock_cache_size
     return PersistentHostClock(state_for(crawler), cache_size=size, stats=crawler.stats)
 
 

@@ -19,23 +19,20 @@ from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.hostload import IDLE, HostLoad
 
 if TYPE_CHECKING:
-    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
     from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
+    from scrapy_walsh_research.settings.walsh import WalshSettings
     from scrapy_walsh_research.state.hostload import Answer
     from scrapy_walsh_research.state.protocols import StateStore
 
 
-def pause_on_loss(settings: BaseSettings) -> float:
+def pause_on_loss(settings: WalshSettings) -> float:
     """How long lost history can matter: the longest interval any honoured
     robots.txt can ask for (``WALSH_MAX_CRAWL_DELAY``), at least ``WALSH_MIN_DELAY``.
     A shared backend that may have lost when hosts were last contacted makes
     every host wait this long."""
-    return max(
-        settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY),
-        settings.getfloat("WALSH_MAX_CRAWL_DELAY", defaults.WALSH_MAX_CRAWL_DELAY),
-    )
+    return max(settings.min_delay, settings.max_crawl_delay)
 
 
 class RobotsIntervals:

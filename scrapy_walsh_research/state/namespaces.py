@@ -14,14 +14,8 @@ stored under it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from scrapy_walsh_research.core.urls import is_http_url, url_host
-from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import policy_ttl
-
-if TYPE_CHECKING:
-    from scrapy.settings import BaseSettings
+from scrapy_walsh_research.settings.walsh import WalshSettings
 
 #: R8: each target's last fetch (state.cadence)
 CADENCE = "cadence"
@@ -85,7 +79,7 @@ BY_HOST = (
 )  # fmt: skip
 
 
-def retention(settings: BaseSettings | None = None) -> dict[str, float]:
+def retention(settings: WalshSettings | None = None) -> dict[str, float]:
     """How long (seconds) each namespace of :data:`BY_HOST` keeps an entry
     after it was last written: ``WALSH_STATE_TTL``, and never less than what
     reads it needs. A target's cadence is in force for ``WALSH_RUN_INTERVAL``;
@@ -96,16 +90,13 @@ def retention(settings: BaseSettings | None = None) -> dict[str, float]:
     in use is written again within that time (a 304 rewrites a target's
     validators, a feed rewrites the entries it still lists)."""
 
-    def seconds(name: str) -> float:
-        value = getattr(defaults, name)
-        return float(settings.getfloat(name, value) if settings is not None else value)
-
-    base = seconds("WALSH_STATE_TTL")
-    policy = policy_ttl(settings) if settings is not None else defaults.WALSH_POLICY_TTL
+    walsh = settings if settings is not None else WalshSettings.at_defaults()
+    base = walsh.state_ttl
+    policy = walsh.policy_ttl
     floors = {
-        CADENCE: seconds("WALSH_RUN_INTERVAL"),
-        SITEMAP_TRUST: max(seconds("WALSH_SITEMAP_DISTRUST"), seconds("WALSH_SITEMAP_STALE")),
-        SITEMAP_DOCUMENTS: seconds("WALSH_SITEMAP_TTL"),
+        CADENCE: walsh.run_interval,
+        SITEMAP_TRUST: max(walsh.sitemap_distrust, walsh.sitemap_stale),
+        SITEMAP_DOCUMENTS: walsh.sitemap_ttl,
         ROBOTS: LAST_GOOD_MAX_AGE,
         ROBOTS_4XX: policy,
         TDMREP: LAST_GOOD_MAX_AGE,

@@ -55,6 +55,10 @@ class Observed:
     stored_before: int | None
     #: the run's signing key and signer, when the project signs
     identity: Identity | None
+    #: what the project's settings say, as given (``WALSH_REDIS_URL`` set: the
+    #: state and the audit log are in Redis; ``WALSH_SIGNING_KEY`` set)
+    shared_state: bool = False
+    signing_key_set: bool = False
 
     @property
     def crawls(self) -> list[CrawlOutcome]:

@@ -33,7 +33,7 @@ def signatures(j: Judgement, seen: Observed) -> None:
     identity = seen.identity
     if identity is None:
         # (a key that cannot sign: every crawl was refused, saying why)
-        if not seen.base.get("WALSH_SIGNING_KEY"):
+        if not seen.signing_key_set:
             j.note(
                 "requests are unsigned (WALSH_SIGNING_KEY is not set); set it to sign every "
                 "request (Web Bot Auth) and to check the signatures here"

@@ -32,6 +32,7 @@ from twisted.internet import task
 from scrapy_walsh_research.core.urls import without_password
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings.walsh import WalshSettings
 from scrapy_walsh_research.state.directory import state_dir
 from scrapy_walsh_research.state.hostclock import pause_on_loss
 from scrapy_walsh_research.state.redis.client import client_options
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -80,13 +80,12 @@ RENEWALS_PER_LEASE = 3
 RENEWAL_SLACK_S = 1.0
 
 
-def lost_history_wait(settings: BaseSettings) -> float:
+def lost_history_wait(settings: WalshSettings) -> float:
     """How long every host waits once Redis lost the fleet's history: as long
     as any interval can last (:func:`pause_on_loss`), and never less than one
     renewal period, so a request that was out when Redis lost its lease has
     it put back by its holder before another worker may reserve the host."""
-    lease = settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE)
-    return max(pause_on_loss(settings), lease / RENEWALS_PER_LEASE + RENEWAL_SLACK_S)
+    return max(pause_on_loss(settings), settings.redis_lease / RENEWALS_PER_LEASE + RENEWAL_SLACK_S)
 
 
 def recall_s(max_backoff: float, timeout: float) -> float:
@@ -119,7 +118,11 @@ class RedisConnection:
         crawler: Crawler | None = None,
         max_backoff: float = defaults.WALSH_REDIS_MAX_BACKOFF,
         timeout: float = CONNECT_TIMEOUT_S,
+        settings: WalshSettings | None = None,
     ) -> None:
+        #: the crawler's settings (what the owners sharing the connection
+        #: read: leases, retention); the defaults for a connection of no crawler
+        self.settings = settings if settings is not None else WalshSettings.at_defaults()
         try:
             self.client = aioredis.Redis.from_url(
                 url,
@@ -187,21 +190,20 @@ class RedisConnection:
         return time.time() + self._offset
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> RedisConnection:
-        """A connection as the crawler's settings give it (the crawler's one
+    def from_crawler(cls, crawler: Crawler, settings: WalshSettings) -> RedisConnection:
+        """A connection as the crawler's *settings* give it (the crawler's one
         is ``state.factory.redis_for``, which every Redis-backed owner shares)."""
-        settings = crawler.settings
+        assert settings.redis_url is not None
         conn = cls(
-            settings["WALSH_REDIS_URL"],
-            settings.get("WALSH_REDIS_PREFIX") or defaults.WALSH_REDIS_PREFIX,
+            settings.redis_url,
+            settings.redis_prefix,
             crawler=crawler,
-            max_backoff=settings.getfloat(
-                "WALSH_REDIS_MAX_BACKOFF", defaults.WALSH_REDIS_MAX_BACKOFF
-            ),
+            max_backoff=settings.redis_max_backoff,
+            settings=settings,
         )
         conn.guard.pause = lost_history_wait(settings)
         digest = hashlib.sha256(f"{conn.url}\x00{conn.prefix}".encode()).hexdigest()[:12]
-        conn.journal = FleetJournal(state_dir(crawler) / f"redis-fleet-{digest}.json")
+        conn.journal = FleetJournal(state_dir(settings) / f"redis-fleet-{digest}.json")
         return conn
 
     def key(self, *parts: str) -> str:

@@ -34,7 +34,6 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
 from scrapy_walsh_research.settings import defaults
-from scrapy_walsh_research.settings.options import cache_size
 from scrapy_walsh_research.state.hostclock import RobotsIntervals
 from scrapy_walsh_research.state.hostload import ALPHA, IDLE, JITTER, HostLoad
 from scrapy_walsh_research.state.redis.connection import (
@@ -135,15 +134,13 @@ class RedisHostClock(RobotsIntervals):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, conn: RedisConnection) -> Self:
-        settings = crawler.settings
+        settings = conn.settings  # the crawler's (``state.factory`` made the connection)
         clock = cls(
             conn,
-            lease=settings.getfloat("WALSH_REDIS_LEASE", defaults.WALSH_REDIS_LEASE),
-            margin=settings.getfloat("WALSH_REDIS_MARGIN", defaults.WALSH_REDIS_MARGIN),
+            lease=settings.redis_lease,
+            margin=settings.redis_margin,
             journal=conn.journal,
-            cache_size=cache_size(
-                settings, "WALSH_HOST_CLOCK_CACHE_SIZE", defaults.WALSH_HOST_CLOCK_CACHE_SIZE
-            ),
+            cache_size=settings.host_clock_cache_size,
         )
         crawler.signals.connect(clock.close, signal=signals.engine_stopped, weak=False)
         return clock

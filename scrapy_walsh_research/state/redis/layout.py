@@ -30,7 +30,6 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from scrapy_walsh_research.settings import defaults
 from scrapy_walsh_research.state.namespaces import BY_HOST, key_host, retention
 
 if TYPE_CHECKING:
@@ -108,11 +107,10 @@ def unstamped(raw: str) -> tuple[float | None, str]:
 def retention_of(conn: RedisConnection) -> dict[str, float]:
     """:func:`~scrapy_walsh_research.state.namespaces.retention` as the
     crawler of *conn* sets it (the defaults for a connection of no crawler)."""
-    return retention(conn.crawler.settings if conn.crawler is not None else None)
+    return retention(conn.settings)
 
 
 def records_ttl(conn: RedisConnection) -> float:
-    """``WALSH_RECORDS_TTL`` as the crawler of *conn* sets it."""
-    if conn.crawler is None:
-        return defaults.WALSH_RECORDS_TTL
-    return conn.crawler.settings.getfloat("WALSH_RECORDS_TTL", defaults.WALSH_RECORDS_TTL)
+    """``WALSH_RECORDS_TTL`` as the crawler of *conn* sets it (the default for
+    a connection of no crawler)."""
+    return conn.settings.records_ttl
