@@ -132,3 +132,19 @@ async def test_a_crawl_stopped_because_its_audit_store_refuses_says_why_once(
     await proc.ended
     assert_one_clear_refusal(proc.err.decode(), "refuses the audit log", proc.code)
     assert server.origin.hits == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("walsh-enqueue", "urls.txt"), ("walsh-records",), ("walsh-migrate",), ("walsh-report",)],
+    ids=lambda c: c[0],
+)
+def test_an_operator_command_given_a_value_no_crawl_accepts_says_why_once(tmp_path, command):
+    """The operator's commands read the same typed settings a crawl does, and
+    refuse what it refuses the way it does: one message, no traceback."""
+    project = shop_project(tmp_path)
+    run = subprocess.run(
+        [SCRAPY, *command, "-s", "WALSH_POLICY_CACHE_SIZE=0", "-s", "WALSH_REDIS_URL=redis://127.0.0.1:1/0"],
+        cwd=project, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert_one_clear_refusal(run.stderr, "WALSH_POLICY_CACHE_SIZE=0: a cache needs room", run.returncode)

@@ -8,6 +8,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from scrapy_walsh_research.errors import WalshConfigurationError
 
 if TYPE_CHECKING:
     from scrapy_walsh_research.settings.walsh import WalshSettings
@@ -20,9 +23,14 @@ class OperatorCommand(ScrapyCommand):
 
     @cached_property
     def walsh(self) -> WalshSettings:
-        """The ``WALSH_`` settings the command was given, typed, read once."""
+        """The ``WALSH_`` settings the command was given, typed, read once; a
+        value no crawl would accept is refused as a crawl refuses it: one
+        message naming the setting, no traceback, exit status 1."""
         # imported here, not above: Scrapy imports every command module on every run
         from scrapy_walsh_research.settings.walsh import WalshSettings
 
         assert self.settings is not None
-        return WalshSettings.from_settings(self.settings)
+        try:
+            return WalshSettings.from_settings(self.settings)
+        except WalshConfigurationError as exc:
+            raise UsageError(str(exc), print_help=False) from None
