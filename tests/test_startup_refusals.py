@@ -147,4 +147,6 @@ def test_an_operator_command_given_a_value_no_crawl_accepts_says_why_once(tmp_pa
         [SCRAPY, *command, "-s", "WALSH_POLICY_CACHE_SIZE=0", "-s", "WALSH_REDIS_URL=redis://127.0.0.1:1/0"],
         cwd=project, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
-    assert_one_clear_refusal(run.stderr, "WALSH_POLICY_CACHE_SIZE=0: a cache needs room", run.returncode)
+    assert_one_clear_refusal(
+        run.stderr, "WALSH_POLICY_CACHE_SIZE=0: a cache needs room", run.returncode
+    )
