@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import defer
@@ -467,21 +466,17 @@ async def test_a_request_rate_too_slow_for_a_float_skips_the_host_and_breaks_not
     assert [(r["outcome"], r["rule"]) for r in res.items] == [("skipped", "R4")], res.items
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Request-rate: 0/1h (no document per hour) is dropped as malformed by Protego "
-    "(requests must be positive) and the host is paced at the 1 s floor; the stricter "
-    "reading skips it (R4) like a rate beyond WALSH_MAX_CRAWL_DELAY. Open: which reason "
-    "the record gives, and how an unbounded interval is stored (SQLite/Redis clocks).",
-)
 @pytest_twisted.ensureDeferred
 async def test_a_request_rate_of_zero_documents_sends_the_host_nothing_but_robots_txt(
     server, tmp_path
 ):
+    """Protego drops "0/1h" as malformed; the reading that protects the site
+    keeps it: no document at all, as a rate too slow to wait for (R4)."""
     urls = site(server, "zero.test", "User-agent: *\nRequest-rate: 0/1h\n", "/a", "/b")
     res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
     assert paths(server, "zero.test") == ["/robots.txt"]
-    assert {r["outcome"] for r in res.items} == {"skipped"}
+    assert {(r["outcome"], r["rule"]) for r in res.items} == {("skipped", "R4")}, res.items
+    assert "asks for no request at all" in res.items[0]["reason"]
 
 
 @pytest_twisted.ensureDeferred

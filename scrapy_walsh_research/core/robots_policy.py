@@ -31,7 +31,6 @@ and where they and RFC 9309 differ the reading that protects the site wins:
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlparse, urlsplit, urlunsplit
@@ -45,6 +44,7 @@ from scrapy_walsh_research.core.preferences.statements import (
     robots_preferences,
     robots_statement,
 )
+from scrapy_walsh_research.core.request_rate import slowest_rate
 from scrapy_walsh_research.core.urls import canonical_url, is_http_url
 from scrapy_walsh_research.core.visit_time import VISIT_TIME_FIELDS, VisitWindow
 
@@ -256,7 +256,7 @@ class RobotsPolicy:
             "comments": tuple(
                 _printable(v[:MAX_COMMENT_CHARS]) for k, v in fields if k == _COMMENT_FIELD and v
             )[:MAX_COMMENTS],
-            "_rate_interval": _slowest_rate(
+            "_rate_interval": slowest_rate(
                 dict.fromkeys(v for k, v in fields if k in _REQUEST_RATE_FIELDS)
             ),
             **acap,
@@ -386,22 +386,6 @@ def _printable(text: str) -> str:
     """*text* (the site's, for the operator's log and report) with each
     character that is not printable (ESC, BEL, NUL) replaced by U+FFFD."""
     return "".join(c if c.isprintable() else "\ufffd" for c in text)
-
-
-def _slowest_rate(values: Any) -> float | None:
-    """The slowest of the Request-rate *values* as seconds per request,
-    each read by Protego (which keeps only the last line of a group)."""
-    slowest = None
-    for value in values:
-        parser = Protego.parse(f"User-agent: {_SELF}\nRequest-rate: {value}\n")
-        rate = parser.request_rate(_SELF)
-        if rate is not None and rate.requests:
-            try:
-                interval = rate.seconds / rate.requests
-            except OverflowError:  # 1/999…9: longer than a float holds
-                interval = sys.float_info.max
-            slowest = interval if slowest is None else max(slowest, interval)
-    return slowest
 
 
 class _Rules:
