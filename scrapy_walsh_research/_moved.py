@@ -73,6 +73,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     f"{_P}.gates.blocklist.store": (f"{_P}.documents.blocklist.store",),
     f"{_P}.gates.blocklist.build": (f"{_P}.documents.blocklist.build",),
     f"{_P}.gates.blocklist.schema": (f"{_P}.documents.blocklist.schema",),
+    f"{_P}.gates.sitemap_documents": (f"{_P}.documents.sitemap_documents",),
 }
 #: names renamed with their module: (0.2.0 module, 0.2.0 name) -> the name now
 RENAMED: dict[tuple[str, str], str] = {

@@ -76,8 +76,8 @@ def test_gates_holds_gates_and_what_the_document_gates_share_is_in_documents():
         for p in (PACKAGE / "gates").rglob("*.py")
         if p.name != "__init__.py"
     }
-    # the bases of the document gates, still beside the gates that use them
-    bases = {"origin_documents", "sitemap_documents"}
+    # the base of the document gates, beside the gates built on it
+    bases = {"origin_documents"}
     assert modules - gates == {f"scrapy_walsh_research.gates.{m}" for m in bases}
 
 

@@ -19,9 +19,10 @@ other:
   skipped, and a target whose host is not ready goes back to the frontier
   instead of holding the only download slot while the document waits.
 
-The stored single-flight fetch itself (:func:`fetched_once`) is also the
+The stored single-flight fetch itself
+(:func:`~scrapy_walsh_research.documents.fetch.fetched_once`) is also the
 one each sitemap is read through
-(:mod:`~scrapy_walsh_research.gates.sitemap_documents`).
+(:mod:`~scrapy_walsh_research.documents.sitemap_documents`).
 
 What an answer *means* (a policy, a reservation; what a failure implies)
 is each gate's: :meth:`OriginDocuments._fetch`,
@@ -34,7 +35,6 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from scrapy import Request
@@ -47,11 +47,11 @@ from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, internal_fetc
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.documents.fetch import fetched_once
 from scrapy_walsh_research.documents.names import NameLookups
 from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.scheduling.pacer import Pacer
-from scrapy_walsh_research.state import FlightBusy, StateStore
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -83,47 +83,6 @@ class OriginEntry(Protocol):
 
 E = TypeVar("E", bound=OriginEntry)
 T = TypeVar("T")
-
-
-async def fetched_once(
-    store: StateStore,
-    lock: str,
-    *,
-    host: str,
-    ttl: float,
-    max_wait: float | None,
-    stored: Callable[[], Awaitable[T | None]],
-    fetch: Callable[[], Awaitable[T]],
-) -> tuple[T, bool]:
-    """A stored document, or one fetch of it per fleet: the one stored
-    single-flight fetch of the documents read before their targets
-    (robots.txt, tdmrep.json, each sitemap). *stored* is the copy still in
-    force (None: none); with shared state one worker holds the fleet's lock
-    *lock* while it fetches, and the others wait for it and adopt what it
-    stored, so workers starting together send one request for a document,
-    not one each. Returns the document and whether it was adopted (stored by
-    an earlier run or another worker: nothing was sent). :class:`HostBusy`
-    when the fetch cannot wait *max_wait* for another worker's (nothing was
-    sent)."""
-    saved = await stored()
-    if saved is not None:
-        return saved, True
-    for _ in range(3):
-        try:
-            release = await store.single_flight(lock, ttl=ttl, max_wait=max_wait)
-        except FlightBusy:
-            # another worker's fetch is still out: serve other hosts
-            # meanwhile rather than hold the only download slot
-            raise HostBusy(host, 1.0) from None
-        if release is not None:
-            try:
-                return await fetch(), False
-            finally:
-                await release()
-        saved = await stored()
-        if saved is not None:
-            return saved, True
-    return await fetch(), False
 
 
 class OriginDocuments(InContext, Generic[E]):
@@ -326,7 +285,7 @@ class OriginDocuments(InContext, Generic[E]):
 
     async def _fetch_once(self, origin: str, previous: E | None, max_wait: float | None) -> E:
         """The stored answer in force, or one fetch per fleet
-        (:func:`fetched_once`)."""
+        (:func:`~scrapy_walsh_research.documents.fetch.fetched_once`)."""
         looked = False
 
         async def stored() -> E | None:

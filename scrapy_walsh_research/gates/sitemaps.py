@@ -12,7 +12,7 @@ whose robots.txt declares sitemaps (``Sitemap:`` lines, read by the R2 gate):
   answered in its last run; never on a first run), at
   most one sitemap document per two of those targets (an index's children
   count), each a conditional GET
-  (:mod:`~scrapy_walsh_research.gates.sitemap_documents`);
+  (:mod:`~scrapy_walsh_research.documents.sitemap_documents`);
 * **trust is earned**: before any target is skipped, one the sitemap calls
   unchanged, with stored validators, is sent as usual (a conditional GET:
   the *probe*). A 304, or a
@@ -57,9 +57,9 @@ from scrapy_walsh_research.core import sitemap_trust as rules
 from scrapy_walsh_research.core.sitemap_trust import Claim, ProbeAnswer, Reading, Step
 from scrapy_walsh_research.core.timestamps import utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
+from scrapy_walsh_research.documents.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.gates.origin_documents import SHORT_WAIT
-from scrapy_walsh_research.gates.sitemap_documents import SitemapDocuments
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings.check import check_configuration
 from scrapy_walsh_research.state.namespaces import ANSWERED, VALIDATORS

@@ -29,7 +29,7 @@ SEEN = "seen"
 #: sitemap's <lastmod> is compared with
 ANSWERED = "target_answered"
 #: per origin and sitemap (``<origin>\t<sitemap URL>``): its validators and
-#: lastmod table (gates.sitemap_documents)
+#: lastmod table (documents.sitemap_documents)
 SITEMAP_DOCUMENTS = "sitemap_documents"
 #: per origin: until when its sitemaps are not used, and why (gates.sitemaps)
 SITEMAP_TRUST = "sitemap_trust"

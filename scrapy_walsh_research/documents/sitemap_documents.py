@@ -11,7 +11,7 @@ conditional GET, and what it claims is kept with them (the *lastmod table*:
 canonical target URL -> ``<lastmod>``), so a 304 reuses it, and so every
 worker of a fleet reads one fetch: the stored single-flight fetch of
 robots.txt and tdmrep.json
-(:func:`~scrapy_walsh_research.gates.origin_documents.fetched_once`).
+(:func:`~scrapy_walsh_research.documents.fetch.fetched_once`).
 
 Only what is about the list is kept: entries the sitemap may speak for
 (:func:`~scrapy_walsh_research.core.sitemap_claims.sitemap_covers`) whose
@@ -39,8 +39,8 @@ from scrapy_walsh_research.core.sitemaps import (
     SitemapStatus,
 )
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
+from scrapy_walsh_research.documents.fetch import fetched_once
 from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
-from scrapy_walsh_research.gates.origin_documents import fetched_once
 from scrapy_walsh_research.state.namespaces import ANSWERED
 from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
 
