@@ -226,9 +226,8 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         )
         beyond = "" if direct else f", beyond WALSH_VISIT_TIME_WAIT ({self.visit_wait:g} s)"
         reason = (
-            f"robots.txt of {origin_of(request.url)} asks for visits only within Visit-time "
-            f"{windows}: outside it now, and {when}{beyond}: not requested this run "
-            "(tried again next run)"
+            f"{_visits_only_within(request.url, windows)}: outside it now, and {when}{beyond}: "
+            "not requested this run (tried again next run)"
         )
         deny(self.crawler, logger, request, "R2", reason, outcome="skipped", lasting=False)
 
@@ -243,9 +242,8 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         if open_at(entry.policy.visit_windows, self.store.time()):
             return None
         return "R2", (
-            f"robots.txt of {origin_of(request.url)} asks for visits only within Visit-time "
-            f"{describe(entry.policy.visit_windows)}: it closed while the request waited for "
-            "its host's turn: not sent"
+            f"{_visits_only_within(request.url, describe(entry.policy.visit_windows))}: it "
+            "closed while the request waited for its host's turn: not sent"
         )
 
     def sha256_for(self, url: str) -> str | None:
@@ -463,3 +461,8 @@ async def _parse(text: str) -> tuple[RobotsPolicy, str]:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _visits_only_within(url: str, windows: str) -> str:
+    """How a record names the Visit-time windows of *url*'s origin."""
+    return f"robots.txt of {origin_of(url)} asks for visits only within Visit-time {windows}"

@@ -208,9 +208,13 @@ class Pacer:
         # An expired reading may be refreshed once the host is ready again.
         if seconds > self.max_crawl_delay and (current or self.ready_at(host) > time.monotonic()):
             # a Request-rate of no document ("0/1h"), or too slow for a float
-            asks = "no request at all" if seconds >= sys.float_info.max else f"{seconds:g} s"
+            asks = (
+                "no request at all"
+                if seconds >= sys.float_info.max
+                else f"{seconds:g} s between requests"
+            )
             return "R4", (
-                f"robots.txt of {origin} asks for {asks} between requests "
+                f"robots.txt of {origin} asks for {asks} "
                 f"(Crawl-delay / Request-rate), beyond WALSH_MAX_CRAWL_DELAY "
                 f"({self.max_crawl_delay:g} s): host skipped"
             )
