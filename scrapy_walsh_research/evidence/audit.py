@@ -143,8 +143,6 @@ def open_store(
     return SQLiteAudit(state_dir(settings) / "audit.sqlite3")
 
 
-
-
 class AuditFacts(Protocol):
     """What the components tell the audit trail, each declared once as the
     crawl is built, for every entry to carry: what is in force, asked of its
