@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -105,6 +106,34 @@ def test_a_window_that_wraps_midnight_holds_on_both_sides_of_it():
     assert not open_at((w,), day + 3 * 3600)
     assert not open_at((w,), day + 12 * 3600)
     assert next_opening((w,), day + 12 * 3600) == day + 22 * 3600
+
+
+def test_the_next_opening_is_the_first_minute_inside_every_window():
+    """Against a scan of every minute of the next day: one window, several
+    (their intersection), a whole day, windows that never overlap, times
+    inside a closed start minute."""
+    rng = random.Random(9309)
+
+    def scanned(windows: tuple[VisitWindow, ...], t: float) -> float | None:
+        if open_at(windows, t):
+            return t
+        first = (int(t // 60) + 1) * 60
+        return next(
+            (float(first + m * 60) for m in range(24 * 60) if open_at(windows, first + m * 60)),
+            None,
+        )
+
+    for _ in range(3000):
+        windows = tuple(
+            VisitWindow(rng.randrange(1440), rng.randrange(1440))
+            for _ in range(rng.choice([1, 1, 2, 3]))
+        )
+        t = rng.uniform(1.7e9, 1.8e9)
+        if rng.random() < 0.3:  # on a minute: a start minute itself, closed
+            t = float(int(t // 60) * 60 + rng.choice([0, 30]))
+        assert next_opening(windows, t) == scanned(windows, t), (windows, t)
+    never = (VisitWindow(60, 120), VisitWindow(600, 660))
+    assert next_opening(never, 1.75e9) is None
 
 
 def test_a_malformed_visit_time_is_ignored_and_kept_to_be_named():
