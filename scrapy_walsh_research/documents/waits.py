@@ -20,7 +20,7 @@ gate: still no request, and a reason that says what happened, not what the
 site never said. Such records are not stamped for R8, so the next run tries
 again.
 
-One owner per crawler (:meth:`DocumentWaits.for_crawler`): the gates ask it
+One owner per crawler (``context.service(DocumentWaits)``): the gates ask it
 whether to hold a target, and tell it when a document is known again; the
 progress log reads which hosts wait (:meth:`DocumentWaits.waiting`).
 Correctness lives in the gates (nothing is sent while a document is

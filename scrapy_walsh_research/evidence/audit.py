@@ -8,7 +8,7 @@ and the signature keyid; its answer (status or error) follows; and every
 decision about a target (its record's outcome, rule and reason) is appended
 when the record is committed.
 
-Storage has one owner per crawler (:meth:`AuditTrail.for_crawler`) behind a
+Storage has one owner per crawler (the crawler's context's ``audit``) behind a
 small interface (:class:`AuditStore`) with three backends, each indexed by
 host and time so one host's report reads that host's entries only:
 
