@@ -136,3 +136,32 @@ async def test_on_https_an_arrival_mark_can_only_be_a_clients_and_is_not_taken(
     sent = await threads.deferToThread(client)
     (hit,) = server.origin.hits_for("tls.test")
     assert hit.t >= sent and hit.wall > 1.0
+
+
+def test_a_pause_between_the_clock_reads_does_not_shift_an_arrival(monkeypatch) -> None:
+    """The front process converts the kernel's wall stamp to the monotonic
+    clock; a thread switch between its two clock reads (25 ms here, on the
+    first reading) must not move the stamp, or a 1 s gap reads 0.975 s."""
+    from scrapy_walsh_research.sandbox import arrivals
+
+    lead = 1_000_000.0
+    mono = [100.0]
+    pauses = iter([0.025])
+    pending = [0.0]
+
+    def monotonic() -> float:
+        mono[0] += 0.000_001 + pending[0]
+        pending[0] = 0.0
+        return mono[0]
+
+    def wall() -> float:
+        pending[0] = next(pauses, 0.0)  # the pause comes right after the wall read
+        return mono[0] + lead
+
+    monkeypatch.setattr(arrivals.time, "monotonic", monotonic)
+    monkeypatch.setattr(arrivals.time, "time", wall)
+    arrived = lead + 200.0  # the kernel's wall stamp: 200 s on the monotonic clock
+    marked = arrivals._Requests().feed(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n", arrived)
+    mark = next(line for line in marked.split(b"\r\n") if line.startswith(arrivals.ARRIVAL_HEADER))
+    monotonic = float(mark.split(b":", 1)[1].split()[0])
+    assert abs(monotonic - 200.0) < 0.000_01
