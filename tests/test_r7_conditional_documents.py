@@ -14,7 +14,8 @@ from typing import Any
 import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Hit, Reply
-from tests.support.crawling import TDMREP, base_settings, crawl
+from tests.support.crawling import TDMREP, base_settings, crawl, sleep
+from tests.support.fleet import redis_settings
 
 HOST = "cond.test"
 ROBOTS = "User-agent: *\nDisallow: /private\n"
@@ -105,6 +106,32 @@ async def test_a_stale_robots_txt_and_tdmrep_json_are_refetched_conditionally_an
 
 
 @pytest_twisted.ensureDeferred
+async def test_with_redis_another_worker_refetches_conditionally_on_the_fleets_stored_copy(
+    server, redis_server, tmp_path
+):
+    """The copy one worker stored in Redis is what another worker's refetch,
+    once ``WALSH_POLICY_TTL`` has run out, is conditional on; the 304 keeps
+    its Disallow in force for that worker too."""
+    robots = validating(ROBOTS, {"ETag": ROBOTS_ETAG}, match=ROBOTS_ETAG)
+    tdm = validating(TDM, {"ETag": TDM_ETAG}, match=TDM_ETAG)
+    urls = route(server, robots, tdm)
+    shared = redis_settings(redis_server, WALSH_POLICY_TTL=3)
+    first = await crawl(base_settings(server, tmp_path / "w1", **shared), urls, tmp_path / "1")
+    assert results(first) == [("fetched", None), ("denied", "R2")]
+    before = len(server.origin.hits_for(HOST, "/robots.txt"))
+    await sleep(3.5)  # the fleet's copies are stale now
+    second = await crawl(base_settings(server, tmp_path / "w2", **shared), urls, tmp_path / "2")
+    assert results(second) == [("fetched", None), ("denied", "R2")]
+    robots_sent, tdm_sent = sent(server, "/robots.txt"), sent(server, TDMREP)
+    assert robots_sent[0] == {} and tdm_sent[0] == {}
+    assert len(robots_sent) > before
+    assert all(h == {"if-none-match": ROBOTS_ETAG} for h in robots_sent[1:]), robots_sent
+    assert all(h == {"if-none-match": TDM_ETAG} for h in tdm_sent[1:]), tdm_sent
+    assert second.stats["walsh/robots/not_modified"] >= 1
+    assert "/private" not in [h.path for h in server.origin.hits_for(HOST)]
+
+
+@pytest_twisted.ensureDeferred
 async def test_a_200_to_a_conditional_refetch_replaces_the_copy_and_its_validators(
     server, tmp_path
 ):
@@ -137,9 +164,7 @@ async def test_a_200_to_a_conditional_refetch_replaces_the_copy_and_its_validato
 
 
 @pytest_twisted.ensureDeferred
-async def test_a_304_with_no_stored_copy_to_keep_is_no_answer_and_never_allow_all(
-    server, tmp_path
-):
+async def test_a_304_with_no_stored_copy_to_keep_is_no_answer_and_never_allow_all(server, tmp_path):
     """The stored copy is gone by the time the site answers the refetch 304
     (here: deleted as the request arrives), and the tries after it carry no
     validators, which the site answers 304 too: robots.txt is unknown, as
