@@ -139,6 +139,14 @@ def revalidated(
     return UNUSABLE
 
 
+def unusable_why(sent: Mapping[str, str]) -> str:
+    """What an :data:`UNUSABLE` 304 was, after the document's name, for its
+    records (the request sent the validators *sent*)."""
+    if sent:
+        return "answered 304 Not Modified, but the stored copy it would keep is gone"
+    return "answered 304 Not Modified to a request that was not conditional (nothing to keep)"
+
+
 def renewed(copy: Mapping[str, Any], response: Response, **fresh: Any) -> dict[str, Any]:
     """*copy* confirmed by a 304: the same document (its body and what it
     says exactly as stored), with *fresh* (its new freshness) and any

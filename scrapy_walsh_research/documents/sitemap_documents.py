@@ -46,6 +46,7 @@ from scrapy_walsh_research.documents.fetch import (
     fetched_once,
     renewed,
     revalidated,
+    unusable_why,
     validators,
 )
 from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
@@ -179,8 +180,7 @@ class SitemapDocuments:
             await self.store.put(DOCUMENTS, key, kept)
             return _document(url, kept, "not_modified")
         if how == UNUSABLE:
-            why = "answered 304 Not Modified with no stored copy to keep"
-            return await self._failed(url, why, "failed", key)
+            return await self._failed(url, unusable_why(headers), "failed", key)
         if not 200 <= response.status < 300:
             return await self._failed(url, f"answered {response.status}", "failed", key)
         self.stats.inc_value("walsh/sitemaps/fetched")

@@ -54,6 +54,7 @@ from scrapy_walsh_research.documents.fetch import (
     fetched_once,
     renewed,
     revalidated,
+    unusable_why,
 )
 from scrapy_walsh_research.documents.names import NameLookups
 from scrapy_walsh_research.documents.waits import DocumentWaits
@@ -408,7 +409,7 @@ class OriginDocuments(InContext, Generic[E]):
             await self.store.put(self.answer_namespaces[0], origin, kept)
             return await self._from_saved(kept, now + self.ttl)
         if how == UNUSABLE:  # nothing to read, so an unusable answer, not an empty one
-            why = "answered 304 Not Modified with no stored copy to keep"
+            why = unusable_why(sent)
             return await self._unreachable(origin, previous, response.status, why)
         return response
 
