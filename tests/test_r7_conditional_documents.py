@@ -51,7 +51,7 @@ def age_documents(state: Path, seconds: float) -> None:
     with db:
         db.execute(
             "UPDATE kv SET value = json_set(value, '$.fetched_at',"
-            " json_extract(value, '$.fetched_at') - ?) WHERE namespace IN ('robots', 'tdmrep')",
+            " json_extract(value, '$.fetched_at') - ?) WHERE namespace IN ('robots', 'robots_4xx', 'tdmrep')",
             (seconds,),
         )
     db.close()
@@ -161,6 +161,19 @@ async def test_a_200_to_a_conditional_refetch_replaces_the_copy_and_its_validato
         {"if-none-match": '"v2"'},
         {"if-none-match": '"v3"'},  # the validator the 304 gave (RFC 9111 §4.3.4)
     ]
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_later_answer_without_a_body_leaves_nothing_to_be_conditional_on(server, tmp_path):
+    """robots.txt went from a 200 to a 404: the refetch after the 404 sends
+    no validators (the copy they belong to is no longer the answer in force)."""
+    versions = iter([Reply(200, ROBOTS, {"ETag": '"v1"'}), Reply(404, ""), Reply(200, ROBOTS)])
+    urls = route(server, lambda hit: next(versions), Reply(404, ""))
+    state = tmp_path / "s"
+    for run in ("1", "2", "3"):
+        await crawl(base_settings(server, state), urls, tmp_path / run)
+        age_documents(state, 86400 + 1)
+    assert sent(server, "/robots.txt") == [{}, {"if-none-match": '"v1"'}, {}]
 
 
 @pytest_twisted.ensureDeferred
