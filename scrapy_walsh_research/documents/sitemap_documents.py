@@ -39,7 +39,16 @@ from scrapy_walsh_research.core.sitemaps import (
     SitemapStatus,
 )
 from scrapy_walsh_research.core.urls import canonical_url, origin_of, url_host
-from scrapy_walsh_research.documents.fetch import fetched_once
+from scrapy_walsh_research.documents.fetch import (
+    NOT_MODIFIED,
+    UNUSABLE,
+    conditional_headers,
+    fetched_once,
+    renewed,
+    revalidated,
+    unusable_why,
+    validators,
+)
 from scrapy_walsh_research.errors import DOWNLOAD_TIMEOUTS, WalshDenied, failure_reason
 from scrapy_walsh_research.state.namespaces import ANSWERED
 from scrapy_walsh_research.state.namespaces import SITEMAP_DOCUMENTS as DOCUMENTS
@@ -142,12 +151,7 @@ class SitemapDocuments:
         max_wait: float | None,
         timeout: float | None,
     ) -> SitemapDocument:
-        headers: dict[str, str] = {}
-        if isinstance(saved, dict) and saved.get("error") is None:
-            if saved.get("etag"):
-                headers["If-None-Match"] = str(saved["etag"])
-            if saved.get("last_modified"):
-                headers["If-Modified-Since"] = str(saved["last_modified"])
+        headers = conditional_headers(_copy(saved))
         try:
             response = await internal_fetch(
                 self.marks, url, SITEMAP, maxsize=MAX_SITEMAP_BYTES,
@@ -169,11 +173,14 @@ class SitemapDocuments:
             why = f"not fetched: {failure_reason(exc)}"
             return await self._failed(url, why, "failed", key, kept=keep)
         now = self.store.time()
-        if response.status == 304 and headers and isinstance(saved, dict):
-            self.stats.inc_value("walsh/sitemaps/not_modified")
-            kept = {**saved, "read_at": now}
+        copy = _copy(await self.store.get(DOCUMENTS, key)) if headers else None
+        how = revalidated(response, headers, copy, kind="sitemaps", stats=self.stats)
+        if how == NOT_MODIFIED and copy is not None:
+            kept = renewed(copy, response, read_at=now)
             await self.store.put(DOCUMENTS, key, kept)
             return _document(url, kept, "not_modified")
+        if how == UNUSABLE:
+            return await self._failed(url, unusable_why(headers), "failed", key)
         if not 200 <= response.status < 300:
             return await self._failed(url, f"answered {response.status}", "failed", key)
         self.stats.inc_value("walsh/sitemaps/fetched")
@@ -182,11 +189,9 @@ class SitemapDocuments:
             return await self._failed(url, status.describe(), "malformed", key)
         logger.info("Sitemap %(url)s: %(what)s", {"url": url, "what": status.describe()})
         doc = await self._table(origin, url, entries, status)
-        etag, modified = response.headers.get(b"ETag"), response.headers.get(b"Last-Modified")
         await self.store.put(DOCUMENTS, key, {
             "read_at": now,
-            "etag": etag.decode("latin-1") if etag else None,
-            "last_modified": modified.decode("latin-1") if modified else None,
+            **validators(response),
             "claims": {k: list(v) for k, v in doc.claims.items()},
             "children": doc.children,
             "error": None,
@@ -230,6 +235,11 @@ class SitemapDocuments:
             if claim.lastmod is not None and claim.lastmod_end is not None:
                 claims[key] = (claim.lastmod.isoformat(), claim.lastmod_end.timestamp())
         return SitemapDocument(url, claims=claims)
+
+
+def _copy(saved: Any) -> dict[str, Any] | None:
+    """The stored reading a 304 would keep (a failure is none: it claims nothing)."""
+    return saved if isinstance(saved, dict) and saved.get("error") is None else None
 
 
 def _document(url: str, saved: Any, how: str) -> SitemapDocument:

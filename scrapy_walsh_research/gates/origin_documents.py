@@ -47,7 +47,15 @@ from scrapy_walsh_research._runtime.marks import DIRECT, HostBusy, internal_fetc
 from scrapy_walsh_research.components import uses_frontier
 from scrapy_walsh_research.core.outage import Outage, retry_delay
 from scrapy_walsh_research.core.urls import origin_of, url_host
-from scrapy_walsh_research.documents.fetch import fetched_once
+from scrapy_walsh_research.documents.fetch import (
+    NOT_MODIFIED,
+    UNUSABLE,
+    conditional_headers,
+    fetched_once,
+    renewed,
+    revalidated,
+    unusable_why,
+)
 from scrapy_walsh_research.documents.names import NameLookups
 from scrapy_walsh_research.documents.waits import DocumentWaits
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
@@ -99,6 +107,9 @@ class OriginDocuments(InContext, Generic[E]):
     max_bytes: ClassVar[int]
     #: where stored answers that are not failures live, the 2xx copy first
     answer_namespaces: ClassVar[tuple[str, ...]]
+    #: the field of the 2xx copy that holds the document (a copy without it
+    #: is no copy a 304 could keep)
+    body_field: ClassVar[str]
     #: where the last failed fetch and its next try live
     unreachable_namespace: ClassVar[str]
     #: the gate's logger (denials are logged by the gate that makes them)
@@ -337,8 +348,11 @@ class OriginDocuments(InContext, Generic[E]):
         return await self._from_saved(saved, fetched_at + self.ttl)
 
     async def _get(self, origin: str, previous: E | None, max_wait: float | None) -> Response | E:
-        """The document's response (any status), or the entry a failure to get
-        one stands for. :class:`HostBusy` when nothing was sent."""
+        """The document's response (any status but 304), or the entry a
+        failure to get one stands for, or the stored copy a 304 confirmed.
+        The fetch is conditional on the stored copy (its validators), if
+        any. :class:`HostBusy` when nothing was sent."""
+        sent = conditional_headers(await self._stored_copy(origin))
         try:
             response = await internal_fetch(
                 self.marks,
@@ -348,6 +362,7 @@ class OriginDocuments(InContext, Generic[E]):
                 maxsize=0,
                 max_wait=max_wait,
                 timeout=RETRY_TIMEOUT if previous is not None and previous.failures else None,
+                headers=sent or None,
             )
         except HostBusy:
             raise  # nothing was sent
@@ -384,7 +399,34 @@ class OriginDocuments(InContext, Generic[E]):
             return await self._unreachable(origin, previous, None, why, passing=passing)
         self.stats.inc_value(f"walsh/{self.kind}/fetch")
         self.stats.inc_value(f"walsh/{self.kind}/status/{response.status}")
+        copy = await self._stored_copy(origin) if response.status == 304 else None
+        how = revalidated(response, sent, copy, kind=self.kind, stats=self.stats)
+        if how == NOT_MODIFIED and copy is not None:
+            # the site says the stored copy is current: it stays in force as
+            # stored, fresh from now
+            now = self.store.time()
+            kept = renewed(copy, response, fetched_at=now)
+            await self.store.put(self.answer_namespaces[0], origin, kept)
+            return await self._from_saved(kept, now + self.ttl)
+        if how == UNUSABLE:  # nothing to read, so an unusable answer, not an empty one
+            why = unusable_why(sent)
+            return await self._unreachable(origin, previous, response.status, why)
         return response
+
+    async def _stored_copy(self, origin: str) -> dict[str, Any] | None:
+        """The stored 2xx copy of the document, if it is the latest answer
+        stored (not a failure: a last good copy stays one): what a 304 to a
+        refetch would keep. None when there is none or a later answer (a
+        4xx) replaced it."""
+        copy = await self.store.get(self.answer_namespaces[0], origin)
+        if not isinstance(copy, dict) or not isinstance(copy.get(self.body_field), str):
+            return None
+        if not isinstance(copy.get("fetched_at"), (int, float)):
+            return None
+        others = await self._stored_answers(origin, self.answer_namespaces[1:])
+        if any(float(a["fetched_at"]) > float(copy["fetched_at"]) for a in others):
+            return None
+        return copy
 
     async def _unreachable(
         self,

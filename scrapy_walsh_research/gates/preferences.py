@@ -75,6 +75,7 @@ from scrapy_walsh_research.core.preferences.tdmrep import (
 from scrapy_walsh_research.core.records import response_validators
 from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES
 from scrapy_walsh_research.core.urls import origin_of
+from scrapy_walsh_research.documents.fetch import validators
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.settings.check import check_configuration
@@ -127,6 +128,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
     kind = "preferences"
     document = "tdmrep.json"
     answer_namespaces = (STATE_NAMESPACE,)
+    body_field = "body"
     unreachable_namespace = UNREACHABLE_NAMESPACE
     log = logger
     rule = "PREF"
@@ -250,7 +252,8 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
                 why = f"tdmrep.json is larger than {MAX_TDMREP_BYTES // 1024} KiB and was not read"
                 logger.warning("%(why)s: %(origin)s", {"why": why, "origin": origin})
                 return TdmEntry(None, now + self.ttl, status, unknown=why)
-            copy = {"body": body.decode("latin-1"), "fetched_at": now, "status": status}
+            copy = {"body": body.decode("latin-1"), "fetched_at": now, "status": status,
+                    **validators(response)}  # fmt: skip
             await self.store.put(STATE_NAMESPACE, origin, copy)
             return self._entry(body, status, now + self.ttl)
         if 400 <= status < 500 and status != 429:

@@ -65,6 +65,7 @@ from scrapy_walsh_research.core.robots_policy import MAX_ROBOTS_BYTES, RobotsPol
 from scrapy_walsh_research.core.timestamps import duration_text, utc_iso
 from scrapy_walsh_research.core.urls import origin_of, url_host
 from scrapy_walsh_research.core.visit_time import describe, next_opening, open_at
+from scrapy_walsh_research.documents.fetch import validators
 from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.evidence.purge import is_host, purge
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
@@ -109,6 +110,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
     kind = "robots"
     document = "robots.txt"
     answer_namespaces = (STATE_NAMESPACE, ABSENT_NAMESPACE)
+    body_field = "text"
     unreachable_namespace = UNREACHABLE_NAMESPACE
     log = logger
     rule = "R2"
@@ -345,7 +347,7 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
                 # the next run to fetch (and purge) again, not a stored copy
                 # that restarts and other workers adopt without purging
                 await self._purge(origin, digest)
-            copy = {"text": text, "fetched_at": now, "status": status}
+            copy = {"text": text, "fetched_at": now, "status": status, **validators(response)}
             await self.store.put(STATE_NAMESPACE, origin, copy)
             return RobotsEntry(policy, now + self.ttl, status, sha256=digest)
         if 400 <= status < 500 and status != 429:
