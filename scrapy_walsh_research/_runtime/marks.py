@@ -94,6 +94,9 @@ class Marks:
         self._store = store
         self._cap_installed = False
         self._secret: bytes | None = None
+        #: HMAC-SHA256 keyed by the secret, copied per token: keying it
+        #: anew cost 0.6 µs of the 1.5 µs a MAC, three MACs a target
+        self._keyed: hmac.HMAC | None = None
         self._forged_logged = False
         #: tokens verified lately: every gate asks about every request
         self._verified: dict[str, str] = {}
@@ -106,11 +109,13 @@ class Marks:
             _SECRET_NAMESPACE, _SECRET_KEY, secrets.token_hex(32)
         )
         self._secret = bytes.fromhex(stored)
+        self._keyed = hmac.new(self._secret, digestmod=hashlib.sha256)
 
     def _mac(self, purpose: str, nonce: str) -> str:
-        assert self._secret is not None
-        msg = f"{purpose}.{nonce}".encode()
-        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:32]
+        assert self._keyed is not None
+        mac = self._keyed.copy()
+        mac.update(f"{purpose}.{nonce}".encode())
+        return mac.hexdigest()[:32]
 
     def issue(self, purpose: str) -> str:
         """A token for *purpose*; :meth:`ready` must have been awaited."""

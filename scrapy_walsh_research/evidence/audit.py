@@ -27,8 +27,8 @@ crawl opens (PostgreSQL drops whole days).
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -55,6 +55,13 @@ logger = logging.getLogger(__name__)
 #: how long a command (a report, a purge) waits for an unreachable audit
 #: store before it says so and stops
 COMMAND_PATIENCE_S = 30.0
+
+
+def _entry_id() -> str:
+    """16 random hex digits: an entry's ``eid``, a request's ``id`` (64
+    random bits; ``uuid4().hex[:16]`` cost four times as much, 1.7 µs, for
+    60 of them, four times a request)."""
+    return secrets.token_hex(8)
 
 
 def _days(seconds: float) -> str:
@@ -266,14 +273,14 @@ class AuditTrail(AuditFacts):
         counts it once); in a fleet, also the machine's own time."""
         now = self.clock()
         local = time.time()
-        stamped = {"t": now, "ts": utc_iso(now, "milliseconds"), "eid": uuid.uuid4().hex[:16]}
+        stamped = {"t": now, "ts": utc_iso(now, "milliseconds"), "eid": _entry_id()}
         if abs(now - local) >= 0.001:
             stamped["t_local"] = local
         return {**stamped, **entry}
 
     def sent(self, request: Request, kind: str) -> Awaitable[None] | None:
         """The entry for *request*, about to go onto its connection."""
-        audit_id = uuid.uuid4().hex[:16]
+        audit_id = _entry_id()
         self._sent[request] = audit_id
         entry = self._base("request", request.url)
         agent = request.headers.get("User-Agent")
