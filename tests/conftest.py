@@ -43,11 +43,14 @@ def server() -> Iterator[SandboxServer]:
 def without_preflight(monkeypatch: pytest.MonkeyPatch) -> None:
     """Let a test build a deliberately broken chain, to show what a gate prevents.
 
-    Only the start-up check (our own code) is patched; the crawl is real.
+    Only the start-up check (our own code) is patched, with the checks of
+    the ``WALSH_`` values the typed settings run as they are read; the crawl
+    is real.
     """
-    from scrapy_walsh_research.settings import check
+    from scrapy_walsh_research.settings import check, values
 
     monkeypatch.setattr(check, "problems", lambda settings: [])
+    monkeypatch.setattr(values, "problems", lambda settings: [])
 
 
 @pytest.fixture(scope="session")

@@ -260,6 +260,45 @@ def test_walsh_settings_are_read_raw_in_a_few_modules_only():
     assert sorted(set(found) - RAW_READ_MODULES) == [], sorted(found)
 
 
+#: the modules outside settings/ that refuse a WALSH_ setting, and why: the
+#: machine refuses it, not the value (the state dir cannot be created, or
+#: another crawl holds it; redis-py cannot parse the URL as it connects).
+#: Every check of a value is in ``settings/values.py``, run as the typed
+#: settings are read, so no component is handed a value it must refuse.
+REFUSING_MODULES = {"state/directory.py", "state/redis/connection.py"}
+
+
+def _value_refusals() -> dict[str, list[int]]:
+    """Each module outside ``settings/`` that raises a configuration error
+    naming a ``WALSH_`` value (``WALSH_X=...``, or ``{name}=...`` that
+    mentions one), with the lines."""
+    found: dict[str, list[int]] = {}
+    for path, tree in _modules():
+        where = path.relative_to(PACKAGE)
+        if where.parts[0] == "settings":
+            continue
+        for node in ast.walk(tree):
+            call = node.exc if isinstance(node, ast.Raise) else None
+            if not (isinstance(call, ast.Call) and _names(call.func, "WalshConfigurationError")):
+                continue
+            message = call.args[0] if call.args else None
+            parts = message.values if isinstance(message, ast.JoinedStr) else [message]
+            text = "".join(
+                str(p.value) if isinstance(p, ast.Constant) else "{}" for p in parts if p
+            )
+            if re.search(r"WALSH_[A-Z0-9_]+=", text) or (
+                text.startswith("{}=") and "WALSH_" in text
+            ):
+                found.setdefault(str(where), []).append(node.lineno)
+    return found
+
+
+def test_walsh_values_are_checked_in_settings_only():
+    found = _value_refusals()
+    assert "state/directory.py" in found  # the measure still sees a refusal
+    assert sorted(set(found) - REFUSING_MODULES) == [], found
+
+
 def test_the_raw_read_measure_sees_every_way_of_reading_a_setting(tmp_path, monkeypatch):
     """A getter by literal or by constant, a subscript, a bundle helper:
     each counts; an environment variable does not."""

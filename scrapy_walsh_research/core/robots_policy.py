@@ -31,6 +31,7 @@ and where they and RFC 9309 differ the reading that protects the site wins:
 from __future__ import annotations
 
 import re
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlparse, urlsplit, urlunsplit
@@ -112,19 +113,19 @@ class _Group:
     lines: list[str] = field(default_factory=list)
 
 
-def _groups(text: str) -> list[_Group]:
+def _grouped(
+    lines: Iterable[tuple[str, str, str]], agents: Container[str], rules: Container[str]
+) -> list[_Group]:
+    """Groups as RFC 9309 §2.2 makes them, over ``(field, value, kept)``
+    lines: consecutive *agents* lines name one group (each its product
+    token), and the lines after them are its own (*kept* of each) until an
+    agents line that follows one of its *rules* starts the next group. A
+    line before any agents line belongs to no group."""
     groups: list[_Group] = []
     current: _Group | None = None
     seen_rule = False
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue  # blank lines never end a group (RFC 9309 §2.2)
-        parsed = _split(line)
-        if parsed is None:
-            continue
-        key, value = parsed
-        if key in _UA_FIELDS:
+    for key, value, kept in lines:
+        if key in agents:
             if current is None or seen_rule:
                 current = _Group()
                 groups.append(current)
@@ -132,48 +133,59 @@ def _groups(text: str) -> list[_Group]:
             token = product_token(value)
             if token:
                 current.tokens.append(token)
-            continue
-        if key in _SITE_WIDE_FIELDS or current is None:
-            continue  # site-wide, or a rule outside any group: ignored
-        if key in _RULE_FIELDS:
-            seen_rule = True
-        current.lines.append(line)
+        elif current is not None:
+            seen_rule = seen_rule or key in rules
+            current.lines.append(kept)
     return groups
+
+
+def _selected(groups: list[_Group], token: str) -> tuple[str, list[str]]:
+    """The groups RFC 9309 §2.2.1 selects for *token* (lower-cased): those
+    naming it exactly, merged (``"named"``), else the ``*`` groups (``"*"``),
+    else none (``""``); and their lines, in file order."""
+    named = [g for g in groups if token in g.tokens]
+    chosen = named or [g for g in groups if "*" in g.tokens]
+    label = "named" if named else "*" if chosen else ""
+    return label, [line for g in chosen for line in g.lines]
+
+
+def _groups(text: str) -> list[_Group]:
+    """The user-agent groups of *text*: each keeps its lines as written
+    (comments stripped) but the site-wide ones; only allow/disallow lines
+    end a group."""
+
+    def lines() -> Iterator[tuple[str, str, str]]:
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            parsed = _split(line) if line else None  # blank lines never end a group
+            if parsed is not None and parsed[0] not in _SITE_WIDE_FIELDS:
+                yield parsed[0], parsed[1], line
+
+    return _grouped(lines(), _UA_FIELDS, _RULE_FIELDS)
 
 
 def _acap_rules(text: str, token: str) -> tuple[str, list[str]]:
     """The ``ACAP-crawler`` group selected for *token* (``"named"``, ``"*"``,
     or ``""`` for none) and its crawl permissions as Allow/Disallow lines.
 
-    Groups are made as RFC 9309 makes user-agent groups (consecutive
-    ``ACAP-crawler`` lines name one group; a permission after them ends the
-    run), and selected the same way: the groups naming the token exactly,
-    merged, else the ``*`` groups. ACAP lines before any ``ACAP-crawler``
-    line belong to no group and are not read; user-agent lines neither end
-    nor start an ACAP group (the two are separate records)."""
-    groups: list[_Group] = []
-    current: _Group | None = None
-    seen_rule = False
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line.lower().startswith("acap-"):
-            continue
-        key, value = _split(line) or ("", "")
-        if key == _ACAP_CRAWLER:
-            if current is None or seen_rule:
-                current = _Group()
-                groups.append(current)
-                seen_rule = False
-            found = product_token(value)
-            if found:
-                current.tokens.append(found)
-        elif key in _ACAP_RULES and current is not None:
-            seen_rule = True
-            current.lines.append(f"{_ACAP_RULES[key]}: {value}")
-    named = [g for g in groups if token in g.tokens]
-    chosen = named or [g for g in groups if "*" in g.tokens]
-    label = "named" if named else "*" if chosen else ""
-    return label, [line for g in chosen for line in g.lines]
+    Grouped and selected as user-agent groups are (:func:`_grouped`,
+    :func:`_selected`), over the ``ACAP-crawler`` lines and the permissions
+    alone: other ACAP lines, and user-agent lines, neither end nor start an
+    ACAP group (the two are separate records); permissions before any
+    ``ACAP-crawler`` line belong to no group and are not read."""
+
+    def lines() -> Iterator[tuple[str, str, str]]:
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line.lower().startswith("acap-"):
+                continue
+            key, value = _split(line) or ("", "")
+            if key == _ACAP_CRAWLER:
+                yield key, value, ""
+            elif key in _ACAP_RULES:
+                yield key, value, f"{_ACAP_RULES[key]}: {value}"
+
+    return _selected(_grouped(lines(), (_ACAP_CRAWLER,), _ACAP_RULES), token)
 
 
 #: answers remembered per policy (one origin's robots.txt)
@@ -222,19 +234,16 @@ class RobotsPolicy:
     @classmethod
     def parse(cls, text: str, token: str) -> RobotsPolicy:
         token = token.lower()
-        groups = _groups(text.lstrip("\ufeff"))
-        named = [g for g in groups if token in g.tokens]
-        chosen = named or [g for g in groups if "*" in g.tokens]
+        group, lines = _selected(_groups(text.lstrip("\ufeff")), token)
         sitemaps = declared_sitemaps(text)
         acap_group, acap_lines = _acap_rules(text.lstrip("\ufeff"), token)
         acap: dict[str, Any] = {"acap_group": "", "_acap": None}
         if acap_lines:  # a record of its own: it applies with no group for us too
             acap_text = "\n".join([f"User-agent: {_SELF}", *acap_lines, ""])
             acap = {"acap_group": acap_group, "_acap": Protego.parse(acap_text)}
-        if not chosen:
+        if not group:
             return cls("none", sitemaps=sitemaps, **acap)
-        lines = [line for g in chosen for line in g.lines]
-        label = token if named else "*"
+        label = token if group == "named" else "*"
         stated = tuple(
             robots_statement(key, value, label)
             for key, value in (_split(line) or ("", "") for line in lines)
@@ -272,7 +281,7 @@ class RobotsPolicy:
             rest = [line for line in lines if (_split(line) or ("",))[0] not in _RULE_FIELDS]
             parser = Protego.parse(f"User-agent: {_SELF}\n" + "\n".join(rest) + "\n")
         return cls(
-            "named" if named else "*", parser, _rules=rules, stated=stated, sitemaps=sitemaps,
+            group, parser, _rules=rules, stated=stated, sitemaps=sitemaps,
             **extensions,
         )  # fmt: skip
 

@@ -31,7 +31,6 @@ import secrets
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlsplit
 
 from scrapy import signals
 
@@ -117,14 +116,7 @@ def open_store(
     per-host Redis streams kept ``WALSH_AUDIT_REDIS_WINDOW``; else
     ``audit.sqlite3`` in the state dir (*settings*: the crawler's)."""
     url = settings.audit_url
-    if url:
-        if urlsplit(url).scheme not in ("postgresql", "postgres"):
-            raise WalshConfigurationError(
-                f"WALSH_AUDIT_URL={url!r}: the fleet's audit log for months is a PostgreSQL "
-                "table; give a postgresql://user:password@host:port/database URL, or unset it "
-                "(the audit then goes to Redis for WALSH_AUDIT_REDIS_WINDOW, or to "
-                "audit.sqlite3 in WALSH_STATE_DIR without Redis)."
-            )
+    if url:  # a postgresql:// URL: checked as the typed settings were read
         try:
             # psycopg is the optional [postgres] extra: imported only when in use
             from scrapy_walsh_research.evidence.audit_postgres import PostgresAudit, table_name

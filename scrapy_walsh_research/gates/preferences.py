@@ -79,7 +79,6 @@ from scrapy_walsh_research.documents.fetch import validators
 from scrapy_walsh_research.errors import WalshDenied, deny
 from scrapy_walsh_research.gates.origin_documents import OriginDocuments
 from scrapy_walsh_research.settings.check import check_configuration
-from scrapy_walsh_research.settings.options import declared_purposes
 from scrapy_walsh_research.state import namespaces
 from scrapy_walsh_research.state.namespaces import LAST_GOOD_MAX_AGE
 
@@ -141,7 +140,7 @@ class PreferencesMiddleware(OriginDocuments[TdmEntry]):
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
-        self.purposes = declared_purposes(crawler.settings)
+        self.purposes = self.context.settings.purposes
         self.context.audit.purposes_declared(self.purposes)
         #: what applied before each request went out, for its response
         self._before: weakref.WeakKeyDictionary[Request, tuple[Preference, ...]] = (

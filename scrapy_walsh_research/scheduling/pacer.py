@@ -51,11 +51,9 @@ from scrapy_walsh_research._runtime.meta import (
     REQUEUED_META,
 )
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.scheduling.adaptive import distress_signal, fold_answer
 from scrapy_walsh_research.scheduling.stop import RunStop
 from scrapy_walsh_research.settings.adaptive import AdaptivePolicy
-from scrapy_walsh_research.settings.check import min_delay_problem
 from scrapy_walsh_research.state import clock_for
 from scrapy_walsh_research.state.hostload import Answer
 
@@ -81,25 +79,15 @@ class Pacer:
         settings = crawler.settings
         self.stats = crawler.stats
         walsh = context.settings
+        # every value below was checked as the typed settings were read
         self.min_delay = walsh.min_delay
-        too_short = min_delay_problem(self.min_delay)
-        if too_short is not None:
-            raise WalshConfigurationError(too_short)
         self.max_crawl_delay = walsh.max_crawl_delay
         #: added to every interval: spacing is counted from when the bytes left,
         #: but the origin stamps arrival after its own accept/parse, which can
         #: take longer for one request (a new connection) than for the next
         self.margin = walsh.pacing_margin
-        if self.margin < 0:
-            raise WalshConfigurationError(
-                f"WALSH_PACING_MARGIN={self.margin}: it is added to every interval and "
-                "cannot be negative."
-            )
         self.retry_max_delay = walsh.retry_max_delay
-        try:
-            self.adaptive = AdaptivePolicy.from_settings(settings.get)
-        except ValueError as exc:
-            raise WalshConfigurationError(f"{exc}.") from None
+        self.adaptive = AdaptivePolicy.from_settings(settings.get)
         self.clock: HostClock = clock or clock_for(crawler)
         self.stop = context.service(RunStop)
         #: host -> (the gap an R5 hold imposes after the request it answered,

@@ -60,17 +60,9 @@ from scrapy_walsh_research.components import (
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import adaptive, defaults, options
-from scrapy_walsh_research.settings.options import (
-    RENAMED,
-    declared_purposes,
-    deprecated_names,
-    list_setting,
-    name_in_use,
-    policy_retry_delay,
-    sitemap_problems,
-)
-from scrapy_walsh_research.settings.signing import request_signer
+from scrapy_walsh_research.settings.options import deprecated_names, sitemap_order_problems
+from scrapy_walsh_research.settings.values import refusal
+from scrapy_walsh_research.settings.walsh import walsh_problems
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -78,28 +70,21 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: R4: at most one request per second per host, whatever WALSH_MIN_DELAY says
-MIN_DELAY_FLOOR = 1.0
-
 
 def problems(settings: BaseSettings) -> list[str]:
     """Every way *settings* break the contract, each saying what to change."""
     mws = enabled_downloader_middlewares(settings)
     order = {name_of(cls): prio for cls, prio in mws.items()}
     found = _component_problems(settings, order)
-    found.extend(_order_problems(order) + sitemap_problems(settings, order))
+    found.extend(_order_problems(order) + sitemap_order_problems(order))
     if SCRAPY_RETRY_MW in order and settings.getbool("RETRY_ENABLED"):
         found.append(
             f"Scrapy's {SCRAPY_RETRY_MW} is active beside the R5 gate (it retries 429/503 at "
             "once, ignoring Retry-After): set it to None in DOWNLOADER_MIDDLEWARES or set "
             "RETRY_ENABLED=False."
         )
-    too_short = min_delay_problem(settings.getfloat("WALSH_MIN_DELAY", defaults.WALSH_MIN_DELAY))
-    if too_short is not None:
-        found.append(too_short)
-    # the adaptive half of R4/R5: nothing may switch it off or weaken it
-    # below its documented floor (docs/adaptive.rst)
-    found.extend(adaptive.problems(settings.get))
+    # every WALSH_ value the typed settings refuse (settings/values.py)
+    found.extend(walsh_problems(settings))
     if SCRAPY_ROBOTS_MW in order and settings.getbool("ROBOTSTXT_OBEY"):
         found.append(
             f"Scrapy's {SCRAPY_ROBOTS_MW} is active beside the R2 gate (it selects groups by "
@@ -123,8 +108,6 @@ def problems(settings: BaseSettings) -> list[str]:
             f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
             "requests. Set CONCURRENT_REQUESTS=1."
         )
-    found.extend(_list_problems(settings))
-    found.extend(_freshness_problems(settings) + options.retention_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(
@@ -132,7 +115,6 @@ def problems(settings: BaseSettings) -> list[str]:
             "hops are followed. Set REDIRECT_MAX_TIMES=5 or lower."
         )
     found.extend(_bypass_problems(settings))
-    found.extend(_signing_problems(settings))
     return found
 
 
@@ -234,89 +216,6 @@ def _order_problems(order: dict[str, int]) -> list[str]:
                 f"{order[PACING_MW]}."
             )
     return found
-
-
-def min_delay_problem(min_delay: float) -> str | None:
-    """What is wrong with *min_delay* as ``WALSH_MIN_DELAY`` (the start-up
-    check and the pacing gate both refuse it), or None."""
-    if min_delay < MIN_DELAY_FLOOR:
-        return (
-            f"WALSH_MIN_DELAY={min_delay}: R4 allows at most one request per second per host. "
-            f"Set WALSH_MIN_DELAY to {MIN_DELAY_FLOOR} or more."
-        )
-    return None
-
-
-#: the longest an opt-out may wait to be read: a day (RFC 9309 §2.4)
-MAX_FRESHNESS_S = 86400.0
-
-
-def _freshness_problems(settings: BaseSettings) -> list[str]:
-    """Settings that would keep an opt-out (a new blocklist entry, a robots.txt
-    or tdmrep.json that now says no) from being read for more than a day, or
-    a failed fetch from ever being tried again."""
-    found: list[str] = []
-
-    def seconds(name: str) -> float:
-        return settings.getfloat(name, getattr(defaults, name))
-
-    unread = "an opt-out would wait longer than a day to be read"
-    untried = "a failed fetch would not be tried again within a day"
-    # a renamed setting is named as the project set it (its old name still counts)
-    within_a_day = [
-        ("WALSH_BLOCKLIST_MAX_REFRESH", seconds("WALSH_BLOCKLIST_MAX_REFRESH"), unread),
-        (name_in_use(settings, "WALSH_POLICY_TTL"), options.policy_ttl(settings), unread),
-        ("WALSH_BLOCKLIST_RETRY_DELAY", seconds("WALSH_BLOCKLIST_RETRY_DELAY"), untried),
-        (name_in_use(settings, "WALSH_POLICY_RETRY_DELAY"), policy_retry_delay(settings), untried),
-    ]
-    for name, value, why in within_a_day:
-        if not 0 < value <= MAX_FRESHNESS_S:
-            default = getattr(defaults, RENAMED.get(name, name))
-            found.append(
-                f"{name}={value:g}: {why}. Set it above 0 and at most "
-                f"{MAX_FRESHNESS_S:g} seconds (default {default:g})."
-            )
-    left = "a target waits for a robots.txt, tdmrep.json or blocklist a transient failure left"
-    visit = "targets wait for a host's Visit-time window"
-    for name, wait in (("WALSH_POLICY_WAIT", f"{left} unknown"), ("WALSH_VISIT_TIME_WAIT", visit)):
-        if not 0 <= seconds(name) <= MAX_FRESHNESS_S:
-            found.append(
-                f"{name}={seconds(name):g}: how long {wait}. Set it from 0 (no wait) to "
-                f"{MAX_FRESHNESS_S:g} seconds (default {getattr(defaults, name):g})."
-            )
-    if not 0 < seconds("WALSH_BLOCKLIST_MIN_REFRESH") <= seconds("WALSH_BLOCKLIST_MAX_REFRESH"):
-        found.append(
-            f"WALSH_BLOCKLIST_MIN_REFRESH={seconds('WALSH_BLOCKLIST_MIN_REFRESH'):g}: it must be "
-            "above 0 and at most WALSH_BLOCKLIST_MAX_REFRESH "
-            f"(default {defaults.WALSH_BLOCKLIST_MIN_REFRESH:g})."
-        )
-    return found
-
-
-def _list_problems(settings: BaseSettings) -> list[str]:
-    """List settings whose value has no list shape, and WALSH_PURPOSES that
-    are unknown, forbidden (R6) or leave out ``tdm``."""
-    found: list[str] = []
-    for name in ("WALSH_BLOCKLIST_EXTRA", "WALSH_SIGNATURE_COMPONENTS"):
-        try:
-            list_setting(settings, name)
-        except WalshConfigurationError as exc:
-            found.append(str(exc))
-    try:
-        declared_purposes(settings)
-    except WalshConfigurationError as exc:
-        found.append(str(exc))
-    return found
-
-
-def _signing_problems(settings: BaseSettings) -> list[str]:
-    """With WALSH_SIGNING_KEY set, the key and the signature settings must
-    be usable now: a bot that meant to sign must not start unsigned."""
-    try:
-        request_signer(settings)
-    except WalshConfigurationError as exc:
-        return [str(exc)]
-    return []
 
 
 def _bypass_problems(settings: BaseSettings) -> list[str]:
@@ -484,10 +383,7 @@ def check_settings(settings: BaseSettings) -> None:
     """Raise :class:`WalshConfigurationError` listing every non-conformance in *settings*."""
     found = problems(settings)
     if found:
-        raise WalshConfigurationError(
-            "The Walsh-Research configuration is not conformant; refusing to crawl:\n  - "
-            + "\n  - ".join(found)
-        )
+        raise refusal(found)
 
 
 def apply_addons(crawler: Crawler) -> str | None:

@@ -254,56 +254,16 @@ def deprecated_names(settings: BaseSettings) -> list[str]:
     return list(dict.fromkeys(found))  # DOWNLOAD_HANDLERS names one path twice
 
 
-#: a sitemap and its probe are two requests: fewer due targets cannot repay them
-MIN_SITEMAP_TARGETS = 3
-
-
-def sitemap_problems(settings: BaseSettings, order: dict[str, int]) -> list[str]:
-    """What is wrong with the ``WALSH_SITEMAP*`` settings and the sitemaps
-    gate's place (*order*: the enabled downloader middlewares by path): a
-    gate before the policy gates would skip a target they refuse."""
-    found: list[str] = []
-    try:
-        least = int(settings.get("WALSH_SITEMAP_MIN_TARGETS", defaults.WALSH_SITEMAP_MIN_TARGETS))
-    except (TypeError, ValueError):
-        least = 0
-    if least < MIN_SITEMAP_TARGETS:
-        found.append(
-            f"WALSH_SITEMAP_MIN_TARGETS={settings.get('WALSH_SITEMAP_MIN_TARGETS')!r}: a host's "
-            "sitemap and the target that checks it are two requests; fewer due targets cannot "
-            f"repay them. Set it to an integer of {MIN_SITEMAP_TARGETS} or more (default "
-            f"{defaults.WALSH_SITEMAP_MIN_TARGETS})."
-        )
-    for name in ("WALSH_SITEMAP_TTL", "WALSH_SITEMAP_DISTRUST", "WALSH_SITEMAP_STALE"):
-        try:
-            value = float(settings.get(name, getattr(defaults, name)))
-        except (TypeError, ValueError):
-            value = -1.0
-        if value < 0:
-            found.append(f"{name}={settings.get(name)!r}: a number of seconds, 0 or more "
-                         f"(default {getattr(defaults, name):g}).")  # fmt: skip
+def sitemap_order_problems(order: dict[str, int]) -> list[str]:
+    """The sitemaps gate's place among the enabled downloader middlewares
+    (*order*, by path): a gate before the policy gates would skip a target
+    they refuse."""
     mine, before = order.get(SITEMAPS_MW), order.get(PREFERENCES_MW)
     if mine is not None and before is not None and mine <= before:
-        found.append(
+        return [
             f"DOWNLOADER_MIDDLEWARES orders the sitemaps gate ({mine}) at or before the "
             f"preferences gate ({before}): a target is skipped only once the blocklist, "
             "robots.txt and the usage preferences have let it through. Give the sitemaps "
             "gate the higher number."
-        )
-    return found
-
-
-def retention_problems(settings: BaseSettings) -> list[str]:
-    """How long stored state and fed records are kept (``WALSH_STATE_TTL``,
-    ``WALSH_RECORDS_TTL``): some time, or what a crawl stores would be gone
-    before it is read."""
-    found: list[str] = []
-    for name in ("WALSH_STATE_TTL", "WALSH_RECORDS_TTL"):
-        try:
-            value = float(settings.get(name, getattr(defaults, name)))
-        except (TypeError, ValueError):
-            value = 0.0
-        if not value > 0:
-            found.append(f"{name}={settings.get(name)!r}: a number of seconds above 0 "
-                         f"(default {getattr(defaults, name):g}).")  # fmt: skip
-    return found
+        ]
+    return []

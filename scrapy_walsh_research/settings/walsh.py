@@ -1,24 +1,26 @@
-"""The bundle's settings as one typed object, read once per crawler.
+"""The bundle's settings as one typed object, read and checked once per crawler.
 
 Components ask the crawler's context for it (``context.settings``) instead
 of reading ``WALSH_`` names from Scrapy's settings: each field is the
 setting of that name (``min_delay`` is ``WALSH_MIN_DELAY``), read with its
 default from :mod:`~scrapy_walsh_research.settings.defaults`; a renamed
 setting under its old name while the new one is unset
-(:data:`~scrapy_walsh_research.settings.options.RENAMED`); a cache bound
-checked as its reader in :mod:`~scrapy_walsh_research.settings.options`
-checks it (same message), and so is an audit log kept no time
-(``WALSH_AUDIT_RETENTION``, ``WALSH_AUDIT_REDIS_WINDOW``); ``WALSH_BLOCKLIST_EXTRA`` as
-:func:`~scrapy_walsh_research.settings.options.list_setting` reads a list.
-The keys' paths are fields (the commands read them); ``WALSH_PURPOSES``,
-``WALSH_SIGNATURE_COMPONENTS`` and the signer are read and checked by their
-own readers there and in ``settings/signing.py``. The
-start-up check (:mod:`~scrapy_walsh_research.settings.check`) still
-refuses, before any request, what no field's reader can see alone.
+(:data:`~scrapy_walsh_research.settings.options.RENAMED`); a list as
+:func:`~scrapy_walsh_research.settings.options.list_setting` reads one.
+
+It is built only by :meth:`WalshSettings.from_settings`, which checks every
+value as it reads it (:mod:`~scrapy_walsh_research.settings.values` holds
+the checks) and refuses with every problem at once, in the start-up check's
+words: an object that exists holds only values the contract accepts. The
+start-up check (:mod:`~scrapy_walsh_research.settings.check`) asks it for
+those problems (:func:`walsh_problems`) and adds those of Scrapy's own
+settings. The signer is read from the same settings in
+``settings/signing.py``, and checked here with the rest.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, fields
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -26,9 +28,10 @@ from typing import TYPE_CHECKING, Any
 from scrapy.settings import BaseSettings
 
 from scrapy_walsh_research.errors import WalshConfigurationError
-from scrapy_walsh_research.settings import defaults
+from scrapy_walsh_research.settings import defaults, values
 from scrapy_walsh_research.settings.options import (
     cache_size,
+    declared_purposes,
     list_setting,
     name_in_use,
     operator_urls,
@@ -60,25 +63,10 @@ def _cache_size(name: str) -> Callable[[BaseSettings], int]:
     return lambda settings: cache_size(settings, name, getattr(defaults, name))
 
 
-def _audit_seconds(name: str, instead: str) -> Callable[[BaseSettings], float]:
-    """The reader of *name*, seconds refused unless above 0: the audit log is
-    the evidence a site owner is shown, and 0 would *instead*."""
-
-    def read(settings: BaseSettings) -> float:
-        value = settings.getfloat(name, getattr(defaults, name))
-        if not value > 0:
-            raise WalshConfigurationError(
-                f"{name}={settings.get(name)!r}: the audit log is the evidence a site owner is "
-                f"shown, and this would {instead}."
-            )
-        return value
-
-    return read
-
-
 #: the fields not read by their type alone
 _READERS: dict[str, Callable[[BaseSettings], Any]] = {
     "WALSH_BLOCKLIST_EXTRA": lambda s: tuple(list_setting(s, "WALSH_BLOCKLIST_EXTRA")),
+    "WALSH_PURPOSES": declared_purposes,
     "WALSH_BLOCKLIST_URL": lambda s: operator_urls(s)[0],
     "WALSH_BLOCKLIST_SCHEMA_URL": lambda s: operator_urls(s)[1],
     "WALSH_POLICY_RETRY_DELAY": policy_retry_delay,
@@ -87,17 +75,6 @@ _READERS: dict[str, Callable[[BaseSettings], Any]] = {
     "WALSH_HOST_CLOCK_CACHE_SIZE": _cache_size("WALSH_HOST_CLOCK_CACHE_SIZE"),
     "WALSH_CADENCE_CACHE_SIZE": _cache_size("WALSH_CADENCE_CACHE_SIZE"),
     "WALSH_LIST_LOOKAHEAD": _cache_size("WALSH_LIST_LOOKAHEAD"),
-    "WALSH_AUDIT_RETENTION": _audit_seconds(
-        "WALSH_AUDIT_RETENTION",
-        "delete it. Give how long to keep entries, in seconds "
-        f"(default {defaults.WALSH_AUDIT_RETENTION}, 90 days)",
-    ),
-    "WALSH_AUDIT_REDIS_WINDOW": _audit_seconds(
-        "WALSH_AUDIT_REDIS_WINDOW",
-        "keep none of it. Give how long a fleet keeps its entries in Redis, in seconds "
-        f"(default {defaults.WALSH_AUDIT_REDIS_WINDOW:.0f}, 7 days), or set WALSH_AUDIT_URL "
-        "to keep WALSH_AUDIT_RETENTION of them in PostgreSQL",
-    ),
 }
 
 #: how a field of each type is read (its default from ``defaults``)
@@ -109,6 +86,11 @@ _BY_TYPE: dict[str, Callable[[BaseSettings, str, Any], Any]] = {
     "str": lambda s, name, default: s.get(name) or default,
     "str | None": lambda s, name, default: s.get(name) or default,
 }
+#: what a value of each type is, for a value that is not one
+_KINDS = {"float": "a number", "int": "a whole number", "bool": "True or False"}
+
+#: set only while :meth:`WalshSettings.from_settings` builds the object it checked
+_CHECKED: ContextVar[bool] = ContextVar("walsh_settings_checked", default=False)
 
 
 @dataclass(frozen=True)
@@ -162,26 +144,65 @@ class WalshSettings:
     host_clock_cache_size: int
     cadence_cache_size: int
     list_lookahead: int
+    purposes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not _CHECKED.get():
+            raise TypeError(
+                "WalshSettings is built only by WalshSettings.from_settings, which refuses "
+                "the values the start-up check refuses"
+            )
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> WalshSettings:
-        """Read every field from *settings* (a bad cache bound is refused
-        here, with the message its reader gives)."""
-        values = {}
-        for f in fields(cls):
-            name = f"WALSH_{f.name.upper()}"
-            reader = _READERS.get(name)
-            if reader is not None:
-                values[f.name] = reader(settings)
-            else:
-                values[f.name] = _BY_TYPE[str(f.type)](settings, name, getattr(defaults, name))
-        return cls(**values)
+        """Read and check every field from *settings*; a value the contract
+        refuses raises :class:`WalshConfigurationError` listing every problem,
+        as the start-up check does."""
+        read, found = _read(settings)
+        if found:
+            raise values.refusal(found)
+        token = _CHECKED.set(True)
+        try:
+            return cls(**read)
+        finally:
+            _CHECKED.reset(token)
 
     @classmethod
     def at_defaults(cls) -> WalshSettings:
         """Every field at its default (what a Redis connection made outside
         a crawl, for a test or a command, works with)."""
         return _at_defaults()
+
+
+def walsh_problems(settings: BaseSettings) -> list[str]:
+    """Every ``WALSH_`` value in *settings* that :meth:`WalshSettings.from_settings`
+    refuses, each saying what to change (for the start-up check)."""
+    return _read(settings)[1]
+
+
+def _read(settings: BaseSettings) -> tuple[dict[str, Any], list[str]]:
+    """Every field's value from *settings*, and every problem with them."""
+    found = values.problems(settings)
+    read: dict[str, Any] = {}
+    for f in fields(WalshSettings):
+        name = f"WALSH_{f.name.upper()}"
+        reader = _READERS.get(name)
+        try:
+            if reader is not None:
+                read[f.name] = reader(settings)
+            else:
+                read[f.name] = _BY_TYPE[str(f.type)](settings, name, getattr(defaults, name))
+        except WalshConfigurationError as exc:
+            if str(exc) not in found:
+                found.append(str(exc))
+        except (TypeError, ValueError):
+            used = name_in_use(settings, name)
+            if not any(problem.startswith(f"{used}=") for problem in found):
+                found.append(
+                    f"{used}={settings.get(used)!r}: not {_KINDS.get(str(f.type), 'a value')} "
+                    f"(default {getattr(defaults, name)!r})."
+                )
+    return read, found
 
 
 @cache

@@ -24,21 +24,17 @@ from urllib.parse import urlsplit
 
 from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.marks import BLOCKLIST, SCHEMA
-from scrapy_walsh_research.core.blocklist.entries import DomainSet, entry_hosts, names_host
+from scrapy_walsh_research.core.blocklist.entries import DomainSet
 from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.documents.blocklist.build import ListBuilder
 from scrapy_walsh_research.documents.blocklist.refresh import Refresher
 from scrapy_walsh_research.documents.blocklist.schema import BlocklistSchema
 from scrapy_walsh_research.documents.blocklist.store import HeldList
 from scrapy_walsh_research.documents.waits import DocumentWaits
-from scrapy_walsh_research.errors import WalshConfigurationError, deny
+from scrapy_walsh_research.errors import deny
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.settings.check import check_configuration
-from scrapy_walsh_research.settings.options import (
-    operator_hosts,
-    operator_urls,
-    policy_retry_delay,
-)
+from scrapy_walsh_research.settings.options import operator_hosts
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -59,28 +55,17 @@ class BlocklistMiddleware(InContext):
     """
 
     def __init__(self, crawler: Crawler) -> None:
-        settings = crawler.settings
         self.crawler = crawler
         context = self.context
         self.marks = context.marks
-        self.url, self.schema_url = operator_urls(settings)
-        walsh = context.settings
+        walsh = context.settings  # its values checked as it was read (settings/values.py)
+        self.url, self.schema_url = walsh.blocklist_url, walsh.blocklist_schema_url
         retry_delay = walsh.blocklist_retry_delay
         min_refresh = walsh.blocklist_min_refresh
         max_refresh = walsh.blocklist_max_refresh
-        # 0 < MIN <= MAX <= a day: refused by the start-up check (from_crawler)
         max_bytes = walsh.blocklist_max_bytes
         self.allow_http = walsh.blocklist_allow_http
-        for name, value in (
-            ("WALSH_BLOCKLIST_URL", self.url),
-            ("WALSH_BLOCKLIST_SCHEMA_URL", self.schema_url),
-        ):
-            if not self._transport_ok(value):
-                raise WalshConfigurationError(
-                    f"{name}={value!r} is not an https URL. The blocklist must come over "
-                    "https; set WALSH_BLOCKLIST_ALLOW_HTTP=True only for a local sandbox."
-                )
-        self._operator_hosts = operator_hosts(settings)
+        self._operator_hosts = operator_hosts(crawler.settings)
         extra = self._extra(walsh.blocklist_extra)
         schema = BlocklistSchema(context, self.schema_url)
         self.builder = ListBuilder(
@@ -89,7 +74,7 @@ class BlocklistMiddleware(InContext):
         #: the list in force: what this gate checks
         self.held = HeldList(context, url=self.url, extra=extra, builder=self.builder)
         pacer = context.service(Pacer)
-        first_retry_delay = policy_retry_delay(settings)
+        first_retry_delay = walsh.policy_retry_delay
         self.refresher = Refresher(
             context, held=self.held, schema=schema, builder=self.builder, pacer=pacer,
             retry_delay=retry_delay, first_retry_delay=first_retry_delay, max_bytes=max_bytes,
@@ -101,15 +86,7 @@ class BlocklistMiddleware(InContext):
 
     @staticmethod
     def _extra(extra: tuple[str, ...]) -> DomainSet:
-        """WALSH_BLOCKLIST_EXTRA, the project's own opt-out list: an entry
-        that names no host is refused, not logged and dropped."""
-        unusable = [d for d in extra if not all(map(names_host, entry_hosts(d) or {""}))]
-        if unusable:
-            raise WalshConfigurationError(
-                f"WALSH_BLOCKLIST_EXTRA: {unusable[0]!r} names no host, so it would block "
-                "nothing. Give host names or URLs (e.g. -s WALSH_BLOCKLIST_EXTRA=a.test,b.test "
-                "or -s 'WALSH_BLOCKLIST_EXTRA=[\"a.test\"]')."
-            )
+        """WALSH_BLOCKLIST_EXTRA, the project's own opt-out list."""
         return DomainSet.from_entries(
             [{"domain": d, "reason": "WALSH_BLOCKLIST_EXTRA"} for d in extra],
             source="WALSH_BLOCKLIST_EXTRA",
