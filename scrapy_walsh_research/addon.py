@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 DEFAULTS: dict[str, object] = {
     "USER_AGENT": USER_AGENT,
     "ROBOTSTXT_OBEY": False,  # our R2 gate replaces Scrapy's
-    "CONCURRENT_REQUESTS": 1,  # R4: serial
+    # R4: serial on the wire (the wire-timed handler sends one request at a
+    # time); the engine takes a second so its gates run while one is out
+    "CONCURRENT_REQUESTS": 2,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
     # R4 pacing replaces Scrapy's per-slot delay, its jitter and AutoThrottle
     "DOWNLOAD_DELAY": 0.0,

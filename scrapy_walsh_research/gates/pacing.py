@@ -124,8 +124,11 @@ class PacingMiddleware(InContext):
                 raise HostBusy(host, wait)
             if self.requeue and not direct:
                 # Give the only download slot back: the frontier holds this
-                # request until its host is ready and serves other hosts now.
-                return self.pacer.requeue(request)
+                # request until its host is ready and serves other hosts now
+                # (kept aside a moment while the host's last request, on the
+                # wire, has no answer yet: its clock says ready meanwhile).
+                pending = self.pacer.answer_pending(host)
+                return self.pacer.requeue(request, until=now + wait if pending else None)
             if not direct and spent >= IN_PLACE_LIMIT:
                 # Another scheduler (scrapy-redis's) hands a request back at
                 # once, so it waits here a little; past that, it goes back

@@ -15,6 +15,15 @@ with ``WALSH_SIGNING_KEY`` set, its signature
 (:class:`~scrapy_walsh_research.scheduling.departure.Departure`, asked
 through :class:`OnDeparture`). How it reaches into Twisted to do so, and why,
 is :mod:`scrapy_walsh_research.scheduling._twisted`.
+
+The wire is serial: a request's connection is handed to it (its bytes
+written) only once the request before it has its whole answer or has failed
+(``_wire``, held from the handover until the download ends), so at most one
+request is ever in flight, whatever the engine lets into the downloader.
+The engine takes the next request while one is on the wire
+(``CONCURRENT_REQUESTS=2``) so that its gates and its host's reservation run
+meanwhile; what a gate decides while the request waits here is checked again
+as it is handed its connection (its grant, a Visit-time window).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import DeferredLock
 from twisted.internet.error import ConnectError
 
 from scrapy_walsh_research._runtime.context import InContext
@@ -40,13 +50,19 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = ["GrantExpired", "OnDeparture", "SigningFailed", "WireTimedHTTP11DownloadHandler"]
+__all__ = ["DepartureRefused", "GrantExpired", "OnDeparture", "SigningFailed", "WireTimedHTTP11DownloadHandler"]
 
 
 class GrantExpired(ConnectError):
     """The host's slot reserved for this request is no longer this worker's
     (its lease on a shared clock ran out before a connection was ready):
     nothing is sent; R5 retries it through pacing like a failed connect."""
+
+
+class DepartureRefused(ConnectError):
+    """A gate says the request may no longer leave (a Visit-time window
+    closed while it waited for the wire): nothing is sent; R5 retries it
+    through its gates like a failed connect."""
 
 
 class OnDeparture(Protocol):
@@ -73,6 +89,10 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         self._current: Request | None = None
         self._crawler = crawler
         self._departure: OnDeparture = Departure(self.context)
+        #: held by the request on the wire (:attr:`_holder`), from when its
+        #: connection is ready until its answer is complete or it failed
+        self._wire = DeferredLock()
+        self._holder: Request | None = None
         _twisted.on_each_connection(pool, self._on_connection)
 
     def _on_connection(self) -> Callable[[Any], Any]:
@@ -84,7 +104,14 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
     def _handed_over(self, connection: Any, request: Request | None) -> Any:
         if request is None:
             return connection
+        # The connection is ready; the request's bytes wait for the wire
+        # (the request before it answered in full, or failed).
+        return self._wire.acquire().addCallback(lambda _: self._on_wire(connection, request))
+
+    def _on_wire(self, connection: Any, request: Request) -> Any:
+        self._holder = request
         self._check_grant(connection, request)  # not logged as sent if it cannot be
+        self._check_departure(connection, request)
         # the audit entry is durable before the request leaves
         written = self._departure.logged(request)
         if written is None:
@@ -111,8 +138,19 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
                 string=f"the reserved slot for {request.url} expired"
             )
 
+    def _check_departure(self, connection: Any, request: Request) -> None:
+        late = self.context.service(Pacer).departure_denial(request)
+        if late is not None:
+            connection.transport.loseConnection()
+            raise DepartureRefused(string=f"{late[0]}: {late[1]}")  # type: ignore[no-untyped-call]
+
     async def download_request(self, request: Request) -> Response:
-        # Requests are serial (start-up check), so the request being
-        # downloaded is the one that asks the pool for a connection next.
+        # The pool is asked for a connection synchronously inside the call:
+        # the request set here is the one the connection is for.
         self._current = request
-        return await super().download_request(request)
+        try:
+            return await super().download_request(request)
+        finally:
+            if self._holder is request:  # its answer is complete, or it failed
+                self._holder = None
+                self._wire.release()

@@ -118,10 +118,16 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"({order[USERAGENT_MW]}), where it could change the User-Agent on the wire: "
                 "give it a lower number or move the R1 gate higher."
             )
-    if settings.getint("CONCURRENT_REQUESTS") != 1:
+    if settings.getint("CONCURRENT_REQUESTS") not in (1, 2):
         found.append(
             f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
-            "requests. Set CONCURRENT_REQUESTS=1."
+            "requests. Set CONCURRENT_REQUESTS=2 (the wire-timed handler sends one at a time; "
+            "the engine prepares the next meanwhile) or 1."
+        )
+    if settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") != 1:
+        found.append(
+            f"CONCURRENT_REQUESTS_PER_DOMAIN={settings.getint('CONCURRENT_REQUESTS_PER_DOMAIN')}: "
+            "R4 requires serial requests to a host. Set CONCURRENT_REQUESTS_PER_DOMAIN=1."
         )
     found.extend(_list_problems(settings))
     found.extend(_freshness_problems(settings) + options.retention_problems(settings))
