@@ -41,8 +41,9 @@ DEFAULTS: dict[str, object] = {
     "USER_AGENT": USER_AGENT,
     "ROBOTSTXT_OBEY": False,  # our R2 gate replaces Scrapy's
     # R4: serial on the wire (the wire-timed handler sends one request at a
-    # time); the engine takes a second so its gates run while one is out
-    "CONCURRENT_REQUESTS": 2,
+    # time); the engine takes more so that the next request's gates, and a
+    # robots.txt fetch one of them asks for, run while one is out
+    "CONCURRENT_REQUESTS": 3,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
     # R4 pacing replaces Scrapy's per-slot delay, its jitter and AutoThrottle
     "DOWNLOAD_DELAY": 0.0,

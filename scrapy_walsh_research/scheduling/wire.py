@@ -126,6 +126,7 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
             _twisted.rewrite_next_request(
                 connection, lambda tx_request: self._departure.sign(tx_request, request)
             )
+        _twisted.send_once_written(connection)
         request.meta[WIRE_TIME_META] = time.monotonic()
         _twisted.stamp_sends(connection, request)
         return connection

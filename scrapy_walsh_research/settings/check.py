@@ -118,11 +118,11 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"({order[USERAGENT_MW]}), where it could change the User-Agent on the wire: "
                 "give it a lower number or move the R1 gate higher."
             )
-    if settings.getint("CONCURRENT_REQUESTS") not in (1, 2):
+    if not 1 <= settings.getint("CONCURRENT_REQUESTS") <= 3:
         found.append(
             f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
-            "requests. Set CONCURRENT_REQUESTS=2 (the wire-timed handler sends one at a time; "
-            "the engine prepares the next meanwhile) or 1."
+            "requests. Set CONCURRENT_REQUESTS=3 (the wire-timed handler sends one at a time; "
+            "the engine prepares the next meanwhile) or lower."
         )
     if settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") != 1:
         found.append(
