@@ -35,6 +35,7 @@ from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.scheduling.backoff import Backoff
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
+from scrapy_walsh_research.scheduling.wire import DepartureRefused
 from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
@@ -178,8 +179,14 @@ class PacingMiddleware(InContext):
             )
         return response
 
-    async def process_exception(self, request: Request, exception: Exception) -> None:
+    async def process_exception(self, request: Request, exception: Exception) -> Request | None:
         host = url_host(request.url)
+        if isinstance(exception, DepartureRefused) and not self.marks.is_direct(request):
+            # nothing left: a gate closed (Visit-time) while it waited for
+            # the wire; it goes back through its gates, as from the wait here
+            await self._commit(request, answered=False)
+            await self.audit.answered(request, error=failure_reason(exception))
+            return self.pacer.requeue(request)
         sent_at = self._sent_at(request)
         hold = self.backoff.after(request, exception=exception)
         if hold.seconds:  # as for a response: the backoff is in force before the slot is free
@@ -188,6 +195,7 @@ class PacingMiddleware(InContext):
             await self.pacer.note_answer(host, exception=exception)
         await self._commit(request, answered=False)
         await self.audit.answered(request, error=failure_reason(exception), hold=hold.seconds)
+        return None
 
     def _sent_at(self, request: Request) -> float | None:
         """When *request* left (its wire stamp, else its reservation), or None

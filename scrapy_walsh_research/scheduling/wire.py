@@ -50,7 +50,13 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = ["DepartureRefused", "GrantExpired", "OnDeparture", "SigningFailed", "WireTimedHTTP11DownloadHandler"]
+__all__ = [
+    "DepartureRefused",
+    "GrantExpired",
+    "OnDeparture",
+    "SigningFailed",
+    "WireTimedHTTP11DownloadHandler",
+]
 
 
 class GrantExpired(ConnectError):
