@@ -124,11 +124,6 @@ def problems(settings: BaseSettings) -> list[str]:
             "requests. Set CONCURRENT_REQUESTS=3 (the wire-timed handler sends one at a time; "
             "the engine prepares the next meanwhile) or lower."
         )
-    if settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN") != 1:
-        found.append(
-            f"CONCURRENT_REQUESTS_PER_DOMAIN={settings.getint('CONCURRENT_REQUESTS_PER_DOMAIN')}: "
-            "R4 requires serial requests to a host. Set CONCURRENT_REQUESTS_PER_DOMAIN=1."
-        )
     found.extend(_list_problems(settings))
     found.extend(_freshness_problems(settings) + options.retention_problems(settings))
     found.extend(_redis_problems(settings))
