@@ -24,6 +24,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
@@ -77,11 +78,7 @@ class PacingMiddleware(InContext):
         purpose = self.marks.purpose(request, quiet=True)
         direct = self.marks.is_direct(request)
         stop = self.pacer.stop
-        if stop.stopping:  # the run is stopping: nothing goes out any more
-            if not direct:
-                raise stop.denial()
-            self.stats.inc_value("walsh/pacing/host_busy")
-            raise HostBusy(host, 1.0)  # its caller ends the target that needed it
+        self.pacer.refuse_if_stopping(host, direct=direct)  # nothing goes out any more
         limit = float("inf")
         if direct:
             limit = request.meta.get(MAX_WAIT_META) or max(
@@ -191,7 +188,9 @@ class PacingMiddleware(InContext):
         hold = self.backoff.after(request, exception=exception)
         if hold.seconds:  # as for a response: the backoff is in force before the slot is free
             await self.pacer.hold(host, time.monotonic() + hold.seconds, hold.by, sent_at)
-        if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
+        if sent_at is not None and not isinstance(exception, IgnoreRequest):
+            # only what was sent: a gate's denial, or a request the handler
+            # did not send (the run is stopping), says nothing of the host
             await self.pacer.note_answer(host, exception=exception)
         await self._commit(request, answered=False)
         await self.audit.answered(request, error=failure_reason(exception), hold=hold.seconds)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research._runtime.marks import HostBusy
 from scrapy_walsh_research._runtime.meta import (
     PARKED_META,
     REQUEUED_META,
@@ -326,6 +327,18 @@ class Pacer:
             self.mean_duration = seconds
         else:
             self.mean_duration += 0.2 * (seconds - self.mean_duration)
+
+    def refuse_if_stopping(self, host: str, *, direct: bool) -> None:
+        """While the run is stopping nothing is sent: a target is ended
+        (:class:`~scrapy_walsh_research.errors.WalshStopped`), the bundle's
+        own request (*direct*) is refused as :class:`HostBusy` (its caller
+        ends the target that needed it)."""
+        if not self.stop.stopping:
+            return
+        if not direct:
+            raise self.stop.denial()
+        self.stats.inc_value("walsh/pacing/host_busy")
+        raise HostBusy(host, 1.0)
 
     def requeue(self, request: Request, *, until: float | None = None) -> Request:
         """*request* given back to the frontier: it keeps its place in its

@@ -16,14 +16,18 @@ with ``WALSH_SIGNING_KEY`` set, its signature
 through :class:`OnDeparture`). How it reaches into Twisted to do so, and why,
 is :mod:`scrapy_walsh_research.scheduling._twisted`.
 
-The wire is serial: a request's connection is handed to it (its bytes
-written) only once the request before it has its whole answer or has failed
-(``_wire``, held from the handover until the download ends), so at most one
-request is ever in flight, whatever the engine lets into the downloader.
-The engine takes the next request while one is on the wire
-(``CONCURRENT_REQUESTS=2``) so that its gates and its host's reservation run
-meanwhile; what a gate decides while the request waits here is checked again
-as it is handed its connection (its grant, a Visit-time window).
+The wire is serial: a request asks the pool for a connection (opens one,
+or takes an idle keep-alive one) only once the request before it has its
+whole answer or has failed (``_wire``, a lock held from before the pool is
+asked until the download ends), so no connection is opened and no byte
+leaves for any host while another request is in flight, whatever the engine
+lets into the downloader. Scrapy's ``DOWNLOAD_TIMEOUT`` starts once the lock
+is held: the wait for the wire is not counted. The engine takes the next
+requests while one is on the wire (``CONCURRENT_REQUESTS=3``) so that their
+gates and their hosts' reservations run meanwhile; what a gate decides while
+a request waits here is checked again as it is handed its connection (its
+grant, a Visit-time window), and a request still waiting when the run is
+stopped is not sent.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
-from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet.defer import DeferredLock
 from twisted.internet.error import ConnectError
 
@@ -95,10 +99,9 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         self._current: Request | None = None
         self._crawler = crawler
         self._departure: OnDeparture = Departure(self.context)
-        #: held by the request on the wire (:attr:`_holder`), from when its
-        #: connection is ready until its answer is complete or it failed
+        #: held by the request on the wire, from before it asks the pool for
+        #: a connection until its answer is complete or its download failed
         self._wire = DeferredLock()
-        self._holder: Request | None = None
         _twisted.on_each_connection(pool, self._on_connection)
 
     def _on_connection(self) -> Callable[[Any], Any]:
@@ -110,12 +113,11 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
     def _handed_over(self, connection: Any, request: Request | None) -> Any:
         if request is None:
             return connection
-        # The connection is ready; the request's bytes wait for the wire
-        # (the request before it answered in full, or failed).
-        return self._wire.acquire().addCallback(lambda _: self._on_wire(connection, request))
-
-    def _on_wire(self, connection: Any, request: Request) -> Any:
-        self._holder = request
+        try:  # stopped while its connection was being opened: nothing is sent
+            self._refuse_if_stopping(request)
+        except Exception:
+            connection.transport.loseConnection()
+            raise
         self._check_grant(connection, request)  # not logged as sent if it cannot be
         self._check_departure(connection, request)
         # the audit entry is durable before the request leaves
@@ -145,6 +147,10 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
                 string=f"the reserved slot for {request.url} expired"
             )
 
+    def _refuse_if_stopping(self, request: Request) -> None:
+        direct = self.context.marks.is_direct(request)
+        self.context.service(Pacer).refuse_if_stopping(url_host(request.url), direct=direct)
+
     def _check_departure(self, connection: Any, request: Request) -> None:
         late = self.context.service(Pacer).departure_denial(request)
         if late is not None:
@@ -152,12 +158,17 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
             raise DepartureRefused(string=f"{late[0]}: {late[1]}")  # type: ignore[no-untyped-call]
 
     async def download_request(self, request: Request) -> Response:
-        # The pool is asked for a connection synchronously inside the call:
-        # the request set here is the one the connection is for.
-        self._current = request
+        # Taken before the pool is asked for a connection, and before
+        # Scrapy's download timeout starts (inside the call below); a wait
+        # cancelled here leaves the lock as it was.
+        await maybe_deferred_to_future(self._wire.acquire())
         try:
+            # a request that waited here while the run was stopping is not sent
+            self._refuse_if_stopping(request)
+            # The pool is asked for a connection synchronously inside the
+            # call: the request set here is the one the connection is for.
+            self._current = request
             return await super().download_request(request)
         finally:
-            if self._holder is request:  # its answer is complete, or it failed
-                self._holder = None
-                self._wire.release()
+            self._current = None
+            self._wire.release()

@@ -50,7 +50,6 @@ from scrapy_walsh_research.components import (
     SPIDER_MIDDLEWARES,
     STARTUP_CHECK,
     USERAGENT_MW,
-    WIRE_HANDLER,
     enabled,
     enabled_downloader_middlewares,
     is_subclass,
@@ -60,7 +59,7 @@ from scrapy_walsh_research.components import (
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
-from scrapy_walsh_research.settings import adaptive, defaults, options
+from scrapy_walsh_research.settings import adaptive, defaults, options, wire
 from scrapy_walsh_research.settings.options import (
     RENAMED,
     declared_purposes,
@@ -118,13 +117,7 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"({order[USERAGENT_MW]}), where it could change the User-Agent on the wire: "
                 "give it a lower number or move the R1 gate higher."
             )
-    if not 1 <= settings.getint("CONCURRENT_REQUESTS") <= 3:
-        found.append(
-            f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
-            "requests. Set CONCURRENT_REQUESTS=3 (the wire-timed handler sends one at a time; "
-            "the engine prepares the next meanwhile) or lower."
-        )
-    found.extend(_list_problems(settings))
+    found.extend(wire.concurrency_problems(settings) + _list_problems(settings))
     found.extend(_freshness_problems(settings) + options.retention_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
@@ -371,21 +364,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
             "and images an item points to and stores them. R6 requires no sub-resources and "
             "no stored content. Set it to None in ITEM_PIPELINES."
         )
-    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
-    for scheme in ("http", "https"):
-        handler = handlers.get(scheme)
-        if handler is None:
-            continue  # no handler: nothing is sent for this scheme
-        cls = loaded(handler)
-        if not is_subclass(cls, WIRE_HANDLER):
-            found.append(
-                f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
-                "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
-                "Twisted's connection pool send a request again by itself when a reused "
-                "connection fails after the write, a request no gate sees, and R4 requires "
-                f"every request to be paced. Set DOWNLOAD_HANDLERS[{scheme!r}] to "
-                f"{WIRE_HANDLER!r}, or leave the entry out and let the add-on set it."
-            )
+    found.extend(wire.handler_problems(settings))
     if not settings.getbool("TWISTED_REACTOR_ENABLED", True):
         found.append(
             "TWISTED_REACTOR_ENABLED=False: the gates run on the Twisted reactor (the pacing "
