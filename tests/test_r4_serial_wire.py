@@ -15,6 +15,7 @@ import pytest_twisted
 
 from scrapy_walsh_research.sandbox import Reply
 from tests.support.crawling import base_settings, crawl, gaps
+from tests.support.fleet import redis_settings
 
 ROBOTS = "User-agent: *\nAllow: /\n"
 
@@ -67,4 +68,23 @@ async def test_the_wait_for_the_wire_does_not_count_against_download_timeout(ser
         if hit.host in ("a.test", "b.test", "c.test") and hit.path.startswith("/p/"):
             sent[hit.host] += 1
     assert dict(sent) == {"a.test": 1, "b.test": 1, "c.test": 1}
+    assert server.origin.overlapping() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_shared_clocks_lease_outlives_a_wait_for_the_wire(server, tmp_path, redis_server):
+    """On a Redis clock a reservation is leased (1.5 s here) and renewed: a
+    request granted while another host's answer takes 4 s waits for the wire
+    longer than its lease, and is still sent once, on its own reservation
+    (no GrantExpired, no retry), after that answer."""
+    slow = slow_pages(server, "slow.test", 1, 4.0)
+    fast = slow_pages(server, "fast.test", 2, 0.0)
+    shared = redis_settings(redis_server, WALSH_REDIS_LEASE=1.5)
+    res = await crawl(base_settings(server, tmp_path / "s", **shared), slow + fast, tmp_path)
+    assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(slow + fast, "fetched")
+    assert res.stats.get("walsh/retry/count", 0) == 0
+    (answer,) = server.origin.hits_for("slow.test", "/p/0")
+    waited = [h for h in server.origin.hits_for("fast.test") if h.t > answer.t]
+    assert waited and all(h.t >= answer.finished for h in waited)
+    assert [h.path for h in server.origin.hits_for("fast.test")].count("/p/1") == 1
     assert server.origin.overlapping() == []
