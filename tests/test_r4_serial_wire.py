@@ -9,6 +9,7 @@ leaves. Asserted on what the origin saw."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest_twisted
@@ -88,3 +89,35 @@ async def test_a_shared_clocks_lease_outlives_a_wait_for_the_wire(server, tmp_pa
     assert waited and all(h.t >= answer.finished for h in waited)
     assert [h.path for h in server.origin.hits_for("fast.test")].count("/p/1") == 1
     assert server.origin.overlapping() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_visit_time_window_that_closes_while_a_request_waits_for_the_wire_holds(
+    server, tmp_path
+):
+    """vt.test's Visit-time window closes at the next minute boundary while
+    its second page, granted, waits for the wire behind a slow answer from
+    another host that ends after it: that page is not sent (checked again as
+    it leaves, it goes back through its gates) and is skipped by R2."""
+    now = time.time()
+    closes = (int(now // 60) + 1) * 60
+    if closes - now < 8:
+        closes += 60
+    visits = f"{(int(now // 60) - 1) % 1440 // 60:02d}{(int(now // 60) - 1) % 60:02d}-"
+    visits += f"{int(closes // 60) % 1440 // 60:02d}{int(closes // 60) % 60:02d}"
+    first, second = slow_pages(server, "vt.test", 2, 0.0, f"User-agent: *\nVisit-time: {visits}\n")
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    # answered 1.5 s after the window closed, whenever it arrived
+    server.origin.route(
+        "slow.test", "/x", lambda hit: Reply(200, "late", delay=closes + 1.5 - hit.wall)
+    )
+    slow = server.url("slow.test", "/x")
+    settings = base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=90)
+    res = await crawl(settings, [first, slow, second], tmp_path)
+    records = {r["url"]: r for r in res.items}
+    assert records[first]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert (records[second]["outcome"], records[second]["rule"]) == ("skipped", "R2")
+    (late,) = server.origin.hits_for("slow.test", "/x")
+    assert late.wall < closes  # vt.test/p/1 was due (1 s after /p/0) while it was out
+    assert [h.path for h in server.origin.hits_for("vt.test") if h.wall >= closes] == []
+    assert server.origin.hits_for("vt.test", "/p/1") == []
