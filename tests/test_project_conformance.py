@@ -29,7 +29,6 @@ from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.settings.check import apply_addons
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
-
 SCRAPY_HTTP11 = "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"
 
 
