@@ -159,9 +159,17 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
 
     async def download_request(self, request: Request) -> Response:
         # Taken before the pool is asked for a connection, and before
-        # Scrapy's download timeout starts (inside the call below); a wait
-        # cancelled here leaves the lock as it was.
-        await maybe_deferred_to_future(self._wire.acquire())
+        # Scrapy's download timeout starts (inside the call below).
+        granted: list[object] = []
+        waiting = self._wire.acquire().addCallback(granted.append)
+        try:
+            await maybe_deferred_to_future(waiting)
+        except BaseException:
+            # cancelled while waiting (the lock drops the wait), or just as
+            # the lock came (it is given back)
+            if granted:
+                self._wire.release()
+            raise
         try:
             # a request that waited here while the run was stopping is not sent
             self._refuse_if_stopping(request)
