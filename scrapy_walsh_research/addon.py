@@ -29,6 +29,7 @@ from scrapy_walsh_research.components import (
     STARTUP_CHECK,
     STARTUP_CHECK_ORDER,
     WIRE_HANDLER,
+    uses_frontier,
 )
 from scrapy_walsh_research.core.contract import USER_AGENT
 from scrapy_walsh_research.settings.check import check_settings
@@ -40,7 +41,10 @@ if TYPE_CHECKING:
 DEFAULTS: dict[str, object] = {
     "USER_AGENT": USER_AGENT,
     "ROBOTSTXT_OBEY": False,  # our R2 gate replaces Scrapy's
-    "CONCURRENT_REQUESTS": 1,  # R4: serial
+    # R4: serial on the wire (the wire-timed handler sends one request at a
+    # time); the engine takes more so that the next request's gates, and a
+    # robots.txt fetch one of them asks for, run while one is out
+    "CONCURRENT_REQUESTS": 3,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
     # R4 pacing replaces Scrapy's per-slot delay, its jitter and AutoThrottle
     "DOWNLOAD_DELAY": 0.0,
@@ -82,6 +86,11 @@ class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
         for name, value in DEFAULTS.items():
             settings.set(name, value, "addon")
+        if not uses_frontier(settings):
+            # Another scheduler (scrapy-redis's) cannot keep a request aside
+            # for its host: the pacing gate makes it wait in place, and the
+            # engine's requests would queue behind each other there.
+            settings.set("CONCURRENT_REQUESTS", 1, "addon")
         explicit = settings.getdict("DOWNLOADER_MIDDLEWARES")
         for replaced in (ScrapyRobotsTxt, ScrapyRetry):
             # Disable Scrapy's own robots.txt and retry middlewares unless the

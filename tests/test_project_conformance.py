@@ -29,6 +29,8 @@ from scrapy_walsh_research.identity.signing import generate_key
 from scrapy_walsh_research.settings.check import apply_addons
 from scrapy_walsh_research.spiders.targets import TargetsSpider
 
+SCRAPY_HTTP11 = "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"
+
 
 def project(**overrides: Any) -> Settings:
     """An ordinary project with the one ADDONS line."""
@@ -157,6 +159,10 @@ def test_attestation_from_configuration_is_true_only_with_every_gate_in_place():
         ({"DOWNLOADER_MIDDLEWARES": {BLOCKLIST_MW: None}}, "R3_operator_blocklist"),
         ({"DOWNLOADER_MIDDLEWARES": {PREFERENCES_MW: None}}, "PREF_usage_preferences"),
         ({"CONCURRENT_REQUESTS": 4}, "R4_serial_rate_limit_crawl_delay"),
+        (
+            {"CONCURRENT_REQUESTS": 3, "DOWNLOAD_HANDLERS": {"http": SCRAPY_HTTP11}},
+            "R4_serial_rate_limit_crawl_delay",
+        ),
         ({"DOWNLOADER_MIDDLEWARES": {CADENCE_MW: None}}, "R8_infrequent_runs"),
         ({"WALSH_RUN_INTERVAL": 3600}, "R8_infrequent_runs"),
     ],

@@ -286,7 +286,9 @@ async def test_robots_of_a_held_host_does_not_hold_the_download_slot(server, tmp
         return Reply(429, "wait", {"Retry-After": "6"}) if calls["n"] == 1 else Reply(200, "ok")
 
     server.origin.route("held.test", "/busy", busy_once)
-    others = pages(server, "other.test", 5, latency=0)
+    # enough of them that some are still queued when the hold comes, however
+    # the engine orders the held host's documents
+    others = pages(server, "other.test", 10, latency=0)
     urls = [
         server.url("held.test", "/busy", port=port_a),
         server.url("held.test", "/p/1", port=port_b),

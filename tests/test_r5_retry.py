@@ -136,6 +136,27 @@ async def test_while_one_host_backs_off_another_hosts_requests_go_out(server, tm
 
 
 @pytest_twisted.ensureDeferred
+async def test_a_slow_answers_retry_after_holds_a_request_prepared_while_it_was_out(
+    server, tmp_path
+):
+    """The engine prepares the next request while one is on the wire: a
+    request to the same host, due by its interval while the first's answer
+    is slow to come, must not leave before that answer's Retry-After."""
+    slow = target(server, "slow.test", "/a", Reply(429, "later", {"Retry-After": "4"}, delay=1.5))
+    server.origin.route("slow.test", "/b", Reply(200, "ok"))
+    res = await crawl(
+        base_settings(server, tmp_path / "s", WALSH_RETRY_TIMES=0),
+        [slow, server.url("slow.test", "/b")],
+        tmp_path,
+    )
+    (a,) = server.origin.hits_for("slow.test", "/a")
+    (b,) = server.origin.hits_for("slow.test", "/b")
+    assert b.t - a.t >= 1.5 + 4.0
+    assert server.origin.max_inflight == 1
+    assert {i["outcome"] for i in res.items} == {"failed", "fetched"}
+
+
+@pytest_twisted.ensureDeferred
 async def test_transient_errors_are_retried_with_backoff(server, tmp_path):
     url = target(server, "flaky.test", "/x", once_then_ok(502, {}))
     res = await crawl(base_settings(server, tmp_path / "s"), [url], tmp_path)

@@ -256,3 +256,36 @@ async def test_a_stopped_fleet_worker_gives_its_waiting_lines_back_to_the_queue_
     every = fed_records(redis_server, prefix)
     assert sorted(r["line"] for r in every) == list(range(1, len(lines) + 1))
     assert {r["outcome"] for r in every} == {"fetched"}
+
+
+@pytest_twisted.ensureDeferred
+async def test_requests_waiting_for_the_wire_when_stopped_are_not_sent(server, tmp_path):
+    """The engine takes the next requests while one is on the wire: the stop
+    comes while a slow page is answered and two other hosts' pages, due,
+    wait for the wire. The slow answer is awaited; the waiting pages are not
+    sent after it, and each line has one record."""
+    o = server.origin
+    for host in ("b.test", "c.test"):
+        o.route(host, "/robots.txt", ROBOTS)
+        for path in ("/1", "/2"):
+            o.route(host, path, Reply(200, "page", {"Content-Type": "text/plain"}))
+    o.route("a.test", "/robots.txt", ROBOTS)
+    o.route("a.test", "/x", Reply(200, "slow", {"Content-Type": "text/plain"}, delay=4.0))
+    lines = [server.url("b.test", "/1"), server.url("c.test", "/1"), server.url("a.test", "/x"),
+             server.url("b.test", "/2"), server.url("c.test", "/2")]  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    proc = spawn_targets_crawl(server, write_list(tmp_path, lines), tmp_path / "state",
+                               FEEDS=json.dumps({str(out): {"format": "jsonlines"}}))  # fmt: skip
+    slow = lambda: o.hits_for("a.test", "/x")  # noqa: E731
+    # b.test's and c.test's second pages are due 1 s after their first
+    await stop_when(proc, lambda: slow() and time.monotonic() - slow()[0].t > 2.0, signal.SIGINT)
+    assert proc.code == 0, proc.err.decode()[-3000:]
+    answered = slow()[0].finished
+    assert answered > 0
+    assert [h.uri for h in o.hits if h.t > answered] == []  # nothing sent after the stop
+    assert o.hits_for("b.test", "/2") == [] and o.hits_for("c.test", "/2") == []
+    records = one_record_per_line(read_records(out), len(lines))
+    assert [records[n]["outcome"] for n in (1, 2, 3)] == ["fetched"] * 3
+    for n in (4, 5):
+        assert (records[n]["outcome"], records[n]["rule"]) == ("skipped", None), records[n]
+        assert "the run was stopped" in records[n]["reason"]

@@ -196,6 +196,16 @@ REFUSALS = {
         {"DOWNLOAD_HANDLERS": {"https": SCRAPY_HTTP11}},
         f"Set DOWNLOAD_HANDLERS['https'] to '{WIRE_HANDLER}'",
     ),
+    # the engine takes three only where the wire-timed handler sends one at a time
+    "three taken, another http handler": (
+        {"DOWNLOAD_HANDLERS": {"http": SCRAPY_HTTP11}, "CONCURRENT_REQUESTS": 3},
+        f"CONCURRENT_REQUESTS=3 without {WIRE_HANDLER} for http: R4 requires serial requests",
+    ),
+    "two taken without the explicit handlers": (
+        {"DOWNLOAD_HANDLERS": {"https": SCRAPY_HTTP11}, "CONCURRENT_REQUESTS": 2},
+        "Set DOWNLOAD_HANDLERS to it for http and https, or CONCURRENT_REQUESTS=1.",
+    ),
+    "more than three taken": ({"CONCURRENT_REQUESTS": 4}, "Set CONCURRENT_REQUESTS=3"),
     "reactorless": ({"TWISTED_REACTOR_ENABLED": False}, "Set TWISTED_REACTOR_ENABLED=True"),
     "another downloader": (
         {"DOWNLOADER": f"{__name__}.BareDownloader"},

@@ -26,7 +26,7 @@ class Shop(scrapy.Spider):
     def parse(self, response):
         yield {"url": response.url}
 """
-CONFIG = "CONCURRENT_REQUESTS=8: R4 requires serial requests. Set CONCURRENT_REQUESTS=1."
+CONFIG = "CONCURRENT_REQUESTS=8: R4 requires serial requests. Set CONCURRENT_REQUESTS=3"
 
 
 def shop_project(tmp_path: Path) -> Path:

@@ -24,6 +24,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING
 
+from scrapy.exceptions import IgnoreRequest
 from scrapy.utils.defer import maybe_deferred_to_future
 from twisted.internet import task
 
@@ -35,6 +36,7 @@ from scrapy_walsh_research.core.urls import url_host
 from scrapy_walsh_research.errors import WalshDenied, deny, failure_reason
 from scrapy_walsh_research.scheduling.backoff import Backoff
 from scrapy_walsh_research.scheduling.pacer import IN_PLACE_LIMIT, Pacer
+from scrapy_walsh_research.scheduling.wire import DepartureRefused
 from scrapy_walsh_research.settings.check import check_configuration
 
 if TYPE_CHECKING:
@@ -76,11 +78,7 @@ class PacingMiddleware(InContext):
         purpose = self.marks.purpose(request, quiet=True)
         direct = self.marks.is_direct(request)
         stop = self.pacer.stop
-        if stop.stopping:  # the run is stopping: nothing goes out any more
-            if not direct:
-                raise stop.denial()
-            self.stats.inc_value("walsh/pacing/host_busy")
-            raise HostBusy(host, 1.0)  # its caller ends the target that needed it
+        self.pacer.refuse_if_stopping(host, direct=direct)  # nothing goes out any more
         limit = float("inf")
         if direct:
             limit = request.meta.get(MAX_WAIT_META) or max(
@@ -124,8 +122,11 @@ class PacingMiddleware(InContext):
                 raise HostBusy(host, wait)
             if self.requeue and not direct:
                 # Give the only download slot back: the frontier holds this
-                # request until its host is ready and serves other hosts now.
-                return self.pacer.requeue(request)
+                # request until its host is ready and serves other hosts now
+                # (kept aside a moment while the host's last request, on the
+                # wire, has no answer yet: its clock says ready meanwhile).
+                pending = self.pacer.answer_pending(host)
+                return self.pacer.requeue(request, until=now + wait if pending else None)
             if not direct and spent >= IN_PLACE_LIMIT:
                 # Another scheduler (scrapy-redis's) hands a request back at
                 # once, so it waits here a little; past that, it goes back
@@ -175,16 +176,25 @@ class PacingMiddleware(InContext):
             )
         return response
 
-    async def process_exception(self, request: Request, exception: Exception) -> None:
+    async def process_exception(self, request: Request, exception: Exception) -> Request | None:
         host = url_host(request.url)
+        if isinstance(exception, DepartureRefused) and not self.marks.is_direct(request):
+            # nothing left: a gate closed (Visit-time) while it waited for
+            # the wire; it goes back through its gates, as from the wait here
+            await self._commit(request, answered=False)
+            await self.audit.answered(request, error=failure_reason(exception))
+            return self.pacer.requeue(request)
         sent_at = self._sent_at(request)
         hold = self.backoff.after(request, exception=exception)
         if hold.seconds:  # as for a response: the backoff is in force before the slot is free
             await self.pacer.hold(host, time.monotonic() + hold.seconds, hold.by, sent_at)
-        if sent_at is not None:  # only what was sent: a gate's denial says nothing of the host
+        if sent_at is not None and not isinstance(exception, IgnoreRequest):
+            # only what was sent: a gate's denial, or a request the handler
+            # did not send (the run is stopping), says nothing of the host
             await self.pacer.note_answer(host, exception=exception)
         await self._commit(request, answered=False)
         await self.audit.answered(request, error=failure_reason(exception), hold=hold.seconds)
+        return None
 
     def _sent_at(self, request: Request) -> float | None:
         """When *request* left (its wire stamp, else its reservation), or None

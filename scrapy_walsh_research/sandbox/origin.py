@@ -19,6 +19,7 @@ can only make the gaps the origin saw longer, never shorter.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import subprocess
 import sys
 import time
@@ -75,6 +76,11 @@ class Hit:
     #: the Web Bot Auth verdict, when the origin verifies signatures:
     #: "verified", "unsigned" or "invalid: <why>"
     signature: str = ""
+    #: when this request began to hold the origin: its connection's opening,
+    #: for a connection's first request, else its arrival (time.monotonic())
+    opened: float = 0.0
+    #: when its answer was written, or its connection dropped (0: not yet)
+    finished: float = 0.0
 
     @property
     def user_agent(self) -> str | None:
@@ -90,12 +96,25 @@ class Origin(resource.Resource):
         self.hits: list[Hit] = []
         self.inflight = 0
         self.max_inflight = 0
+        #: connections opened and not yet given a request: peer -> when
+        self._opened: dict[tuple[str, int], float] = {}
         #: set (a sandbox.verify.Verifier) to verify every request's signature
         self.verifier: Any = None
 
     def route(self, host: str, path: str, reply: Reply | Handler) -> None:
         """Answer ``GET http://host/path`` (path includes any query) with *reply*."""
         self.routes[(host.lower(), path)] = reply
+
+    def connection_opened(self, peer: Any) -> None:
+        """A connection from *peer* was opened (its first request starts then)."""
+        self._opened[_peer(peer)] = time.monotonic()
+
+    def overlapping(self) -> list[tuple[Hit, Hit]]:
+        """Requests that held this origin at once: pairs whose spans from
+        :attr:`Hit.opened` to :attr:`Hit.finished` overlap (a serial client
+        opens no connection and sends nothing while a request is answered)."""
+        spans = sorted((h for h in self.hits if h.finished), key=lambda h: h.opened)
+        return [(a, b) for a, b in itertools.pairwise(spans) if b.opened < a.finished]
 
     def hits_for(self, host: str | None = None, path: str | None = None) -> list[Hit]:
         return [
@@ -122,6 +141,11 @@ class Origin(resource.Resource):
             hit.signature = self.verifier.verify(
                 hit.method, scheme, host_header, full_path, headers, now=hit.wall
             )
+        peer = request.getClientAddress()
+        opened = self._opened.pop(
+            (str(getattr(peer, "host", "")), int(getattr(peer, "port", 0))), None
+        )
+        hit.opened = arrived if opened is None else min(opened, arrived)
         self.hits.append(hit)
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
@@ -135,6 +159,7 @@ class Origin(resource.Resource):
 
         def finish() -> None:
             self.inflight -= 1
+            hit.finished = time.monotonic()
             if request.finished or request._disconnected:
                 return
             if reply.drop:
@@ -159,6 +184,10 @@ class Origin(resource.Resource):
         return server.NOT_DONE_YET
 
 
+def _peer(address: Any) -> tuple[str, int]:
+    return str(getattr(address, "host", "")), int(getattr(address, "port", 0))
+
+
 def _arrival(request: TxRequest) -> tuple[float, float]:
     """When *request* arrived (monotonic, wall): as the front process's
     kernel stamped it (its header, taken out here: the crawler did not send
@@ -171,6 +200,18 @@ def _arrival(request: TxRequest) -> tuple[float, float]:
         with contextlib.suppress(ValueError):
             return float(monotonic), float(wall)
     return time.monotonic(), time.time()
+
+
+class _Site(server.Site):
+    """The origin's site, which tells it when each connection is opened."""
+
+    def __init__(self, origin: Origin) -> None:
+        super().__init__(origin)
+        self._origin = origin
+
+    def buildProtocol(self, addr: Any) -> Any:
+        self._origin.connection_opened(addr)
+        return super().buildProtocol(addr)
 
 
 class _Front:
@@ -215,7 +256,7 @@ class SandboxServer:
 
     def __init__(self) -> None:
         self.origin = Origin()
-        self.site = server.Site(self.origin)
+        self.site = _Site(self.origin)
         self.site.noisy = False
         self._ports: list[Any] = []
         self._fronts: list[_Front] = []

@@ -12,6 +12,14 @@ The engine itself is ``crawler._engine`` from Scrapy 2.19 (reading
 ``crawler.engine`` before it (2.16, the floor); the scheduler is the public
 ``engine.scheduler`` from 2.19 and ``engine._slot.scheduler`` before it.
 
+The frontier hands out at most one request per host until that request is
+done with (answered, failed, dropped by a gate, given back), and learns that
+from the engine's own ledger of the requests it is working on,
+``engine._slot.inprogress``, which every path out of the downloader and the
+scraper leaves (:func:`in_progress`). If Scrapy changes it, the frontier
+hands out a host's next request as soon as it is ready (a warning says so):
+pacing still holds, but two requests of one host may pass each other.
+
 A stopped run gives its lines their records before the spider closes
 (:mod:`~scrapy_walsh_research.scheduling.stop`): Scrapy has no signal for
 "the spider is about to close" (``spider_closed`` comes after the item
@@ -25,15 +33,18 @@ the stop's records are not written (the warning says so) and
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from scrapy import Request
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 _warned = False
+_warned_progress = False
 
 
 def engine_of(crawler: Crawler) -> Any:
@@ -59,6 +70,24 @@ def wake_engine(crawler: Crawler) -> bool:
         return False
     nextcall.schedule()
     return True
+
+
+def in_progress(crawler: Crawler) -> Container[Request] | None:
+    """The requests the engine is working on (taken from its scheduler, not
+    yet through the downloader and the scraper), or None if not known."""
+    global _warned_progress
+    engine = engine_of(crawler)
+    inprogress = getattr(getattr(engine, "_slot", None), "inprogress", None)
+    if isinstance(inprogress, Container):
+        return inprogress
+    if engine is not None and not _warned_progress:
+        _warned_progress = True
+        logger.warning(
+            "Cannot see which requests the Scrapy engine is working on (engine._slot.inprogress "
+            "is gone in this Scrapy version): a host's next request may leave the frontier "
+            "before the one before it is answered; pacing still holds."
+        )
+    return None
 
 
 def scheduler_of(crawler: Crawler) -> Any:

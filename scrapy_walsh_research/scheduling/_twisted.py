@@ -12,7 +12,10 @@ and ``tests/test_r1_signed_identity.py``:
 * a connection's ``request``, wrapped for its next call, so that a request
   is signed as it is written (:func:`rewrite_next_request`);
 * the socket's ``writeSomeData``, wrapped once per connection, so that a
-  request is stamped each time its bytes leave (:func:`stamp_sends`).
+  request is stamped each time its bytes leave (:func:`stamp_sends`);
+* the socket's ``doWrite``, called once a request is written, so that its
+  bytes leave at once rather than on the reactor's next turn
+  (:func:`send_once_written`).
 """
 
 from __future__ import annotations
@@ -92,6 +95,50 @@ def rewrite_next_request(connection: Any, rewrite: Callable[[Any], None]) -> Non
     connection.request = request_once
 
 
+def _socket_of(connection: Any) -> Any:
+    """The innermost transport under *connection* (the one with
+    ``writeSomeData``: under TLS, the TCP connection), or None."""
+    transport = getattr(connection, "transport", None)
+    while transport is not None and not hasattr(transport, "writeSomeData"):
+        transport = getattr(transport, "transport", None)
+    return transport
+
+
+def send_once_written(connection: Any) -> None:
+    """Have the request *connection* writes next (its next ``request``
+    call, after a rewrite's, if any) handed to the socket at once.
+
+    Twisted buffers a write and sends it when the reactor next finds the
+    socket writable, after every callback already due on that turn. The
+    request is handed its connection as the answer before it completes, and
+    that answer's processing (middlewares, items, records) runs on the same
+    turn: sent now, the request is out while it runs. A request with a body
+    producer, or a connection closing, is left to the reactor; a write that
+    fails here leaves the data buffered for the reactor, which meets the
+    same failure and closes the connection."""
+    inner = vars(connection).get("request")  # a rewrite's one-call wrapper, if any
+
+    def request_then_send(tx_request: Any) -> Any:
+        if inner is None:
+            del connection.request  # back to the class's method
+            result = connection.request(tx_request)
+        else:
+            connection.request = inner  # it puts the class's method back itself
+            result = inner(tx_request)
+        transport = _socket_of(connection)
+        if (
+            transport is not None
+            and hasattr(transport, "doWrite")
+            and getattr(transport, "producer", None) is None
+            and not getattr(transport, "disconnecting", True)
+            and getattr(transport, "connected", False)
+        ):
+            transport.doWrite()
+        return result
+
+    connection.request = request_then_send
+
+
 def stamp_sends(connection: Any, request: Request) -> None:
     """Stamp *request* (``meta["walsh_wire_time"]``) each time the socket
     under *connection* accepts bytes of it.
@@ -105,9 +152,7 @@ def stamp_sends(connection: Any, request: Request) -> None:
     whichever request holds the connection now. Without such a transport the
     handover stamp stands.
     """
-    transport = getattr(connection, "transport", None)
-    while transport is not None and not hasattr(transport, "writeSomeData"):
-        transport = getattr(transport, "transport", None)
+    transport = _socket_of(connection)
     if transport is None:
         return
     if not getattr(transport, "_walsh_stamps_sends", False):

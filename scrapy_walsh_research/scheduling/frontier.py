@@ -7,7 +7,11 @@ waiting for one host while another is ready; when none is ready it wakes the
 engine at the earliest ready time instead of waiting for the heartbeat. A
 request that waits for its origin's robots.txt or tdmrep.json to be tried
 again is kept aside until then (parked), not in its host's queue, so the
-host's other origins go on meanwhile. When the run
+host's other origins go on meanwhile. A host has at most one request out
+(handed to the engine and not yet done with: answered, failed, dropped by a
+gate, given back): the engine takes the next requests while one is on the
+wire, and a host's second request would otherwise meet pacing before the
+first's answer, go back, and fall behind the host's third. When the run
 is stopped, what it holds is handed to
 :class:`~scrapy_walsh_research.scheduling.stop.RunStop` (:meth:`drain`), and
 so is what reaches it afterwards: each line still gets its record.
@@ -19,6 +23,7 @@ import heapq
 import itertools
 import logging
 import time
+import weakref
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +32,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_walsh_research._runtime.context import InContext
 from scrapy_walsh_research._runtime.meta import PARKED_META, REQUEUED_META
 from scrapy_walsh_research.core.urls import url_host
-from scrapy_walsh_research.scheduling._engine import wake_engine
+from scrapy_walsh_research.scheduling._engine import in_progress, wake_engine
 from scrapy_walsh_research.scheduling.pacer import Pacer
 from scrapy_walsh_research.scheduling.stop import RunStop
 
@@ -69,6 +74,9 @@ class FrontierScheduler(InContext):
         #: requests kept aside until a time (their document's next try):
         #: (time.monotonic(), seq, request)
         self._parked: list[tuple[float, int, Request]] = []
+        #: hosts with a request out -> that request: such a host has no live
+        #: heap entry until the engine is done with it (:meth:`_take_back`)
+        self._out: dict[str, weakref.ref[Request]] = {}
         self.stop = context.service(RunStop)
         # the crawler's WaitingTargets: the sitemaps gate counts a host's targets
         context.waiting = self
@@ -112,7 +120,7 @@ class FrontierScheduler(InContext):
         """Take out every request queued or parked (the run is stopping)."""
         held = [r for queue in self._queues.values() for r in queue]
         held += [r for _, _, r in sorted(self._parked, key=lambda p: (p[0], p[1]))]
-        for kept in (self._queues, self._live, self._long, self._rotation):
+        for kept in (self._queues, self._live, self._long, self._rotation, self._out):
             kept.clear()
         self._heap, self._weights, self._parked, self._size = [], [], [], 0
         if self._timer is not None and self._timer.active():
@@ -145,7 +153,7 @@ class FrontierScheduler(InContext):
             self._rotation[host] = None
         if not request.meta.get(REQUEUED_META):
             self.pacer.warm(request)
-        if not queue:
+        if not queue and host not in self._out:
             self._push(host, self.pacer.ready_at(host))
         if request.meta.pop(REQUEUED_META, False):
             queue.appendleft(request)  # it was first in line: keep per-host FIFO order
@@ -194,7 +202,28 @@ class FrontierScheduler(InContext):
         self._live[host] = seq
         heapq.heappush(self._heap, (ready, seq, host))
 
+    def _hand_out(self, host: str, request: Request) -> Request:
+        """*request* leaves for the engine: *host* has no turn until it is done."""
+        self._out[host] = weakref.ref(request)
+        self._live.pop(host, None)  # its heap entries are stale
+        return request
+
+    def _take_back(self) -> None:
+        """Hosts whose request out the engine is done with get their turn
+        back (at most a few: one per request the engine takes)."""
+        if not self._out:
+            return
+        working = in_progress(self.crawler)
+        for host, ref in list(self._out.items()):
+            request = ref()
+            if request is not None and working is not None and request in working:
+                continue
+            del self._out[host]
+            if self._queues.get(host):
+                self._push(host, self.pacer.ready_at(host))
+
     def _top(self) -> tuple[float, str] | None:
+        self._take_back()
         while self._heap:
             ready, seq, host = self._heap[0]
             if self._live.get(host) != seq:  # stale entry
@@ -216,18 +245,15 @@ class FrontierScheduler(InContext):
         request = queue.popleft()
         self._size -= 1
         self._weigh(host)
-        if queue:
-            # The request about to go out sets the host's next slot.
-            self._push(host, now + self.pacer.interval(host))
-        else:
+        if not queue:
             self._forget(host)
         self.stats.inc_value("scheduler/dequeued/walsh_frontier")
-        return request
+        return self._hand_out(host, request)
 
     def _forget(self, host: str) -> None:
         """*host* has nothing queued any more."""
         del self._queues[host]
-        del self._live[host]
+        self._live.pop(host, None)
         del self._rotation[host]
 
     def _critical_host(self, now: float) -> tuple[str, float] | None:
@@ -238,7 +264,7 @@ class FrontierScheduler(InContext):
         moment it is ready. Returns (host, ready time) or None.
         """
         host = self._heaviest(now)
-        if host is None:
+        if host is None or host in self._out:  # its turn comes once its request is done
             return None
         ready = self.pacer.ready_at(host)
         queued = len(self._queues[host])
@@ -313,7 +339,7 @@ class FrontierScheduler(InContext):
         for _ in range(min(DENIAL_CHECKS_PER_DECISION, len(self._rotation))):
             host = next(iter(self._rotation))
             queue = self._queues[host]
-            if not self.pacer.will_be_denied(queue[0]):
+            if host in self._out or not self.pacer.will_be_denied(queue[0]):
                 self._rotation.move_to_end(host)
                 continue
             request = queue.popleft()
@@ -322,7 +348,7 @@ class FrontierScheduler(InContext):
             if not queue:
                 self._forget(host)
             self.stats.inc_value("walsh/frontier/denied_without_wait")
-            return request
+            return self._hand_out(host, request)
         return None
 
     def _wake_at(self, when: float) -> None:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research._runtime.marks import HostBusy
 from scrapy_walsh_research._runtime.meta import (
     PARKED_META,
     REQUEUED_META,
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: how soon a host whose last request has not yet been answered is asked
+#: about again (its answer, and any hold it brings, comes first)
+OPEN_POLL = 0.05
 #: how long a target may wait in place for its host when the scheduler is not
 #: the frontier, before it goes back to the scheduler
 IN_PLACE_LIMIT = 1.0
@@ -100,6 +104,12 @@ class Pacer:
         #: moving average of dispatch-to-response time, for the frontier's planning
         self.mean_duration: float | None = None
         self._not_before: dict[str, float] = {}
+        #: hosts with a request granted and not yet answered (committed): the
+        #: engine takes the next request while one is on the wire, and no
+        #: second request to the same host passes pacing before the first's
+        #: answer (and the hold R5 decides for it) is in the host's clock
+        #: (a request dropped unanswered, collected, leaves no host open)
+        self._open: dict[str, weakref.ref[Request]] = {}
         #: when a request last went back to the scheduler because its host was busy
         self.last_requeue = float("-inf")
         #: targets waiting in place for their host (counted in the downloader's
@@ -176,6 +186,7 @@ class Pacer:
     def granted(self, request: Request, host: str) -> None:
         """*request* got its host's slot: remember the interval that held it
         back (the audit entry names it), a hold from the last answer included."""
+        self._open[host] = weakref.ref(request)
         seconds, source = self.in_force(host)
         held = self._hold_gaps.pop(host, None)
         if held is not None and held[0] > seconds:
@@ -239,14 +250,34 @@ class Pacer:
         the reservation is what is enforced."""
         self._not_before[host] = time.monotonic() + seconds
 
+    def answer_pending(self, host: str) -> bool:
+        """Whether a request granted for *host* still waits for its answer."""
+        ref = self._open.get(host)
+        if ref is None:
+            return False
+        if ref() is None:
+            del self._open[host]
+            return False
+        return True
+
     async def reserve(self, host: str, now: float) -> float:
+        """0 when *host*'s slot is taken for a request now, else the seconds
+        to wait: at least :data:`OPEN_POLL` while the host's last request
+        is not yet answered, whatever its interval says."""
         # loaded first: the interval depends on the host's stored robots.txt
         # readings, which a bounded clock may have evicted
         await self.clock.warm(host)
+        if self.answer_pending(host):
+            return max(OPEN_POLL, self.ready_at(host) - now)
+        # the caller says :meth:`granted` with no await after a 0 (the
+        # clock's reservation is atomic: no second 0 within the interval)
         return await self.clock.reserve(host, now, self.interval(host))
 
     async def commit(self, host: str, at: float) -> None:
-        await self.clock.commit(host, at, self.interval(host))
+        try:
+            await self.clock.commit(host, at, self.interval(host))
+        finally:
+            self._open.pop(host, None)
 
     async def hold(
         self, host: str, until: float, source: str = "backoff", sent_at: float | None = None
@@ -284,6 +315,18 @@ class Pacer:
             self.mean_duration = seconds
         else:
             self.mean_duration += 0.2 * (seconds - self.mean_duration)
+
+    def refuse_if_stopping(self, host: str, *, direct: bool) -> None:
+        """While the run is stopping nothing is sent: a target is ended
+        (:class:`~scrapy_walsh_research.errors.WalshStopped`), the bundle's
+        own request (*direct*) is refused as :class:`HostBusy` (its caller
+        ends the target that needed it)."""
+        if not self.stop.stopping:
+            return
+        if not direct:
+            raise self.stop.denial()
+        self.stats.inc_value("walsh/pacing/host_busy")
+        raise HostBusy(host, 1.0)
 
     def requeue(self, request: Request, *, until: float | None = None) -> Request:
         """*request* given back to the frontier: it keeps its place in its

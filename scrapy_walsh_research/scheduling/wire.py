@@ -15,6 +15,19 @@ with ``WALSH_SIGNING_KEY`` set, its signature
 (:class:`~scrapy_walsh_research.scheduling.departure.Departure`, asked
 through :class:`OnDeparture`). How it reaches into Twisted to do so, and why,
 is :mod:`scrapy_walsh_research.scheduling._twisted`.
+
+The wire is serial: a request asks the pool for a connection (opens one,
+or takes an idle keep-alive one) only once the request before it has its
+whole answer or has failed (``_wire``, a lock held from before the pool is
+asked until the download ends), so no connection is opened and no byte
+leaves for any host while another request is in flight, whatever the engine
+lets into the downloader. Scrapy's ``DOWNLOAD_TIMEOUT`` starts once the lock
+is held: the wait for the wire is not counted. The engine takes the next
+requests while one is on the wire (``CONCURRENT_REQUESTS=3``) so that their
+gates and their hosts' reservations run meanwhile; what a gate decides while
+a request waits here is checked again as it is handed its connection (its
+grant, a Visit-time window), and a request still waiting when the run is
+stopped is not sent.
 """
 
 from __future__ import annotations
@@ -23,7 +36,8 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
-from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+from twisted.internet.defer import DeferredLock
 from twisted.internet.error import ConnectError
 
 from scrapy_walsh_research._runtime.context import InContext
@@ -40,13 +54,25 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = ["GrantExpired", "OnDeparture", "SigningFailed", "WireTimedHTTP11DownloadHandler"]
+__all__ = [
+    "DepartureRefused",
+    "GrantExpired",
+    "OnDeparture",
+    "SigningFailed",
+    "WireTimedHTTP11DownloadHandler",
+]
 
 
 class GrantExpired(ConnectError):
     """The host's slot reserved for this request is no longer this worker's
     (its lease on a shared clock ran out before a connection was ready):
     nothing is sent; R5 retries it through pacing like a failed connect."""
+
+
+class DepartureRefused(ConnectError):
+    """A gate says the request may no longer leave (a Visit-time window
+    closed while it waited for the wire): nothing is sent; R5 retries it
+    through its gates like a failed connect."""
 
 
 class OnDeparture(Protocol):
@@ -73,6 +99,9 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         self._current: Request | None = None
         self._crawler = crawler
         self._departure: OnDeparture = Departure(self.context)
+        #: held by the request on the wire, from before it asks the pool for
+        #: a connection until its answer is complete or its download failed
+        self._wire = DeferredLock()
         _twisted.on_each_connection(pool, self._on_connection)
 
     def _on_connection(self) -> Callable[[Any], Any]:
@@ -84,7 +113,13 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
     def _handed_over(self, connection: Any, request: Request | None) -> Any:
         if request is None:
             return connection
+        try:  # stopped while its connection was being opened: nothing is sent
+            self._refuse_if_stopping(request)
+        except Exception:
+            connection.transport.loseConnection()
+            raise
         self._check_grant(connection, request)  # not logged as sent if it cannot be
+        self._check_departure(connection, request)
         # the audit entry is durable before the request leaves
         written = self._departure.logged(request)
         if written is None:
@@ -99,6 +134,7 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
             _twisted.rewrite_next_request(
                 connection, lambda tx_request: self._departure.sign(tx_request, request)
             )
+        _twisted.send_once_written(connection)
         request.meta[WIRE_TIME_META] = time.monotonic()
         _twisted.stamp_sends(connection, request)
         return connection
@@ -111,8 +147,36 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
                 string=f"the reserved slot for {request.url} expired"
             )
 
+    def _refuse_if_stopping(self, request: Request) -> None:
+        direct = self.context.marks.is_direct(request)
+        self.context.service(Pacer).refuse_if_stopping(url_host(request.url), direct=direct)
+
+    def _check_departure(self, connection: Any, request: Request) -> None:
+        late = self.context.service(Pacer).departure_denial(request)
+        if late is not None:
+            connection.transport.loseConnection()
+            raise DepartureRefused(string=f"{late[0]}: {late[1]}")  # type: ignore[no-untyped-call]
+
     async def download_request(self, request: Request) -> Response:
-        # Requests are serial (start-up check), so the request being
-        # downloaded is the one that asks the pool for a connection next.
-        self._current = request
-        return await super().download_request(request)
+        # Taken before the pool is asked for a connection, and before
+        # Scrapy's download timeout starts (inside the call below).
+        granted: list[object] = []
+        waiting = self._wire.acquire().addCallback(granted.append)
+        try:
+            await maybe_deferred_to_future(waiting)
+        except BaseException:
+            # cancelled while waiting (the lock drops the wait), or just as
+            # the lock came (it is given back)
+            if granted:
+                self._wire.release()
+            raise
+        try:
+            # a request that waited here while the run was stopping is not sent
+            self._refuse_if_stopping(request)
+            # The pool is asked for a connection synchronously inside the
+            # call: the request set here is the one the connection is for.
+            self._current = request
+            return await super().download_request(request)
+        finally:
+            self._current = None
+            self._wire.release()

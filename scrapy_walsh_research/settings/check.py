@@ -50,7 +50,6 @@ from scrapy_walsh_research.components import (
     SPIDER_MIDDLEWARES,
     STARTUP_CHECK,
     USERAGENT_MW,
-    WIRE_HANDLER,
     enabled,
     enabled_downloader_middlewares,
     is_subclass,
@@ -60,6 +59,7 @@ from scrapy_walsh_research.components import (
 )
 from scrapy_walsh_research.errors import WalshConfigurationError
 from scrapy_walsh_research.per_crawler import per_crawler
+from scrapy_walsh_research.settings import wire
 from scrapy_walsh_research.settings.options import deprecated_names, sitemap_order_problems
 from scrapy_walsh_research.settings.values import refusal
 from scrapy_walsh_research.settings.walsh import walsh_problems
@@ -103,11 +103,7 @@ def problems(settings: BaseSettings) -> list[str]:
                 f"({order[USERAGENT_MW]}), where it could change the User-Agent on the wire: "
                 "give it a lower number or move the R1 gate higher."
             )
-    if settings.getint("CONCURRENT_REQUESTS") != 1:
-        found.append(
-            f"CONCURRENT_REQUESTS={settings.getint('CONCURRENT_REQUESTS')}: R4 requires serial "
-            "requests. Set CONCURRENT_REQUESTS=1."
-        )
+    found.extend(wire.concurrency_problems(settings))
     found.extend(_redis_problems(settings))
     if settings.getint("REDIRECT_MAX_TIMES") > 5:
         found.append(
@@ -269,21 +265,7 @@ def _bypass_problems(settings: BaseSettings) -> list[str]:
             "and images an item points to and stores them. R6 requires no sub-resources and "
             "no stored content. Set it to None in ITEM_PIPELINES."
         )
-    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
-    for scheme in ("http", "https"):
-        handler = handlers.get(scheme)
-        if handler is None:
-            continue  # no handler: nothing is sent for this scheme
-        cls = loaded(handler)
-        if not is_subclass(cls, WIRE_HANDLER):
-            found.append(
-                f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
-                "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
-                "Twisted's connection pool send a request again by itself when a reused "
-                "connection fails after the write, a request no gate sees, and R4 requires "
-                f"every request to be paced. Set DOWNLOAD_HANDLERS[{scheme!r}] to "
-                f"{WIRE_HANDLER!r}, or leave the entry out and let the add-on set it."
-            )
+    found.extend(wire.handler_problems(settings))
     if not settings.getbool("TWISTED_REACTOR_ENABLED", True):
         found.append(
             "TWISTED_REACTOR_ENABLED=False: the gates run on the Twisted reactor (the pacing "

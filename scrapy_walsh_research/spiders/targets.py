@@ -86,10 +86,11 @@ INLINE_PARSE_BYTES = 8 * 1024
 MAX_INVALID_LOGGED = 20
 #: Longest exception text kept in a record.
 MAX_ERROR_TEXT = 200
-#: start() hands the reactor back after this many lines. With one request
-#: in flight (CONCURRENT_REQUESTS=1) Scrapy's engine reads start() without
-#: waiting in between, and while the scheduler has room start() awaits nothing
-#: that suspends: the first 10^4 lines (WALSH_LIST_LOOKAHEAD) went out in one
+#: start() hands the reactor back after this many lines. While the downloader
+#: is full (CONCURRENT_REQUESTS requests in it: one on the wire, the others
+#: prepared meanwhile, or 1 with another scheduler) Scrapy's engine reads
+#: start() without waiting in between, and while the scheduler has room
+#: start() awaits nothing that suspends: the first 10^4 lines (WALSH_LIST_LOOKAHEAD) went out in one
 #: reactor callback, 0.1-0.37 s for 400-1200 lines (py-spy, stall_bench). At
 #: ~0.25 ms a line (request, scope mark, frontier), 32 lines stay near 8 ms.
 START_BURST = 32

@@ -1,0 +1,123 @@
+"""R4 "requests MUST be serial per process, no concurrent connections",
+with the engine taking up to three requests (the add-on's
+CONCURRENT_REQUESTS=3) so that the next ones pass their gates while one is
+on the wire: the wire-timed handler lets one request at a time ask for a
+connection and send, the time a request waits for the wire is not counted
+against its DOWNLOAD_TIMEOUT, a host never has two requests out of the
+frontier, and a request that waited for the wire is checked again as it
+leaves. Asserted on what the origin saw."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import pytest_twisted
+
+from scrapy_walsh_research.sandbox import Reply
+from tests.support.crawling import base_settings, crawl, gaps
+from tests.support.fleet import redis_settings
+
+ROBOTS = "User-agent: *\nAllow: /\n"
+
+
+def slow_pages(server, host: str, n: int, delay: float, robots: str = ROBOTS) -> list[str]:
+    server.origin.route(host, "/robots.txt", Reply(200, robots))
+    for i in range(n):
+        server.origin.route(host, f"/p/{i}", Reply(200, f"{host} {i}", delay=delay))
+    return [server.url(host, f"/p/{i}") for i in range(n)]
+
+
+@pytest_twisted.ensureDeferred
+async def test_no_connection_is_opened_and_nothing_sent_while_a_request_is_in_flight(
+    server, tmp_path
+):
+    """Slow answers (0.3 s) from several hosts, the engine taking three
+    requests: at the origin, no two requests' spans, from their connection's
+    opening (or their arrival on a kept-alive one) to their answer's end,
+    overlap; a host's arrivals stay max(1 s, Crawl-delay) apart."""
+    urls = []
+    for i in range(4):
+        robots = "User-agent: *\nCrawl-delay: 1.5\n" if i == 0 else ROBOTS
+        urls += slow_pages(server, f"h{i}.test", 3, 0.3, robots)
+    order = [urls[h * 3 + p] for p in range(3) for h in range(4)]  # hosts interleaved
+    res = await crawl(base_settings(server, tmp_path / "s"), order, tmp_path)
+    assert res.crawler.settings.getint("CONCURRENT_REQUESTS") == 3
+    assert [i["outcome"] for i in res.items] == ["fetched"] * 12
+    assert server.origin.overlapping() == []
+    assert server.origin.max_inflight == 1
+    for i in range(4):
+        hits = server.origin.hits_for(f"h{i}.test")
+        assert len(hits) == 5  # robots.txt, tdmrep.json, 3 pages
+        assert min(gaps(hits)) >= 1.0
+    paged = [h for h in server.origin.hits_for("h0.test") if h.path.startswith("/p/")]
+    assert min(gaps(paged)) >= 1.5  # its Crawl-delay, read before its first page
+
+
+@pytest_twisted.ensureDeferred
+async def test_the_wait_for_the_wire_does_not_count_against_download_timeout(server, tmp_path):
+    """Two hosts answer in 1.5 s, DOWNLOAD_TIMEOUT is 2 s: a request that
+    waits for the other's answer (1.5 s) then takes 1.5 s itself is not
+    timed out, and each page is sent once."""
+    urls = slow_pages(server, "a.test", 1, 1.5) + slow_pages(server, "c.test", 1, 1.5)
+    urls += slow_pages(server, "b.test", 1, 0.0)
+    settings = base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=2, WALSH_RETRY_TIMES=0)
+    res = await crawl(settings, urls, tmp_path)
+    assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(urls, "fetched")
+    sent: dict[str, int] = defaultdict(int)
+    for hit in server.origin.hits:
+        if hit.host in ("a.test", "b.test", "c.test") and hit.path.startswith("/p/"):
+            sent[hit.host] += 1
+    assert dict(sent) == {"a.test": 1, "b.test": 1, "c.test": 1}
+    assert server.origin.overlapping() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_shared_clocks_lease_outlives_a_wait_for_the_wire(server, tmp_path, redis_server):
+    """On a Redis clock a reservation is leased (1.5 s here) and renewed: a
+    request granted while another host's answer takes 4 s waits for the wire
+    longer than its lease, and is still sent once, on its own reservation
+    (no GrantExpired, no retry), after that answer."""
+    slow = slow_pages(server, "slow.test", 1, 4.0)
+    fast = slow_pages(server, "fast.test", 2, 0.0)
+    shared = redis_settings(redis_server, WALSH_REDIS_LEASE=1.5)
+    res = await crawl(base_settings(server, tmp_path / "s", **shared), slow + fast, tmp_path)
+    assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(slow + fast, "fetched")
+    assert res.stats.get("walsh/retry/count", 0) == 0
+    (answer,) = server.origin.hits_for("slow.test", "/p/0")
+    waited = [h for h in server.origin.hits_for("fast.test") if h.t > answer.t]
+    assert waited and all(h.t >= answer.finished for h in waited)
+    assert [h.path for h in server.origin.hits_for("fast.test")].count("/p/1") == 1
+    assert server.origin.overlapping() == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_visit_time_window_that_closes_while_a_request_waits_for_the_wire_holds(
+    server, tmp_path
+):
+    """vt.test's Visit-time window closes at the next minute boundary while
+    its second page, granted, waits for the wire behind a slow answer from
+    another host that ends after it: that page is not sent (checked again as
+    it leaves, it goes back through its gates) and is skipped by R2."""
+    now = time.time()
+    closes = (int(now // 60) + 1) * 60
+    if closes - now < 8:
+        closes += 60
+    visits = f"{(int(now // 60) - 1) % 1440 // 60:02d}{(int(now // 60) - 1) % 60:02d}-"
+    visits += f"{int(closes // 60) % 1440 // 60:02d}{int(closes // 60) % 60:02d}"
+    first, second = slow_pages(server, "vt.test", 2, 0.0, f"User-agent: *\nVisit-time: {visits}\n")
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    # answered 1.5 s after the window closed, whenever it arrived
+    server.origin.route(
+        "slow.test", "/x", lambda hit: Reply(200, "late", delay=closes + 1.5 - hit.wall)
+    )
+    slow = server.url("slow.test", "/x")
+    settings = base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=90)
+    res = await crawl(settings, [first, slow, second], tmp_path)
+    records = {r["url"]: r for r in res.items}
+    assert records[first]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert (records[second]["outcome"], records[second]["rule"]) == ("skipped", "R2")
+    (late,) = server.origin.hits_for("slow.test", "/x")
+    assert late.wall < closes  # vt.test/p/1 was due (1 s after /p/0) while it was out
+    assert [h.path for h in server.origin.hits_for("vt.test") if h.wall >= closes] == []
+    assert server.origin.hits_for("vt.test", "/p/1") == []
