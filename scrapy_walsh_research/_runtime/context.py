@@ -113,7 +113,7 @@ class WaitingTargets(Protocol):
     run ends."""
 
     def queued(self, host: str) -> list[Request]:
-        """The requests in *host*'s queue now."""
+        """The requests waiting for *host* now (queued or kept aside)."""
 
     def __len__(self) -> int:
         """The requests held."""

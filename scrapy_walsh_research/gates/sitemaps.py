@@ -76,6 +76,12 @@ logger = logging.getLogger(__name__)
 #: a target waits at most this long (seconds) for its origin's sitemaps to be
 #: read or checked; then the origin's targets are revalidated as usual
 LOAD_LIMIT = 120.0
+#: how long an origin's first target is kept aside while its other lines,
+#: counted in the list, are not yet in the frontier (the engine takes the
+#: next requests while the list is still being read), and for how long in all
+#: before the origin is decided on what the frontier holds
+LIST_CATCH_UP = 0.05
+LIST_CATCH_UP_LIMIT = 0.5
 #: how long a target claimed unchanged is kept aside while the probe is out
 #: (or while another target fetches a sitemap): the R4 floor, so a slow
 #: probe costs each waiting target at most one pass of the chain per second
@@ -129,6 +135,8 @@ class SitemapsMiddleware(InContext):
         self.audit = context.audit
         self.requeue = uses_frontier(settings)
         self._origins: dict[str, OriginSitemaps] = {}
+        #: origins whose first target waits for the list to be read: since when
+        self._catching_up: dict[str, float] = {}
         #: targets that answered in this run, per origin (HISTORY, at the end)
         self._answered: Counter[str] = Counter()
         if self.enabled:
@@ -196,6 +204,8 @@ class SitemapsMiddleware(InContext):
         site = self._origins.get(origin)
         if site is None:
             decided = await self._decide(origin, request)
+            if decided is None:
+                return self._aside(request, LIST_CATCH_UP)
             site = self._origins.setdefault(origin, decided)
         if site.reading is Reading.LOADING:
             waiting = await self._load(origin, site, request)
@@ -261,8 +271,21 @@ class SitemapsMiddleware(InContext):
             return False
         return self._step(site, key, answered) is Step.SKIP
 
-    async def _decide(self, origin: str, request: Request) -> OriginSitemaps:
-        """Whether this origin's sitemaps are worth reading in this run."""
+    def _lines_still_coming(self, origin: str, queued: int, host: str) -> bool:
+        """Whether more of *host*'s lines are in the list than the frontier
+        holds (*queued*, this request included), while the list is still
+        being read: worth a moment, at most :data:`LIST_CATCH_UP_LIMIT` an
+        origin, before counting them."""
+        source = self.context.targets
+        left = source.host_left if source is not None and not source.reads_shared_feed else None
+        if left is None or queued >= left.get(host, 0):
+            return False
+        first = self._catching_up.setdefault(origin, time.monotonic())
+        return time.monotonic() - first < LIST_CATCH_UP_LIMIT
+
+    async def _decide(self, origin: str, request: Request) -> OriginSitemaps | None:
+        """Whether this origin's sitemaps are worth reading in this run; None
+        while its lines are still being read into the frontier."""
         saved = await self.store.get(TRUST, origin)
         if isinstance(saved, dict) and float(saved.get("until") or 0) > self.store.time():
             self.stats.inc_value(f"walsh/sitemaps/{saved.get('why')}")
@@ -277,8 +300,12 @@ class SitemapsMiddleware(InContext):
         if waiting is None or not self.requeue:
             return OriginSitemaps(Reading.OFF, "needs the frontier scheduler")
         keys = {target_key(request)}
-        for queued in waiting.queued(url_host(request.url)):
-            if origin_of(queued.url) == origin and self.marks.is_target(queued):
+        host = url_host(request.url)
+        waiting_here = [queued for queued in waiting.queued(host) if self.marks.is_target(queued)]
+        if self._lines_still_coming(origin, len(waiting_here) + 1, host):
+            return None
+        for queued in waiting_here:
+            if origin_of(queued.url) == origin:
                 keys.add(target_key(queued))
         answered = await self.store.get_many(ANSWERED, sorted(keys))
         # A worker reading a shared feed holds about one line per host: what

@@ -86,8 +86,11 @@ class FrontierScheduler(InContext):
         return cls(crawler)
 
     def queued(self, host: str) -> list[Request]:
-        """The requests in *host*'s queue now (not those kept aside)."""
-        return list(self._queues.get(host, ()))
+        """The requests waiting for *host* now: in its queue, then kept aside
+        (the origin's first target, set aside while the list is read, is
+        one of the host's targets all the same)."""
+        aside = [r for _, _, r in self._parked if url_host(r.url) == host]
+        return [*self._queues.get(host, ()), *aside]
 
     def open(self, spider: Spider) -> Any:
         return self.df.open()
