@@ -9,13 +9,15 @@ leaves. Asserted on what the origin saw."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.support.crawling import base_settings, crawl, gaps
+from tests.support.crawling import base_settings, blocklist_doc, crawl, gaps
 from tests.support.fleet import redis_settings
 
 ROBOTS = "User-agent: *\nAllow: /\n"
@@ -121,3 +123,51 @@ async def test_a_visit_time_window_that_closes_while_a_request_waits_for_the_wir
     assert late.wall < closes  # vt.test/p/1 was due (1 s after /p/0) while it was out
     assert [h.path for h in server.origin.hits_for("vt.test") if h.wall >= closes] == []
     assert server.origin.hits_for("vt.test", "/p/1") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_the_blocklist_adds_while_its_request_waits_for_the_wire_gets_nothing(
+    server, tmp_path, monkeypatch
+):
+    """late.test's second page, granted, waits for the wire behind a 3 s
+    answer from slow.test; meanwhile the list in force changes to block
+    late.test (as when a fleet worker adopts the list another worker
+    fetched: no request of this process's wire is needed for that). The
+    page is not sent (R3 checked again as it leaves) and is denied by R3."""
+    from twisted.internet import reactor
+
+    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
+
+    gates: list[BlocklistMiddleware] = []
+    built = BlocklistMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(cls, crawler):
+        gates.append(built(cls, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(BlocklistMiddleware, "from_crawler", classmethod(capture))
+    adopted_at: list[float] = []
+
+    async def adopt_blocking_late() -> None:
+        (gate,) = gates
+        body = json.dumps(blocklist_doc("late.test")).encode()
+        new, canonical = await gate.builder.parse_off_reactor(
+            body, url=gate.url, fetched_at=gate.held.store.time()
+        )
+        await gate.held.adopt(new, persist=False, canonical=canonical)
+        adopted_at.append(time.monotonic())
+
+    def slow_answer(hit):
+        reactor.callLater(1.5, lambda: deferred_from_coro(adopt_blocking_late()))
+        return Reply(200, "slow", delay=3.0)
+
+    late = slow_pages(server, "late.test", 2, 0.0)
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    server.origin.route("slow.test", "/x", slow_answer)
+    slow = server.url("slow.test", "/x")
+    res = await crawl(base_settings(server, tmp_path / "s"), [late[0], slow, late[1]], tmp_path)
+    records = {r["url"]: r for r in res.items}
+    assert adopted_at
+    assert records[late[0]]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert [h.path for h in server.origin.hits_for("late.test") if h.t >= adopted_at[0]] == []
+    assert (records[late[1]]["outcome"], records[late[1]]["rule"]) == ("denied", "R3")
