@@ -171,3 +171,51 @@ async def test_a_host_the_blocklist_adds_while_its_request_waits_for_the_wire_ge
     assert records[late[0]]["outcome"] == records[slow]["outcome"] == "fetched"
     assert [h.path for h in server.origin.hits_for("late.test") if h.t >= adopted_at[0]] == []
     assert (records[late[1]]["outcome"], records[late[1]]["rule"]) == ("denied", "R3")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallows_it_holds(
+    server, tmp_path, monkeypatch
+):
+    """rb.test's second page, granted, waits for the wire behind a 3 s answer
+    from slow.test; meanwhile the robots.txt in force for rb.test becomes
+    one that disallows /p/ (as when a fleet worker reads the copy another
+    worker refetched: no request of this process's wire is needed for
+    that). The page is not sent (R2 checked again as it leaves) and is
+    denied by R2."""
+    from twisted.internet import reactor
+
+    from scrapy_walsh_research.gates.robots import RobotsEntry, RobotsTxtMiddleware, _parse
+
+    gates: list[RobotsTxtMiddleware] = []
+    built = RobotsTxtMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(cls, crawler):
+        gates.append(built(cls, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(RobotsTxtMiddleware, "from_crawler", classmethod(capture))
+    read_at: list[float] = []
+
+    async def disallow_pages() -> None:
+        (gate,) = gates
+        policy, digest = await _parse("User-agent: *\nDisallow: /p/\n")
+        origin = server.url("rb.test", "/").rstrip("/")
+        old = gate._cache[origin]
+        gate._cache[origin] = RobotsEntry(policy, old.expires, 200, sha256=digest)
+        read_at.append(time.monotonic())
+
+    def slow_answer(hit):
+        reactor.callLater(1.5, lambda: deferred_from_coro(disallow_pages()))
+        return Reply(200, "slow", delay=3.0)
+
+    pages = slow_pages(server, "rb.test", 2, 0.0)
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    server.origin.route("slow.test", "/x", slow_answer)
+    slow = server.url("slow.test", "/x")
+    res = await crawl(base_settings(server, tmp_path / "s"), [pages[0], slow, pages[1]], tmp_path)
+    records = {r["url"]: r for r in res.items}
+    assert read_at
+    assert records[pages[0]]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert [h.path for h in server.origin.hits_for("rb.test") if h.t >= read_at[0]] == []
+    assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("denied", "R2")
