@@ -26,7 +26,8 @@ is held: the wait for the wire is not counted. The engine takes the next
 requests while one is on the wire (``CONCURRENT_REQUESTS=3``) so that their
 gates and their hosts' reservations run meanwhile; what a gate decides while
 a request waits here is checked again as it is handed its connection (its
-grant, a Visit-time window), and a request still waiting when the run is
+grant, the blocklist in force, the robots.txt in force and its Visit-time
+window), and a request still waiting when the run is
 stopped is not sent.
 """
 
@@ -70,9 +71,10 @@ class GrantExpired(ConnectError):
 
 
 class DepartureRefused(ConnectError):
-    """A gate says the request may no longer leave (a Visit-time window
-    closed while it waited for the wire): nothing is sent; R5 retries it
-    through its gates like a failed connect."""
+    """A gate says the request may no longer leave (while it waited for the
+    wire the blocklist came to block its host, a robots.txt read disallowed
+    it, its Visit-time window closed): nothing is sent; it goes back
+    through its gates, which decide it again."""
 
 
 class OnDeparture(Protocol):
