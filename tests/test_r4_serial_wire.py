@@ -219,3 +219,34 @@ async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallo
     assert records[pages[0]]["outcome"] == records[slow]["outcome"] == "fetched"
     assert [h.path for h in server.origin.hits_for("rb.test") if h.t >= read_at[0]] == []
     assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("denied", "R2")
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_https_request_and_an_http_request_are_never_in_flight_at_once(server, tmp_path):
+    """Scrapy builds one download handler per scheme: the wire is serial
+    across http and https too. Slow answers (1 s) from an https host and an
+    http host, interleaved: at the origin no two requests' spans overlap."""
+    server.start_tls()
+    for host in ("tls.test", "plain.test"):
+        server.origin.route(host, "/robots.txt", Reply(200, ROBOTS))
+        for i in range(2):
+            server.origin.route(host, f"/p/{i}", Reply(200, f"{host} {i}", delay=1.0))
+    urls = []
+    for i in range(2):
+        urls += [server.tls_url("tls.test", f"/p/{i}"), server.url("plain.test", f"/p/{i}")]
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(urls, "fetched")
+    overlaps = [
+        (
+            a.host,
+            a.path,
+            round(a.opened, 3),
+            round(a.finished, 3),
+            b.host,
+            b.path,
+            round(b.opened, 3),
+        )
+        for a, b in server.origin.overlapping()
+    ]
+    assert overlaps == [], "\n".join(map(str, overlaps))
+    assert server.origin.max_inflight == 1
