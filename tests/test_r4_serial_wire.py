@@ -9,13 +9,15 @@ leaves. Asserted on what the origin saw."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 
 import pytest_twisted
+from scrapy.utils.defer import deferred_from_coro
 
 from scrapy_walsh_research.sandbox import Reply
-from tests.support.crawling import base_settings, crawl, gaps
+from tests.support.crawling import base_settings, blocklist_doc, crawl, gaps
 from tests.support.fleet import redis_settings
 
 ROBOTS = "User-agent: *\nAllow: /\n"
@@ -121,3 +123,130 @@ async def test_a_visit_time_window_that_closes_while_a_request_waits_for_the_wir
     assert late.wall < closes  # vt.test/p/1 was due (1 s after /p/0) while it was out
     assert [h.path for h in server.origin.hits_for("vt.test") if h.wall >= closes] == []
     assert server.origin.hits_for("vt.test", "/p/1") == []
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_the_blocklist_adds_while_its_request_waits_for_the_wire_gets_nothing(
+    server, tmp_path, monkeypatch
+):
+    """late.test's second page, granted, waits for the wire behind a 3 s
+    answer from slow.test; meanwhile the list in force changes to block
+    late.test (as when a fleet worker adopts the list another worker
+    fetched: no request of this process's wire is needed for that). The
+    page is not sent (R3 checked again as it leaves) and is denied by R3."""
+    from twisted.internet import reactor
+
+    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
+
+    gates: list[BlocklistMiddleware] = []
+    built = BlocklistMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(cls, crawler):
+        gates.append(built(cls, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(BlocklistMiddleware, "from_crawler", classmethod(capture))
+    adopted_at: list[float] = []
+
+    async def adopt_blocking_late() -> None:
+        (gate,) = gates
+        body = json.dumps(blocklist_doc("late.test")).encode()
+        new, canonical = await gate.builder.parse_off_reactor(
+            body, url=gate.url, fetched_at=gate.held.store.time()
+        )
+        await gate.held.adopt(new, persist=False, canonical=canonical)
+        adopted_at.append(time.monotonic())
+
+    def slow_answer(hit):
+        reactor.callLater(1.5, lambda: deferred_from_coro(adopt_blocking_late()))
+        return Reply(200, "slow", delay=3.0)
+
+    late = slow_pages(server, "late.test", 2, 0.0)
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    server.origin.route("slow.test", "/x", slow_answer)
+    slow = server.url("slow.test", "/x")
+    res = await crawl(base_settings(server, tmp_path / "s"), [late[0], slow, late[1]], tmp_path)
+    records = {r["url"]: r for r in res.items}
+    assert adopted_at
+    assert records[late[0]]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert [h.path for h in server.origin.hits_for("late.test") if h.t >= adopted_at[0]] == []
+    assert (records[late[1]]["outcome"], records[late[1]]["rule"]) == ("denied", "R3")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallows_it_holds(
+    server, tmp_path, monkeypatch
+):
+    """rb.test's second page, granted, waits for the wire behind a 3 s answer
+    from slow.test; meanwhile the robots.txt in force for rb.test becomes
+    one that disallows /p/ (as when a fleet worker reads the copy another
+    worker refetched: no request of this process's wire is needed for
+    that). The page is not sent (R2 checked again as it leaves) and is
+    denied by R2."""
+    from twisted.internet import reactor
+
+    from scrapy_walsh_research.gates.robots import RobotsEntry, RobotsTxtMiddleware, _parse
+
+    gates: list[RobotsTxtMiddleware] = []
+    built = RobotsTxtMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(cls, crawler):
+        gates.append(built(cls, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(RobotsTxtMiddleware, "from_crawler", classmethod(capture))
+    read_at: list[float] = []
+
+    async def disallow_pages() -> None:
+        (gate,) = gates
+        policy, digest = await _parse("User-agent: *\nDisallow: /p/\n")
+        origin = server.url("rb.test", "/").rstrip("/")
+        old = gate._cache[origin]
+        gate._cache[origin] = RobotsEntry(policy, old.expires, 200, sha256=digest)
+        read_at.append(time.monotonic())
+
+    def slow_answer(hit):
+        reactor.callLater(1.5, lambda: deferred_from_coro(disallow_pages()))
+        return Reply(200, "slow", delay=3.0)
+
+    pages = slow_pages(server, "rb.test", 2, 0.0)
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    server.origin.route("slow.test", "/x", slow_answer)
+    slow = server.url("slow.test", "/x")
+    res = await crawl(base_settings(server, tmp_path / "s"), [pages[0], slow, pages[1]], tmp_path)
+    records = {r["url"]: r for r in res.items}
+    assert read_at
+    assert records[pages[0]]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert [h.path for h in server.origin.hits_for("rb.test") if h.t >= read_at[0]] == []
+    assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("denied", "R2")
+
+
+@pytest_twisted.ensureDeferred
+async def test_an_https_request_and_an_http_request_are_never_in_flight_at_once(server, tmp_path):
+    """Scrapy builds one download handler per scheme: the wire is serial
+    across http and https too. Slow answers (1 s) from an https host and an
+    http host, interleaved: at the origin no two requests' spans overlap."""
+    server.start_tls()
+    for host in ("tls.test", "plain.test"):
+        server.origin.route(host, "/robots.txt", Reply(200, ROBOTS))
+        for i in range(2):
+            server.origin.route(host, f"/p/{i}", Reply(200, f"{host} {i}", delay=1.0))
+    urls = []
+    for i in range(2):
+        urls += [server.tls_url("tls.test", f"/p/{i}"), server.url("plain.test", f"/p/{i}")]
+    res = await crawl(base_settings(server, tmp_path / "s"), urls, tmp_path)
+    assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(urls, "fetched")
+    overlaps = [
+        (
+            a.host,
+            a.path,
+            round(a.opened, 3),
+            round(a.finished, 3),
+            b.host,
+            b.path,
+            round(b.opened, 3),
+        )
+        for a, b in server.origin.overlapping()
+    ]
+    assert overlaps == [], "\n".join(map(str, overlaps))
+    assert server.origin.max_inflight == 1

@@ -20,10 +20,12 @@ only when the spider opens):
 * :class:`WouldDeny` (and :class:`LoadsAhead`), offered by the gates that
   can tell from cached state that they will deny a request: the Pacer asks
   them for the frontier, which lets such a request go without its turn;
-* :class:`DepartureCheck`, offered by the R2 gate: whether a request it let
-  by may still leave (a Visit-time window may close while it waits for its
-  host's slot); the pacing gate asks the Pacer, which asks it, as the slot
-  is reserved;
+* :class:`DepartureCheck`, offered by the R3 and R2 gates: whether a request
+  they let by may still leave (the blocklist in force may come to block its
+  host, a robots.txt read meanwhile disallow it, a Visit-time window close,
+  while it waits for its host's slot or for the wire); the pacing gate asks
+  the Pacer, which asks them, as the slot is reserved, and the wire-timed
+  handler as the request is handed its connection;
 * :class:`CadenceStamps`, offered by the R8 gate: a target's fetch stamped
   with its record, and a fleet's claim on it let go (the record pipeline,
   and a stopped run's lines given back to a shared feed).
@@ -142,8 +144,10 @@ class WouldDeny(Protocol):
 
 class DepartureCheck(Protocol):
     """A gate whose answer can change while a request it let through waits
-    for its host's slot (a Visit-time window that closes): the Pacer asks
-    it again as the slot is reserved."""
+    for its host's slot or for the wire (a host the blocklist comes to
+    block, a robots.txt read that disallows it, a Visit-time window that
+    closes): the Pacer asks it again as the
+    slot is reserved and as the request is handed its connection."""
 
     def departure_denial(self, request: Request) -> tuple[str, str] | None:
         """(rule, reason) when *request* may no longer leave (cached state only)."""

@@ -134,8 +134,9 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         #: (host, opening) of the Visit-time waits already logged -> that
         #: opening as time.monotonic(): its targets come back in their order
         self._waits_told: dict[tuple[str, float], float] = {}
-        # a request that passed this gate inside the window may wait for its
-        # host's slot past the window's close: asked again as it leaves
+        # a request that passed this gate may wait for its host's slot or
+        # the wire past its window's close, or while a robots.txt that
+        # disallows it is read: asked again as it leaves
         self.context.departure_checks.append(self)
 
     @classmethod
@@ -234,12 +235,21 @@ class RobotsTxtMiddleware(OriginDocuments[RobotsEntry]):
         deny(self.crawler, logger, request, "R2", reason, outcome="skipped", lasting=False)
 
     def departure_denial(self, request: Request) -> tuple[str, str] | None:
-        """("R2", reason) when *request*'s host has a Visit-time window that
-        is closed now (robots.txt itself excepted), from the cached policy."""
+        """("R2", reason) when the robots.txt in force for *request*'s origin
+        now disallows it (read again while the request waited), or its
+        Visit-time window is closed now (robots.txt itself excepted), from
+        the cached policy."""
         if self._exempt(request):
             return None
         entry = self._cache.get(origin_of(request.url))
-        if entry is None or not entry.policy.visit_windows:
+        if entry is None:
+            return None
+        if entry.outage is None and not entry.policy.allows(request.url):
+            return "R2", (
+                f"{entry.policy.denial_reason(request.url)}: robots.txt read while the request "
+                "waited for its turn: not sent"
+            )
+        if not entry.policy.visit_windows:
             return None
         if open_at(entry.policy.visit_windows, self.store.time()):
             return None

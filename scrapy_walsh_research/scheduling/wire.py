@@ -18,15 +18,17 @@ is :mod:`scrapy_walsh_research.scheduling._twisted`.
 
 The wire is serial: a request asks the pool for a connection (opens one,
 or takes an idle keep-alive one) only once the request before it has its
-whole answer or has failed (``_wire``, a lock held from before the pool is
-asked until the download ends), so no connection is opened and no byte
+whole answer or has failed (:class:`SerialWire`, one lock per crawler for
+both schemes' handlers, held from before the pool is asked until the
+download ends), so no connection is opened and no byte
 leaves for any host while another request is in flight, whatever the engine
 lets into the downloader. Scrapy's ``DOWNLOAD_TIMEOUT`` starts once the lock
 is held: the wait for the wire is not counted. The engine takes the next
 requests while one is on the wire (``CONCURRENT_REQUESTS=3``) so that their
 gates and their hosts' reservations run meanwhile; what a gate decides while
 a request waits here is checked again as it is handed its connection (its
-grant, a Visit-time window), and a request still waiting when the run is
+grant, the blocklist in force, the robots.txt in force and its Visit-time
+window), and a request still waiting when the run is
 stopped is not sent.
 """
 
@@ -54,10 +56,13 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+    from scrapy_walsh_research._runtime.context import CrawlContext
+
 __all__ = [
     "DepartureRefused",
     "GrantExpired",
     "OnDeparture",
+    "SerialWire",
     "SigningFailed",
     "WireTimedHTTP11DownloadHandler",
 ]
@@ -70,9 +75,22 @@ class GrantExpired(ConnectError):
 
 
 class DepartureRefused(ConnectError):
-    """A gate says the request may no longer leave (a Visit-time window
-    closed while it waited for the wire): nothing is sent; R5 retries it
-    through its gates like a failed connect."""
+    """A gate says the request may no longer leave (while it waited for the
+    wire the blocklist came to block its host, a robots.txt read disallowed
+    it, its Visit-time window closed): nothing is sent; it goes back
+    through its gates, which decide it again."""
+
+
+class SerialWire:
+    """The crawler's one wire: Scrapy builds a download handler per scheme
+    (http, https), and a lock of each handler's own would let an https
+    request be in flight while an http one is. Every wire-timed handler of
+    the crawler takes this one lock."""
+
+    def __init__(self, context: CrawlContext) -> None:
+        #: held by the request on the wire, from before it asks its pool for
+        #: a connection until its answer is complete or its download failed
+        self.lock = DeferredLock()
 
 
 class OnDeparture(Protocol):
@@ -99,9 +117,8 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         self._current: Request | None = None
         self._crawler = crawler
         self._departure: OnDeparture = Departure(self.context)
-        #: held by the request on the wire, from before it asks the pool for
-        #: a connection until its answer is complete or its download failed
-        self._wire = DeferredLock()
+        #: the crawler's one wire lock, shared with its other schemes' handler
+        self._wire = self.context.service(SerialWire).lock
         _twisted.on_each_connection(pool, self._on_connection)
 
     def _on_connection(self) -> Callable[[Any], Any]:

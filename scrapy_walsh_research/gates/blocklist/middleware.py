@@ -10,8 +10,12 @@ for its next try, within ``WALSH_POLICY_WAIT``. At that bound a lost list's
 targets get a record (``skipped``, R3, what happened); a list never adopted
 lets the crawl go on with ``WALSH_BLOCKLIST_EXTRA`` only, as spec §5.2 says
 for a first-ever failure.
-The pacer only asks it, through a denial check, so that a blocked request
-does not wait out a host's delay first.
+The pacer asks it, through a denial check, so that a blocked request does
+not wait out a host's delay first, and through a departure check as the
+request is granted its host's slot and handed its connection: the list in
+force can change while a request it let by waits (another request's
+refresh, a fleet worker's list adopted), and a host just added receives
+nothing more.
 """
 
 from __future__ import annotations
@@ -83,6 +87,10 @@ class BlocklistMiddleware(InContext):
         #: the first-ever outage whose wait ended in the spec's fail-open (logged once)
         self._failed_open: float | None = None
         context.would_deny.append(self)
+        # the list in force can change while a request it let by waits for
+        # its host's slot or for the wire (another request's refresh, a
+        # fleet worker's list adopted): asked again as the request leaves
+        context.departure_checks.insert(0, self)
 
     @staticmethod
     def _extra(extra: tuple[str, ...]) -> DomainSet:
@@ -97,6 +105,20 @@ class BlocklistMiddleware(InContext):
         return (
             self.marks.purpose(request) not in (BLOCKLIST, SCHEMA)
             and self.held.domains.match(url_host(request.url)) is not None
+        )
+
+    def departure_denial(self, request: Request) -> tuple[str, str] | None:
+        """("R3", reason) when the list in force now blocks *request*'s host
+        (``DepartureCheck``): not the list's own fetches."""
+        if self.marks.purpose(request, quiet=True) in (BLOCKLIST, SCHEMA):
+            return None
+        host = url_host(request.url)
+        hit = self.held.domains.match(host)
+        if hit is None:
+            return None
+        return "R3", (
+            f"host {host} was added to the operator blocklist (entry {hit[0]!r}) while the "
+            "request waited for its turn: not sent"
         )
 
     @classmethod
