@@ -98,6 +98,7 @@ async def run_conformance(
         opted_out=opted_out,
         cache=cache,
         max_inflight=server.origin.max_inflight,
+        overlaps=len(server.origin.overlapping()),
         base=base,
         state=probe.state,
         stored_before=stored_before,

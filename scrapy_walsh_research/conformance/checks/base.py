@@ -58,6 +58,9 @@ class Observed:
     #: what the project's settings say, as given (``WALSH_REDIS_URL`` set: the
     #: state and the audit log are in Redis; ``WALSH_SIGNING_KEY`` set)
     shared_state: bool = False
+    #: requests that began (their connection opened, or they arrived on a
+    #: kept-alive one) while another was being answered, over every crawl
+    overlaps: int = 0
     signing_key_set: bool = False
 
     @property

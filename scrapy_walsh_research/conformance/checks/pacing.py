@@ -18,8 +18,11 @@ def pacing(j: Judgement, seen: Observed) -> None:
     j.check(
         "R4",
         "MUST",
-        "serial: at most one request in flight",
-        lambda: (seen.max_inflight == 1, f"max in flight {seen.max_inflight}"),
+        "serial: at most one request in flight, no connection opened during one",
+        lambda: (
+            seen.max_inflight == 1 and seen.overlaps == 0,
+            f"max in flight {seen.max_inflight}; {seen.overlaps} began while another was answered",
+        ),
     )
 
     def min_gap() -> tuple[bool, str]:
