@@ -5,11 +5,14 @@ on the wire: the wire-timed handler lets one request at a time ask for a
 connection and send, the time a request waits for the wire is not counted
 against its DOWNLOAD_TIMEOUT, a host never has two requests out of the
 frontier, and a request that waited for the wire is checked again as it
-leaves. Asserted on what the origin saw."""
+leaves (and again once its audit entry is written, when that write waited
+on Redis). Asserted on what the origin saw."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import time
 from collections import defaultdict
 
@@ -219,6 +222,76 @@ async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallo
     assert records[pages[0]]["outcome"] == records[slow]["outcome"] == "fetched"
     assert [h.path for h in server.origin.hits_for("rb.test") if h.t >= read_at[0]] == []
     assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("denied", "R2")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_the_blocklist_adds_while_its_audit_entry_waits_on_redis_gets_nothing(
+    server, tmp_path, monkeypatch, redis_server
+):
+    """With the audit log in Redis, late.test's second page is handed its
+    connection and its audit entry waits on a Redis that does not answer
+    (stopped for 2 s); meanwhile the list in force changes to block
+    late.test (as when a fleet worker adopts the list another worker
+    fetched). Once the write is through, the page is not sent (R3 checked
+    again after the write, as at handover) and is denied by R3."""
+    from twisted.internet import reactor
+
+    from scrapy_walsh_research.evidence.audit_redis import RedisAudit
+    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
+
+    gates: list[BlocklistMiddleware] = []
+    built = BlocklistMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(cls, crawler):
+        gates.append(built(cls, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(BlocklistMiddleware, "from_crawler", classmethod(capture))
+    late = slow_pages(server, "late.test", 2, 0.0)
+    adopted_at: list[float] = []
+    resumed_at: list[float] = []
+
+    async def adopt_blocking_late() -> None:
+        (gate,) = gates
+        body = json.dumps(blocklist_doc("late.test")).encode()
+        new, canonical = await gate.builder.parse_off_reactor(
+            body, url=gate.url, fetched_at=gate.held.store.time()
+        )
+        # in force from the adoption's first step; the rest waits on Redis
+        adopting = asyncio.ensure_future(gate.held.adopt(new, persist=False, canonical=canonical))
+        while gate.held.domains.match("late.test") is None:
+            await asyncio.sleep(0.01)
+        adopted_at.append(time.monotonic())
+        await adopting
+
+    def resume() -> None:
+        if not resumed_at:
+            redis_server.proc.send_signal(signal.SIGCONT)
+            resumed_at.append(time.monotonic())
+
+    append = RedisAudit.append
+
+    def held_append(self, entry):
+        # late.test/p/1's entry, as it is handed its connection: Redis stops
+        # answering for 2 s, and the list in force changes meanwhile
+        if entry.get("event") == "request" and entry.get("url") == late[1] and not resumed_at:
+            redis_server.proc.send_signal(signal.SIGSTOP)
+            reactor.callLater(2.0, resume)
+            deferred_from_coro(adopt_blocking_late())
+        return append(self, entry)
+
+    monkeypatch.setattr(RedisAudit, "append", held_append)
+    settings = base_settings(server, tmp_path / "s", **redis_settings(redis_server))
+    try:
+        res = await crawl(settings, late, tmp_path)
+    finally:
+        resume()
+    records = {r["url"]: r for r in res.items}
+    assert adopted_at and adopted_at[0] < resumed_at[0]  # in force while the write waited
+    assert records[late[0]]["outcome"] == "fetched"
+    assert server.origin.hits_for("late.test", "/p/1") == []
+    assert [h.path for h in server.origin.hits_for("late.test") if h.t >= adopted_at[0]] == []
+    assert (records[late[1]]["outcome"], records[late[1]]["rule"]) == ("denied", "R3")
 
 
 @pytest_twisted.ensureDeferred
