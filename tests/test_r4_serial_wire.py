@@ -5,13 +5,17 @@ on the wire: the wire-timed handler lets one request at a time ask for a
 connection and send, the time a request waits for the wire is not counted
 against its DOWNLOAD_TIMEOUT, a host never has two requests out of the
 frontier, and a request that waited for the wire is checked again as it
-leaves. Asserted on what the origin saw."""
+leaves (and again once its audit entry is written, when that write waited
+on Redis). Asserted on what the origin saw."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import time
 from collections import defaultdict
+from typing import Any
 
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
@@ -219,6 +223,127 @@ async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallo
     assert records[pages[0]]["outcome"] == records[slow]["outcome"] == "fetched"
     assert [h.path for h in server.origin.hits_for("rb.test") if h.t >= read_at[0]] == []
     assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("denied", "R2")
+
+
+class HeldAuditWrite:
+    """The Redis keeping the audit log stops answering (SIGSTOP) for
+    *seconds* as *url*'s request entry is written (it has its connection),
+    and *meanwhile* is called then; :meth:`resume` in a ``finally``."""
+
+    def __init__(self, monkeypatch, redis_server, url: str, meanwhile, seconds: float = 2.0):
+        from twisted.internet import reactor
+
+        from scrapy_walsh_research.evidence.audit_redis import RedisAudit
+
+        self.redis = redis_server
+        self.resumed_at: list[float] = []
+        append = RedisAudit.append
+
+        def held_append(audit, entry):
+            if entry.get("event") == "request" and entry.get("url") == url and not self.resumed_at:
+                self.redis.proc.send_signal(signal.SIGSTOP)
+                self.stopped_at = time.monotonic()
+                reactor.callLater(seconds, self.resume)
+                meanwhile()
+            return append(audit, entry)
+
+        monkeypatch.setattr(RedisAudit, "append", held_append)
+
+    def resume(self) -> None:
+        if not self.resumed_at:
+            self.redis.proc.send_signal(signal.SIGCONT)
+            self.resumed_at.append(time.monotonic())
+
+
+def captured_blocklist_gates(monkeypatch) -> list[Any]:
+    """The crawl's blocklist gate, once Scrapy has built it."""
+    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
+
+    gates: list[BlocklistMiddleware] = []
+    built = BlocklistMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(cls, crawler):
+        gates.append(built(cls, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(BlocklistMiddleware, "from_crawler", classmethod(capture))
+    return gates
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_host_the_blocklist_adds_while_its_audit_entry_waits_on_redis_gets_nothing(
+    server, tmp_path, monkeypatch, redis_server
+):
+    """With the audit log in Redis, late.test's second page is handed its
+    connection and its audit entry waits on a Redis that does not answer
+    (stopped for 2 s); meanwhile the list in force changes to block
+    late.test (as when a fleet worker adopts the list another worker
+    fetched). Once the write is through, the page is not sent (R3 checked
+    again after the write, as at handover) and is denied by R3."""
+    gates = captured_blocklist_gates(monkeypatch)
+    late = slow_pages(server, "late.test", 2, 0.0)
+    adopted_at: list[float] = []
+
+    async def adopt_blocking_late() -> None:
+        (gate,) = gates
+        body = json.dumps(blocklist_doc("late.test")).encode()
+        new, canonical = await gate.builder.parse_off_reactor(
+            body, url=gate.url, fetched_at=gate.held.store.time()
+        )
+        # in force from the adoption's first step; the rest waits on Redis
+        adopting = asyncio.ensure_future(gate.held.adopt(new, persist=False, canonical=canonical))
+        while gate.held.domains.match("late.test") is None:
+            await asyncio.sleep(0.01)
+        adopted_at.append(time.monotonic())
+        await adopting
+
+    held = HeldAuditWrite(
+        monkeypatch, redis_server, late[1], lambda: deferred_from_coro(adopt_blocking_late())
+    )
+    settings = base_settings(server, tmp_path / "s", **redis_settings(redis_server))
+    try:
+        res = await crawl(settings, late, tmp_path)
+    finally:
+        held.resume()
+    records = {r["url"]: r for r in res.items}
+    assert adopted_at and adopted_at[0] < held.resumed_at[0]  # in force while the write waited
+    assert records[late[0]]["outcome"] == "fetched"
+    assert server.origin.hits_for("late.test", "/p/1") == []
+    assert [h.path for h in server.origin.hits_for("late.test") if h.t >= adopted_at[0]] == []
+    assert (records[late[1]]["outcome"], records[late[1]]["rule"]) == ("denied", "R3")
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_run_stopped_while_a_requests_audit_entry_waits_on_redis_does_not_send_it(
+    server, tmp_path, monkeypatch, redis_server
+):
+    """With the audit log in Redis, st.test's second page is handed its
+    connection and its audit entry waits on a Redis that does not answer
+    (stopped for 2 s); meanwhile the run is stopped (as by Ctrl-C). Once the
+    write is through, the page is not sent and its line is skipped: the run
+    was stopped."""
+    gates = captured_blocklist_gates(monkeypatch)
+    pages = slow_pages(server, "st.test", 2, 0.0)
+
+    stopping: list[Any] = []
+
+    def stop() -> None:
+        (gate,) = gates
+        stopping.append(deferred_from_coro(gate.crawler.stop_async()))
+
+    held = HeldAuditWrite(monkeypatch, redis_server, pages[1], stop)
+    settings = base_settings(server, tmp_path / "s", **redis_settings(redis_server))
+    try:
+        res = await crawl(settings, pages, tmp_path)
+    finally:
+        held.resume()
+    records = {r["url"]: r for r in res.items}
+    assert held.resumed_at
+    assert records[pages[0]]["outcome"] == "fetched"
+    assert server.origin.hits_for("st.test", "/p/1") == []
+    assert [h.path for h in server.origin.hits_for("st.test") if h.t >= held.stopped_at] == []
+    assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("skipped", None)
+    assert "the run was stopped" in records[pages[1]]["reason"]
 
 
 @pytest_twisted.ensureDeferred

@@ -28,8 +28,9 @@ requests while one is on the wire (``CONCURRENT_REQUESTS=3``) so that their
 gates and their hosts' reservations run meanwhile; what a gate decides while
 a request waits here is checked again as it is handed its connection (its
 grant, the blocklist in force, the robots.txt in force and its Visit-time
-window), and a request still waiting when the run is
-stopped is not sent.
+window), and again once its audit entry is written when that write
+waited on a store outside the process (Redis); a request still waiting
+when the run is stopped is not sent.
 """
 
 from __future__ import annotations
@@ -130,23 +131,35 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
     def _handed_over(self, connection: Any, request: Request | None) -> Any:
         if request is None:
             return connection
-        try:  # stopped while its connection was being opened: nothing is sent
-            self._refuse_if_stopping(request)
-        except Exception:
-            connection.transport.loseConnection()
-            raise
-        self._check_grant(connection, request)  # not logged as sent if it cannot be
-        self._check_departure(connection, request)
+        self._check_leaving(connection, request)  # not logged as sent if it cannot be
         # the audit entry is durable before the request leaves
         written = self._departure.logged(request)
         if written is None:
             return self._send(connection, request)
-        return deferred_from_coro(written).addCallback(lambda _: self._send(connection, request))
+        return deferred_from_coro(written).addCallback(
+            lambda _: self._send_after_write(connection, request)
+        )
+
+    def _send_after_write(self, connection: Any, request: Request) -> Any:
+        # again after the audit write (a Redis write can wait out an outage
+        # for seconds): meanwhile the run may have been stopped, the grant
+        # lost, the list in force come to block the host, the window closed
+        self._check_leaving(connection, request)
+        return self._send(connection, request)
+
+    def _check_leaving(self, connection: Any, request: Request) -> None:
+        """Close *connection* and raise unless *request* may leave now: the
+        run is not stopping, its host's slot is still this worker's, and no
+        gate's departure check denies it."""
+        try:  # stopped while it waited for its connection: nothing is sent
+            self._refuse_if_stopping(request)
+        except Exception:
+            connection.transport.loseConnection()
+            raise
+        self._check_grant(connection, request)
+        self._check_departure(connection, request)
 
     def _send(self, connection: Any, request: Request) -> Any:
-        # again after the audit write (a Redis write can wait out an
-        # outage): the grant must still be ours as the request leaves
-        self._check_grant(connection, request)
         if self._departure.signs:
             _twisted.rewrite_next_request(
                 connection, lambda tx_request: self._departure.sign(tx_request, request)
