@@ -64,8 +64,19 @@ class PostgresServer:
             # the tests measure the bundle, not the disk
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         )
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
-                  str(self.root / "server.log"), "-w", "start")  # fmt: skip
+        # a start right after kill() can meet the killed server's backends
+        # not yet gone (its shared memory still "in use") on a loaded machine:
+        # tried again for a while, and its log shown if it never starts
+        for attempt in range(6):
+            try:
+                self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l",
+                          str(self.root / "server.log"), "-w", "start")  # fmt: skip
+                break
+            except subprocess.CalledProcessError as exc:
+                if attempt == 5:
+                    log = (self.root / "server.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"PostgreSQL did not start: {exc.stderr!r}\n{log}") from exc
+                time.sleep(1.0)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -89,13 +100,14 @@ class PostgresServer:
             return
         pid = int(pidfile.read_text().split()[0])
         try:
-            os.killpg(os.getpgid(pid), signal.SIGKILL)
+            group = os.getpgid(pid)
+            os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
+            try:  # the postmaster and every backend of its group gone
+                os.killpg(group, 0)
             except ProcessLookupError:
                 break
             time.sleep(0.05)
