@@ -101,7 +101,8 @@ class PacingMiddleware(InContext):
             late = self.pacer.departure_denial(request)
             if late is not None:
                 # it passed its gates, then waited here or elsewhere, and may
-                # no longer leave (its host's Visit-time window closed)
+                # no longer leave (the list in force came to block its host,
+                # robots.txt to disallow it, its Visit-time window closed)
                 if direct:
                     deny(self.crawler, logger, request, late[0], late[1],
                          outcome="skipped", lasting=False)  # fmt: skip
@@ -179,8 +180,9 @@ class PacingMiddleware(InContext):
     async def process_exception(self, request: Request, exception: Exception) -> Request | None:
         host = url_host(request.url)
         if isinstance(exception, DepartureRefused) and not self.marks.is_direct(request):
-            # nothing left: a gate closed (Visit-time) while it waited for
-            # the wire; it goes back through its gates, as from the wait here
+            # nothing left: a gate closed (blocklist, robots.txt, Visit-time)
+            # while it waited for the wire; it goes back through its gates,
+            # as from the wait here
             await self._commit(request, answered=False)
             await self.audit.answered(request, error=failure_reason(exception))
             return self.pacer.requeue(request)

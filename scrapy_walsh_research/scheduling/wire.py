@@ -151,13 +151,22 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         """Close *connection* and raise unless *request* may leave now: the
         run is not stopping, its host's slot is still this worker's, and no
         gate's departure check denies it."""
-        try:  # stopped while it waited for its connection: nothing is sent
-            self._refuse_if_stopping(request)
+        pacer = self.context.service(Pacer)
+        host = url_host(request.url)
+        try:
+            # stopped while it waited for its connection: nothing is sent
+            pacer.refuse_if_stopping(host, direct=self.context.marks.is_direct(request))
+            if not pacer.grant_valid(host):
+                # Twisted's ConnectError.__init__ has no annotations
+                raise GrantExpired(  # type: ignore[no-untyped-call]
+                    string=f"the reserved slot for {request.url} expired"
+                )
+            late = pacer.departure_denial(request)
+            if late is not None:
+                raise DepartureRefused(string=f"{late[0]}: {late[1]}")  # type: ignore[no-untyped-call]
         except Exception:
             connection.transport.loseConnection()
             raise
-        self._check_grant(connection, request)
-        self._check_departure(connection, request)
 
     def _send(self, connection: Any, request: Request) -> Any:
         if self._departure.signs:
@@ -169,23 +178,9 @@ class WireTimedHTTP11DownloadHandler(InContext, HTTP11DownloadHandler):
         _twisted.stamp_sends(connection, request)
         return connection
 
-    def _check_grant(self, connection: Any, request: Request) -> None:
-        if not self.context.service(Pacer).grant_valid(url_host(request.url)):
-            connection.transport.loseConnection()
-            # Twisted's ConnectError.__init__ has no annotations
-            raise GrantExpired(  # type: ignore[no-untyped-call]
-                string=f"the reserved slot for {request.url} expired"
-            )
-
     def _refuse_if_stopping(self, request: Request) -> None:
         direct = self.context.marks.is_direct(request)
         self.context.service(Pacer).refuse_if_stopping(url_host(request.url), direct=direct)
-
-    def _check_departure(self, connection: Any, request: Request) -> None:
-        late = self.context.service(Pacer).departure_denial(request)
-        if late is not None:
-            connection.transport.loseConnection()
-            raise DepartureRefused(string=f"{late[0]}: {late[1]}")  # type: ignore[no-untyped-call]
 
     async def download_request(self, request: Request) -> Response:
         # Taken before the pool is asked for a connection, and before
