@@ -1,6 +1,7 @@
 """The fixtures every test may ask for: the loopback origin (with the
 operator's blocklist and schema served), its resolver, a session Redis, and
-the switch that lets a test build a chain the start-up check would refuse.
+the switch that lets a test build a chain the start-up check would refuse;
+no child crawl outlives the test that spawned it.
 The helpers the test modules share are in :mod:`tests.support`."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tests.support.crawling import (
     blocklist_doc,
     json_reply,
 )
+from tests.support.processes import kill_leftover_children
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -28,6 +30,14 @@ def sandbox_dns() -> Iterator[None]:
     restore = install_sandbox_resolver()
     yield
     restore()
+
+
+@pytest.fixture(autouse=True)
+def no_child_crawl_outlives_its_test() -> Iterator[None]:
+    """A test that fails before awaiting a crawl it spawned would leave the
+    child running (waiting for a store, loading the tests after it)."""
+    yield
+    kill_leftover_children()
 
 
 @pytest.fixture

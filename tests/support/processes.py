@@ -33,10 +33,29 @@ def new_project(tmp_path: Path, name: str = "shop") -> Path:
     return project
 
 
+#: children started and not yet ended: a test that fails before awaiting its
+#: crawl would leave it running (waiting for its store, loading the machine
+#: for the tests after it); ``kill_leftover_children`` ends them
+_RUNNING: set[ProcessCrawl] = set()
+
+
+def kill_leftover_children() -> int:
+    """SIGKILL every child crawl still running (a test's teardown); how many."""
+    left = [p for p in _RUNNING if p.transport is not None and p.transport.pid is not None]
+    for proc in left:
+        try:
+            proc.transport.signalProcess("KILL")
+        except Exception:  # ended between the look and the signal
+            pass
+    _RUNNING.clear()
+    return len(left)
+
+
 class ProcessCrawl(protocol.ProcessProtocol):
     """A ``scrapy crawl targets`` in a real child process (to SIGKILL it)."""
 
     def __init__(self) -> None:
+        _RUNNING.add(self)
         self.ended: defer.Deferred[None] = defer.Deferred()
         self.err = b""
         self.transport: Any = None
@@ -47,6 +66,7 @@ class ProcessCrawl(protocol.ProcessProtocol):
         self.err += data
 
     def processEnded(self, reason: Any) -> None:
+        _RUNNING.discard(self)
         self.code = reason.value.exitCode
         self.ended.callback(None)
 
