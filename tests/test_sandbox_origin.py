@@ -115,7 +115,6 @@ async def test_request_bodies_pass_whole_and_each_request_on_a_connection_is_sta
     assert abs((hits[1].t - hits[0].t) - (sent[1] - sent[0])) < 0.02
 
 
-
 @pytest_twisted.ensureDeferred
 async def test_on_https_an_arrival_mark_can_only_be_a_clients_and_is_not_taken(
     server: SandboxServer,
@@ -165,3 +164,36 @@ def test_a_pause_between_the_clock_reads_does_not_shift_an_arrival(monkeypatch) 
     mark = next(line for line in marked.split(b"\r\n") if line.startswith(arrivals.ARRIVAL_HEADER))
     monotonic = float(mark.split(b":", 1)[1].split()[0])
     assert abs(monotonic - 200.0) < 0.000_01
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_connection_opened_while_another_request_is_answered_is_an_overlap(
+    server: SandboxServer,
+):
+    """The serial row's second half: a client that opens a connection while
+    a request is being answered, and sends on it only after the answer, never
+    has two requests in flight at the origin; the origin still reports the
+    pair. One opened after the answer is not an overlap."""
+    server.origin.route("slow.test", "/", Reply(200, "ok", {"Content-Length": "2"}, delay=0.5))
+    server.origin.route("slow.test", "/next", Reply(200, "no", {"Content-Length": "2"}))
+
+    def client(open_early: bool) -> None:
+        port = server.port
+        with socket.create_connection(("127.0.0.1", port)) as first:
+            first.sendall(b"GET / HTTP/1.1\r\nHost: slow.test\r\n\r\n")
+            time.sleep(0.2)  # the first is being answered
+            second = socket.create_connection(("127.0.0.1", port)) if open_early else None
+            data = b""
+            while not data.endswith(b"ok"):
+                data += _recv(first)
+        time.sleep(0.1)
+        with second or socket.create_connection(("127.0.0.1", port)) as sock:
+            assert _get(sock, "slow.test", "/next") == b"no"
+
+    await threads.deferToThread(client, False)
+    assert server.origin.max_inflight == 1 and server.origin.overlapping() == []
+    await threads.deferToThread(client, True)
+    assert server.origin.max_inflight == 1
+    ((earlier, later),) = server.origin.overlapping()
+    assert (earlier.path, later.path) == ("/", "/next")
+    assert later.opened < earlier.finished < later.t
