@@ -34,6 +34,47 @@ def slow_pages(server, host: str, n: int, delay: float, robots: str = ROBOTS) ->
     return [server.url(host, f"/p/{i}") for i in range(n)]
 
 
+def captured_gates(monkeypatch, cls: type) -> list[Any]:
+    """The crawl's gate of class *cls*, once Scrapy has built it."""
+    gates: list[Any] = []
+    built = cls.from_crawler.__func__  # type: ignore[attr-defined]
+
+    def capture(klass, crawler):
+        gates.append(built(klass, crawler))
+        return gates[-1]
+
+    monkeypatch.setattr(cls, "from_crawler", classmethod(capture))
+    return gates
+
+
+def captured_blocklist_gates(monkeypatch) -> list[Any]:
+    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
+
+    return captured_gates(monkeypatch, BlocklistMiddleware)
+
+
+def behind_a_slow_answer(server, change) -> str:
+    """slow.test/x, answered in 3 s; 1.5 s into its answer *change* (a
+    coroutine function) runs: what a request granted meanwhile waits behind."""
+    from twisted.internet import reactor
+
+    def slow_answer(hit):
+        reactor.callLater(1.5, lambda: deferred_from_coro(change()))
+        return Reply(200, "slow", delay=3.0)
+
+    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
+    server.origin.route("slow.test", "/x", slow_answer)
+    return server.url("slow.test", "/x")
+
+
+async def blocking(gate, host: str) -> Any:
+    """The operator's list naming *host*, parsed as *gate* parses a fetched one."""
+    body = json.dumps(blocklist_doc(host)).encode()
+    return await gate.builder.parse_off_reactor(
+        body, url=gate.url, fetched_at=gate.held.store.time()
+    )
+
+
 @pytest_twisted.ensureDeferred
 async def test_no_connection_is_opened_and_nothing_sent_while_a_request_is_in_flight(
     server, tmp_path
@@ -62,12 +103,12 @@ async def test_no_connection_is_opened_and_nothing_sent_while_a_request_is_in_fl
 
 @pytest_twisted.ensureDeferred
 async def test_the_wait_for_the_wire_does_not_count_against_download_timeout(server, tmp_path):
-    """Two hosts answer in 1.5 s, DOWNLOAD_TIMEOUT is 2 s: a request that
+    """Two hosts answer in 1.5 s, DOWNLOAD_TIMEOUT is 2.5 s: a request that
     waits for the other's answer (1.5 s) then takes 1.5 s itself is not
-    timed out, and each page is sent once."""
+    timed out (3 s counted from the wait), and each page is sent once."""
     urls = slow_pages(server, "a.test", 1, 1.5) + slow_pages(server, "c.test", 1, 1.5)
     urls += slow_pages(server, "b.test", 1, 0.0)
-    settings = base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=2, WALSH_RETRY_TIMES=0)
+    settings = base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=2.5, WALSH_RETRY_TIMES=0)
     res = await crawl(settings, urls, tmp_path)
     assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(urls, "fetched")
     sent: dict[str, int] = defaultdict(int)
@@ -138,37 +179,17 @@ async def test_a_host_the_blocklist_adds_while_its_request_waits_for_the_wire_ge
     late.test (as when a fleet worker adopts the list another worker
     fetched: no request of this process's wire is needed for that). The
     page is not sent (R3 checked again as it leaves) and is denied by R3."""
-    from twisted.internet import reactor
-
-    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
-
-    gates: list[BlocklistMiddleware] = []
-    built = BlocklistMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
-
-    def capture(cls, crawler):
-        gates.append(built(cls, crawler))
-        return gates[-1]
-
-    monkeypatch.setattr(BlocklistMiddleware, "from_crawler", classmethod(capture))
+    gates = captured_blocklist_gates(monkeypatch)
     adopted_at: list[float] = []
 
     async def adopt_blocking_late() -> None:
         (gate,) = gates
-        body = json.dumps(blocklist_doc("late.test")).encode()
-        new, canonical = await gate.builder.parse_off_reactor(
-            body, url=gate.url, fetched_at=gate.held.store.time()
-        )
+        new, canonical = await blocking(gate, "late.test")
         await gate.held.adopt(new, persist=False, canonical=canonical)
         adopted_at.append(time.monotonic())
 
-    def slow_answer(hit):
-        reactor.callLater(1.5, lambda: deferred_from_coro(adopt_blocking_late()))
-        return Reply(200, "slow", delay=3.0)
-
     late = slow_pages(server, "late.test", 2, 0.0)
-    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
-    server.origin.route("slow.test", "/x", slow_answer)
-    slow = server.url("slow.test", "/x")
+    slow = behind_a_slow_answer(server, adopt_blocking_late)
     res = await crawl(base_settings(server, tmp_path / "s"), [late[0], slow, late[1]], tmp_path)
     records = {r["url"]: r for r in res.items}
     assert adopted_at
@@ -187,18 +208,9 @@ async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallo
     worker refetched: no request of this process's wire is needed for
     that). The page is not sent (R2 checked again as it leaves) and is
     denied by R2."""
-    from twisted.internet import reactor
-
     from scrapy_walsh_research.gates.robots import RobotsEntry, RobotsTxtMiddleware, _parse
 
-    gates: list[RobotsTxtMiddleware] = []
-    built = RobotsTxtMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
-
-    def capture(cls, crawler):
-        gates.append(built(cls, crawler))
-        return gates[-1]
-
-    monkeypatch.setattr(RobotsTxtMiddleware, "from_crawler", classmethod(capture))
+    gates = captured_gates(monkeypatch, RobotsTxtMiddleware)
     read_at: list[float] = []
 
     async def disallow_pages() -> None:
@@ -209,14 +221,8 @@ async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallo
         gate._cache[origin] = RobotsEntry(policy, old.expires, 200, sha256=digest)
         read_at.append(time.monotonic())
 
-    def slow_answer(hit):
-        reactor.callLater(1.5, lambda: deferred_from_coro(disallow_pages()))
-        return Reply(200, "slow", delay=3.0)
-
     pages = slow_pages(server, "rb.test", 2, 0.0)
-    server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
-    server.origin.route("slow.test", "/x", slow_answer)
-    slow = server.url("slow.test", "/x")
+    slow = behind_a_slow_answer(server, disallow_pages)
     res = await crawl(base_settings(server, tmp_path / "s"), [pages[0], slow, pages[1]], tmp_path)
     records = {r["url"]: r for r in res.items}
     assert read_at
@@ -255,21 +261,6 @@ class HeldAuditWrite:
             self.resumed_at.append(time.monotonic())
 
 
-def captured_blocklist_gates(monkeypatch) -> list[Any]:
-    """The crawl's blocklist gate, once Scrapy has built it."""
-    from scrapy_walsh_research.gates.blocklist.middleware import BlocklistMiddleware
-
-    gates: list[BlocklistMiddleware] = []
-    built = BlocklistMiddleware.from_crawler.__func__  # type: ignore[attr-defined]
-
-    def capture(cls, crawler):
-        gates.append(built(cls, crawler))
-        return gates[-1]
-
-    monkeypatch.setattr(BlocklistMiddleware, "from_crawler", classmethod(capture))
-    return gates
-
-
 @pytest_twisted.ensureDeferred
 async def test_a_host_the_blocklist_adds_while_its_audit_entry_waits_on_redis_gets_nothing(
     server, tmp_path, monkeypatch, redis_server
@@ -286,10 +277,7 @@ async def test_a_host_the_blocklist_adds_while_its_audit_entry_waits_on_redis_ge
 
     async def adopt_blocking_late() -> None:
         (gate,) = gates
-        body = json.dumps(blocklist_doc("late.test")).encode()
-        new, canonical = await gate.builder.parse_off_reactor(
-            body, url=gate.url, fetched_at=gate.held.store.time()
-        )
+        new, canonical = await blocking(gate, "late.test")
         # in force from the adoption's first step; the rest waits on Redis
         adopting = asyncio.ensure_future(gate.held.adopt(new, persist=False, canonical=canonical))
         while gate.held.domains.match("late.test") is None:
