@@ -146,7 +146,7 @@ async def test_a_host_that_never_answers_gets_no_page_request_and_honest_records
     started = time.monotonic()
     with caplog.at_level(logging.INFO):
         res = await crawl(settings, [*targets, *ok], tmp_path)
-    assert time.monotonic() - started < 15 + 10
+    assert time.monotonic() - started < 15 + 20  # not a bound per target (45 s)
     assert [h.path for h in server.origin.hits_for("dead.test")] == ["/robots.txt"] * 3
     assert outcomes(res, "dead.test") == [("skipped", "R2")] * 3
     record = next(i for i in res.items if "//dead.test:" in i["url"])

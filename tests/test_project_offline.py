@@ -84,12 +84,13 @@ async def test_a_new_project_without_internet_waits_once_for_the_blocklist_and_n
 
     # run 2: nothing due but the missing name: it ends at once
     await sleep(1.1)  # the export file is named by the second it started
-    started = time.monotonic()
     second = await run(crawl, project, {**OFFLINE, **BOUND})
-    took = time.monotonic() - started
     err = second.err.decode()
     assert second.code == 0 and "Traceback" not in err, err[-3000:]
-    assert took < 8.0, took
+    # the crawl's own time (Scrapy's stats), not the child's start-up, which
+    # a loaded machine lengthens: the bound (10 s) is not waited
+    took = float(re.search(r"'elapsed_time_seconds': ([\d.]+)", err).group(1))  # type: ignore[union-attr]
+    assert took < 6.0, took
     (warning,) = [w for w in warnings(err) if "blocklist" in w]
     assert "this crawl does not wait" in warning and "WALSH_BLOCKLIST_URL=" in warning, warning
     run2 = records(project)[1]

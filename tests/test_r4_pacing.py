@@ -50,8 +50,8 @@ async def test_the_first_request_to_a_new_host_is_not_delayed_and_hosts_interlea
     assert b[0].t - a[0].t < 0.5
     assert b[0].t < a[1].t
     # two hosts, five requests each (robots.txt, tdmrep.json, three pages), 1 s
-    # apart: about 4 s, not 9
-    assert max(h.t for h in a + b) - a[0].t < 5.0
+    # apart: about 4 s, not 9 (7: a loaded machine's lag adds up over the gaps)
+    assert max(h.t for h in a + b) - a[0].t < 7.0
 
 
 @pytest_twisted.ensureDeferred
