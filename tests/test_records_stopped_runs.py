@@ -285,7 +285,14 @@ async def test_requests_waiting_for_the_wire_when_stopped_are_not_sent(server, t
     assert [h.uri for h in o.hits if h.t > answered] == []  # nothing sent after the stop
     assert o.hits_for("b.test", "/2") == [] and o.hits_for("c.test", "/2") == []
     records = one_record_per_line(read_records(out), len(lines))
-    assert [records[n]["outcome"] for n in (1, 2, 3)] == ["fetched"] * 3
-    for n in (4, 5):
-        assert (records[n]["outcome"], records[n]["rule"]) == ("skipped", None), records[n]
-        assert "the run was stopped" in records[n]["reason"]
+    # which of b.test's and c.test's first pages went before the slow one
+    # is the engine's order (a loaded machine changes it): what the origin
+    # got is fetched, what it did not is the stop's
+    sent = {n for n, url in enumerate(lines, 1) if o.hits_for(urlsplit(url).hostname, urlsplit(url).path)}
+    assert 3 in sent and not {4, 5} & sent
+    for n, record in records.items():
+        if n in sent:
+            assert record["outcome"] == "fetched", record
+        else:
+            assert (record["outcome"], record["rule"]) == ("skipped", None), record
+            assert "the run was stopped" in record["reason"]
