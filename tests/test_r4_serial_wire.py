@@ -16,6 +16,7 @@ import signal
 import time
 from collections import defaultdict
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
@@ -65,6 +66,22 @@ def behind_a_slow_answer(server, change) -> str:
     server.origin.route("slow.test", "/robots.txt", Reply(200, ROBOTS))
     server.origin.route("slow.test", "/x", slow_answer)
     return server.url("slow.test", "/x")
+
+
+def sent_or_refused_as_it_left(server, res, urls, refused: tuple[str, str]) -> None:
+    """Of one host's *urls*, each the origin got is fetched and each it did
+    not is *refused* (outcome, rule); one was refused as it left, having
+    waited for the wire behind the slow answer. Which of the host's pages
+    that was is the engine's order across hosts, which a loaded machine
+    changes (the slow answer may go first)."""
+    records = {r["url"]: r for r in res.items}
+    for url in urls:
+        record = records[url]
+        if server.origin.hits_for(urlsplit(url).hostname, urlsplit(url).path):
+            assert record["outcome"] == "fetched", record
+        else:
+            assert (record["outcome"], record["rule"]) == refused, record
+    assert res.stats.get("walsh/pacing/refused_as_it_left", 0) >= 1, [records[u] for u in urls]
 
 
 async def blocking(gate, host: str) -> Any:
@@ -126,7 +143,8 @@ async def test_a_shared_clocks_lease_outlives_a_wait_for_the_wire(server, tmp_pa
     longer than its lease, and is still sent once, on its own reservation
     (no GrantExpired, no retry), after that answer."""
     slow = slow_pages(server, "slow.test", 1, 4.0)
-    fast = slow_pages(server, "fast.test", 2, 0.0)
+    # four: one is due during the 4 s answer, whichever host's chain leads
+    fast = slow_pages(server, "fast.test", 4, 0.0)
     shared = redis_settings(redis_server, WALSH_REDIS_LEASE=1.5)
     res = await crawl(base_settings(server, tmp_path / "s", **shared), slow + fast, tmp_path)
     assert {i["url"]: i["outcome"] for i in res.items} == dict.fromkeys(slow + fast, "fetched")
@@ -143,12 +161,12 @@ async def test_a_visit_time_window_that_closes_while_a_request_waits_for_the_wir
     server, tmp_path
 ):
     """vt.test's Visit-time window closes at the next minute boundary while
-    its second page, granted, waits for the wire behind a slow answer from
+    its next page, granted, waits for the wire behind a slow answer from
     another host that ends after it: that page is not sent (checked again as
     it leaves, it goes back through its gates) and is skipped by R2."""
     now = time.time()
     closes = (int(now // 60) + 1) * 60
-    if closes - now < 8:
+    if closes - now < 15:  # time for a loaded machine's start-up
         closes += 60
     visits = f"{(int(now // 60) - 1) % 1440 // 60:02d}{(int(now // 60) - 1) % 60:02d}-"
     visits += f"{int(closes // 60) % 1440 // 60:02d}{int(closes // 60) % 60:02d}"
@@ -162,19 +180,18 @@ async def test_a_visit_time_window_that_closes_while_a_request_waits_for_the_wir
     settings = base_settings(server, tmp_path / "s", DOWNLOAD_TIMEOUT=90)
     res = await crawl(settings, [first, slow, second], tmp_path)
     records = {r["url"]: r for r in res.items}
-    assert records[first]["outcome"] == records[slow]["outcome"] == "fetched"
-    assert (records[second]["outcome"], records[second]["rule"]) == ("skipped", "R2")
+    assert records[slow]["outcome"] == "fetched"
     (late,) = server.origin.hits_for("slow.test", "/x")
-    assert late.wall < closes  # vt.test/p/1 was due (1 s after /p/0) while it was out
+    assert late.wall < closes  # a vt.test page was due (1 s apart) while it was out
     assert [h.path for h in server.origin.hits_for("vt.test") if h.wall >= closes] == []
-    assert server.origin.hits_for("vt.test", "/p/1") == []
+    sent_or_refused_as_it_left(server, res, [first, second], ("skipped", "R2"))
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_host_the_blocklist_adds_while_its_request_waits_for_the_wire_gets_nothing(
     server, tmp_path, monkeypatch
 ):
-    """late.test's second page, granted, waits for the wire behind a 3 s
+    """late.test's next page, granted, waits for the wire behind a 3 s
     answer from slow.test; meanwhile the list in force changes to block
     late.test (as when a fleet worker adopts the list another worker
     fetched: no request of this process's wire is needed for that). The
@@ -193,16 +210,16 @@ async def test_a_host_the_blocklist_adds_while_its_request_waits_for_the_wire_ge
     res = await crawl(base_settings(server, tmp_path / "s"), [late[0], slow, late[1]], tmp_path)
     records = {r["url"]: r for r in res.items}
     assert adopted_at
-    assert records[late[0]]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert records[slow]["outcome"] == "fetched"
     assert [h.path for h in server.origin.hits_for("late.test") if h.t >= adopted_at[0]] == []
-    assert (records[late[1]]["outcome"], records[late[1]]["rule"]) == ("denied", "R3")
+    sent_or_refused_as_it_left(server, res, late, ("denied", "R3"))
 
 
 @pytest_twisted.ensureDeferred
 async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallows_it_holds(
     server, tmp_path, monkeypatch
 ):
-    """rb.test's second page, granted, waits for the wire behind a 3 s answer
+    """rb.test's next page, granted, waits for the wire behind a 3 s answer
     from slow.test; meanwhile the robots.txt in force for rb.test becomes
     one that disallows /p/ (as when a fleet worker reads the copy another
     worker refetched: no request of this process's wire is needed for
@@ -226,9 +243,9 @@ async def test_a_robots_txt_read_while_a_request_waits_for_the_wire_that_disallo
     res = await crawl(base_settings(server, tmp_path / "s"), [pages[0], slow, pages[1]], tmp_path)
     records = {r["url"]: r for r in res.items}
     assert read_at
-    assert records[pages[0]]["outcome"] == records[slow]["outcome"] == "fetched"
+    assert records[slow]["outcome"] == "fetched"
     assert [h.path for h in server.origin.hits_for("rb.test") if h.t >= read_at[0]] == []
-    assert (records[pages[1]]["outcome"], records[pages[1]]["rule"]) == ("denied", "R2")
+    sent_or_refused_as_it_left(server, res, pages, ("denied", "R2"))
 
 
 class HeldAuditWrite:

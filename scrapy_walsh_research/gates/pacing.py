@@ -183,6 +183,7 @@ class PacingMiddleware(InContext):
             # nothing left: a gate closed (blocklist, robots.txt, Visit-time)
             # while it waited for the wire; it goes back through its gates,
             # as from the wait here
+            self.stats.inc_value("walsh/pacing/refused_as_it_left")
             await self._commit(request, answered=False)
             await self.audit.answered(request, error=failure_reason(exception))
             return self.pacer.requeue(request)
