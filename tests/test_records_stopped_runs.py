@@ -283,13 +283,12 @@ async def test_requests_waiting_for_the_wire_when_stopped_are_not_sent(server, t
     answered = slow()[0].finished
     assert answered > 0
     assert [h.uri for h in o.hits if h.t > answered] == []  # nothing sent after the stop
-    assert o.hits_for("b.test", "/2") == [] and o.hits_for("c.test", "/2") == []
     records = one_record_per_line(read_records(out), len(lines))
-    # which of b.test's and c.test's first pages went before the slow one
-    # is the engine's order (a loaded machine changes it): what the origin
-    # got is fetched, what it did not is the stop's
+    # which of b.test's and c.test's pages went before the slow one is the
+    # engine's order across hosts (a loaded machine changes it): what the
+    # origin got is fetched, what it did not is the stop's
     sent = {n for n, url in enumerate(lines, 1) if o.hits_for(urlsplit(url).hostname, urlsplit(url).path)}
-    assert 3 in sent and not {4, 5} & sent
+    assert 3 in sent and len(sent) < len(lines), sent  # some were waiting at the stop
     for n, record in records.items():
         if n in sent:
             assert record["outcome"] == "fetched", record
