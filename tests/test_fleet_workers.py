@@ -19,9 +19,11 @@ from typing import Any
 import pytest_twisted
 from scrapy.utils.defer import deferred_from_coro
 
+from scrapy_walsh_research.documents.fetch import fetched_once
 from scrapy_walsh_research.sandbox import Reply
 from scrapy_walsh_research.state.redis.connection import RedisConnection
 from scrapy_walsh_research.state.redis.hostclock import RedisHostClock
+from scrapy_walsh_research.state.redis.store import RedisStateStore
 from scrapy_walsh_research.state.redis.target_queue import enqueue
 from tests.support.crawling import TDMREP, base_settings, gaps, sleep
 from tests.support.fleet import crawl_feed, redis_settings, stored_state
@@ -91,6 +93,49 @@ async def test_workers_starting_together_fetch_robots_once_and_keep_its_crawl_de
     assert [h.path for h in cd].count("/robots.txt") == 1
     assert min(gaps(cd)) >= 2.0
     assert len(server.origin.hits_for("o.test", "/robots.txt")) == 1
+
+
+@pytest_twisted.ensureDeferred
+async def test_a_worker_that_looked_before_another_stored_the_document_adopts_it(redis_server):
+    """Worker B finds no stored robots.txt; worker A then fetches it, stores
+    it and lets go of the fleet's lock, all before B asks for the lock: B
+    gets the lock free, and adopts A's copy rather than send the request
+    again (seen once in CI: two workers, two robots.txt requests)."""
+    shared = redis_settings(redis_server)
+    store = RedisStateStore(RedisConnection(shared["WALSH_REDIS_URL"], shared["WALSH_REDIS_PREFIX"]))
+    copy: list[str] = []
+    sent: list[str] = []
+
+    async def stored() -> str | None:
+        return copy[-1] if copy else None
+
+    def fetch(worker: str) -> Any:
+        async def fetch_it() -> str:
+            sent.append(worker)
+            copy.append(f"robots.txt as {worker} fetched it")
+            return copy[-1]
+
+        return fetch_it
+
+    async def once(worker: str, looks: Any) -> tuple[str, bool]:
+        return await fetched_once(store, "robots:http://x.test", host="x.test", ttl=30,
+                                  max_wait=None, stored=looks, fetch=fetch(worker))  # fmt: skip
+
+    looked: list[str | None] = []
+
+    async def b_looks() -> str | None:
+        seen = await stored()
+        if not looked:  # A's whole fetch comes right after B's first look
+            await once("A", stored)
+        looked.append(seen)
+        return seen
+
+    try:
+        got, adopted = await deferred_from_coro(once("B", b_looks))
+    finally:
+        await deferred_from_coro(store.close())
+    assert looked[0] is None  # B found nothing at first
+    assert sent == ["A"] and (got, adopted) == ("robots.txt as A fetched it", True)
 
 
 @pytest_twisted.ensureDeferred

@@ -61,6 +61,11 @@ async def fetched_once(
             raise HostBusy(host, 1.0) from None
         if release is not None:
             try:
+                # another worker may have fetched and stored it, and let go
+                # of the lock, between the first look and this lock
+                saved = await stored()
+                if saved is not None:
+                    return saved, True
                 return await fetch(), False
             finally:
                 await release()
