@@ -62,8 +62,9 @@ async def fetched_once(
         if release is not None:
             try:
                 # another worker may have fetched and stored it, and let go
-                # of the lock, between the first look and this lock
-                saved = await stored()
+                # of the lock, between the first look and this lock (one
+                # process's store has no other worker: nothing to look for)
+                saved = await stored() if store.shared else None
                 if saved is not None:
                     return saved, True
                 return await fetch(), False

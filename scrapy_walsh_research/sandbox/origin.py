@@ -141,10 +141,7 @@ class Origin(resource.Resource):
             hit.signature = self.verifier.verify(
                 hit.method, scheme, host_header, full_path, headers, now=hit.wall
             )
-        peer = request.getClientAddress()
-        opened = self._opened.pop(
-            (str(getattr(peer, "host", "")), int(getattr(peer, "port", 0))), None
-        )
+        opened = self._opened.pop(_peer(request.getClientAddress()), None)
         hit.opened = arrived if opened is None else min(opened, arrived)
         self.hits.append(hit)
         self.inflight += 1

@@ -24,25 +24,25 @@ if TYPE_CHECKING:
 MAX_TAKEN = 3
 
 
+def _other_handlers(settings: BaseSettings) -> list[tuple[str, type]]:
+    """(scheme, handler class) for each of http and https served by a
+    handler other than the wire-timed one (no handler: nothing is sent)."""
+    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
+    served = [(s, loaded(handlers[s])) for s in ("http", "https") if handlers.get(s) is not None]
+    return [(scheme, cls) for scheme, cls in served if not is_subclass(cls, WIRE_HANDLER)]
+
+
 def handler_problems(settings: BaseSettings) -> list[str]:
     """Each of http and https served by a handler other than the wire-timed one."""
-    found: list[str] = []
-    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
-    for scheme in ("http", "https"):
-        handler = handlers.get(scheme)
-        if handler is None:
-            continue  # no handler: nothing is sent for this scheme
-        cls = loaded(handler)
-        if not is_subclass(cls, WIRE_HANDLER):
-            found.append(
-                f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
-                "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
-                "Twisted's connection pool send a request again by itself when a reused "
-                "connection fails after the write, a request no gate sees, and R4 requires "
-                f"every request to be paced. Set DOWNLOAD_HANDLERS[{scheme!r}] to "
-                f"{WIRE_HANDLER!r}, or leave the entry out and let the add-on set it."
-            )
-    return found
+    return [
+        f"DOWNLOAD_HANDLERS[{scheme!r}] is {name_of(cls)}: only {WIRE_HANDLER} (or a "
+        "subclass) is accepted for http and https. Scrapy's own HTTP/1.1 handler lets "
+        "Twisted's connection pool send a request again by itself when a reused "
+        "connection fails after the write, a request no gate sees, and R4 requires "
+        f"every request to be paced. Set DOWNLOAD_HANDLERS[{scheme!r}] to "
+        f"{WIRE_HANDLER!r}, or leave the entry out and let the add-on set it."
+        for scheme, cls in _other_handlers(settings)
+    ]
 
 
 def concurrency_problems(settings: BaseSettings) -> list[str]:
@@ -55,9 +55,7 @@ def concurrency_problems(settings: BaseSettings) -> list[str]:
             f"CONCURRENT_REQUESTS={MAX_TAKEN} (the wire-timed handler sends one at a time; "
             "the engine prepares the next meanwhile) or lower."
         ]
-    handlers = settings.getwithbase("DOWNLOAD_HANDLERS")
-    others = [s for s in ("http", "https") if handlers.get(s) is not None]
-    others = [s for s in others if not is_subclass(loaded(handlers[s]), WIRE_HANDLER)]
+    others = [scheme for scheme, _ in _other_handlers(settings)]
     if taken == 1 or not others:
         return []
     return [
